@@ -1,0 +1,29 @@
+# ccab — the two commands a newcomer needs are `make demo` and `make test`.
+SHELL := /bin/bash
+export CCAB_DATA_DIR ?= $(CURDIR)/.ccab
+PY := .venv/bin/python
+
+.PHONY: setup demo test test-python test-go bench clean help
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+
+setup:  ## install everything (venv, Go binaries, Kafka jars); idempotent
+	@scripts/setup.sh
+
+demo: setup  ## run the main job end to end on the embedded engines
+	@scripts/demo.sh
+
+test: setup test-go test-python  ## set everything up and run all tests
+
+test-go:
+	@if [ -f go.mod ]; then go test ./...; fi
+
+test-python:
+	@$(PY) -m pytest -q
+
+bench: setup  ## run the benchmarks in bench/ (each prints a ratio against a peer or the limit)
+	@for b in bench/*/run.sh; do echo "== $$b"; bash $$b || exit 1; done
+
+clean:  ## remove the local data dir and built binaries (keeps the Kafka jar cache)
+	rm -rf .ccab bin

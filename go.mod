@@ -1,0 +1,3 @@
+module github.com/ccab-dev/ccab
+
+go 1.24

@@ -1,0 +1,67 @@
+"""Where ccab's resources are: the one place that reads the environment.
+
+One switch per engine, same code either way (Dagster-style resource selection):
+
+- ``CCAB_CLICKHOUSE_URL`` unset -> embedded chdb at ``$CCAB_DATA_DIR/warehouse``;
+  set (``http://user:pass@host:8123/ccab``) -> a ClickHouse server via clickhouse-connect.
+- ``CCAB_KAFKA_BROKERS`` unset -> the local single-node broker that ``ccab kafka up`` runs;
+  set (``host1:9092,host2:9092``) -> that cluster; ccab starts nothing.
+- ``CCAB_DATA_DIR`` (default ``.ccab`` in the current directory): local state of the embedded
+  engines (warehouse, broker data, pid files, logs).
+- ``CCAB_KAFKA_PORT`` (default 19092): port of the local broker.
+- ``CCAB_CACHE_DIR`` (default ``~/.cache/ccab``): downloaded Kafka jars, outside the repo.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_KAFKA_PORT = 19092
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    cache_dir: Path
+    clickhouse_url: str | None
+    kafka_brokers: str | None
+    kafka_port: int
+
+    @property
+    def embedded_clickhouse(self) -> bool:
+        return not self.clickhouse_url
+
+    @property
+    def embedded_kafka(self) -> bool:
+        return not self.kafka_brokers
+
+    @property
+    def warehouse_path(self) -> Path:
+        return self.data_dir / "warehouse"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Kafka bootstrap servers: the configured cluster, or the local broker."""
+        return self.kafka_brokers or f"127.0.0.1:{self.kafka_port}"
+
+
+def settings() -> Settings:
+    """Read the environment now (not at import time, so tests can change it)."""
+    env = os.environ
+    port_text = env.get("CCAB_KAFKA_PORT", str(DEFAULT_KAFKA_PORT))
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise SystemExit(f"CCAB_KAFKA_PORT must be a port number, got {port_text!r}") from None
+    cache = env.get("CCAB_CACHE_DIR") or os.path.join(
+        env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ccab"
+    )
+    return Settings(
+        data_dir=Path(env.get("CCAB_DATA_DIR") or ".ccab").absolute(),
+        cache_dir=Path(cache),
+        clickhouse_url=env.get("CCAB_CLICKHOUSE_URL") or None,
+        kafka_brokers=env.get("CCAB_KAFKA_BROKERS") or None,
+        kafka_port=port,
+    )

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Idempotent setup: checks the toolchains, builds the venv (.venv/), the Go binaries (bin/)
+# and caches the Kafka broker jars outside the repo. Called by `make setup`, `make demo`, `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
+step() { printf '==> %s\n' "$*"; }
+
+# --- prerequisites ----------------------------------------------------------------------------
+PYTHON=${PYTHON:-}
+if [ -z "$PYTHON" ]; then
+  for cand in python3.11 python3.12 python3; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(0 if (3,11) <= sys.version_info[:2] < (3,13) else 1)' 2>/dev/null; then
+      PYTHON=$(command -v "$cand"); break
+    fi
+  done
+fi
+[ -n "$PYTHON" ] || die "Python 3.11 or 3.12 is required (install python3.11 and python3.11-venv, or set PYTHON=/path/to/python3.11)"
+command -v go >/dev/null 2>&1 || die "Go 1.22+ is required to build the edge binaries (install golang, or put go on PATH)"
+command -v java >/dev/null 2>&1 || die "Java 17+ is required for the local Kafka broker (apt-get install openjdk-17-jre-headless)"
+java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+[ "${java_major:-0}" -ge 17 ] || die "Java 17+ is required for Kafka 4.x, found '${java_major:-none}'"
+command -v mvn >/dev/null 2>&1 || die "Maven is required once, to fetch the Kafka jars from Maven Central (apt-get install maven)"
+
+# --- Python venv --------------------------------------------------------------------------------
+stamp=.venv/.ccab-setup-stamp
+want=$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  step "python venv (.venv) from requirements.lock"
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv || die "could not create .venv (on Debian: apt-get install python3-venv)"
+  .venv/bin/pip install --quiet --disable-pip-version-check -r requirements.lock
+  .venv/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+  echo "$want" > "$stamp"
+else
+  step "python venv up to date"
+fi
+
+# --- Go binaries ----------------------------------------------------------------------------------
+if [ -f go.mod ]; then
+  step "go build -> bin/"
+  mkdir -p bin
+  CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/ ./collectors/cmd/... ./rollout/cmd/... 2>&1 \
+    || die "go build failed (see above)"
+fi
+
+# --- Kafka jars (cached outside the repo) ---------------------------------------------------------
+step "kafka broker jars"
+.venv/bin/ccab kafka install
+step "setup done"
