@@ -30,7 +30,7 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   step "python venv (.venv) from requirements.lock"
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv || die "could not create .venv (on Debian: apt-get install python3-venv)"
   .venv/bin/pip install --quiet --disable-pip-version-check -r requirements.lock
-  .venv/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+  .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
   echo "$want" > "$stamp"
 else
   step "python venv up to date"
