@@ -35,6 +35,7 @@ from ccab.ingest import (
     BatchWriter,
     Record,
 )
+from ccab.migrate import migrate
 from ccab.warehouse import Warehouse, connect
 
 log = logging.getLogger("ccab.loader")
@@ -80,9 +81,11 @@ class LoaderMetrics:
 
 def _reason_kind(reason: str) -> str:
     """Low-cardinality label for a dead-letter reason (the full reason is in the table)."""
-    for kind in ("oversize", "bad JSON", "unknown schema", "missing required field", "wrong type", "invalid value"):
-        if reason.startswith(kind):
-            return kind.replace(" ", "_")
+    for prefix, kind in (("oversize", "oversize"), ("bad JSON", "bad_json"), ("unknown schema", "unknown_schema"),
+                         ("missing required field", "missing_field"), ("wrong type", "wrong_type"),
+                         ("field ", "wrong_type"), ("invalid value", "invalid_value")):
+        if reason.startswith(prefix):
+            return kind
     return "other"
 
 
@@ -198,11 +201,11 @@ class _NoProgress:
 # --------------------------------------------------------------------------- Kafka loop
 
 
-def warehouse_positions(wh: Warehouse, schema: Schema) -> dict[int, int]:
-    """Next offset to read per partition of ``schema.topic``, as the warehouse knows it."""
+def warehouse_positions(wh: Warehouse, topic: str, schema: Schema) -> dict[int, int]:
+    """Next offset to read per partition of ``topic``, as the warehouse knows it."""
     rows = wh.query(
         f"SELECT _partition, max(_offset) FROM {schema.table} WHERE _topic = {{t:String}} GROUP BY _partition",
-        params={"t": schema.topic},
+        params={"t": topic},
     ).rows
     return {int(p): int(o) + 1 for p, o in rows}
 
@@ -210,16 +213,14 @@ def warehouse_positions(wh: Warehouse, schema: Schema) -> dict[int, int]:
 class Loader:
     """Consumes the contract topics in a consumer group and writes them to the warehouse."""
 
-    def __init__(self, wh: Warehouse, bootstrap: str, topics: list[str], group: str = DEFAULT_GROUP,
+    def __init__(self, wh: Warehouse, bootstrap: str, topics: dict[str, Schema], group: str = DEFAULT_GROUP,
                  batch_rows: int = 50_000, batch_wait_s: float = 1.0,
-                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, metrics: LoaderMetrics | None = None):
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, metrics: LoaderMetrics | None = None,
+                 instance_id: str | None = None):
         from confluent_kafka import Consumer
 
-        unknown = [t for t in topics if t not in SCHEMA_BY_TOPIC]
-        if unknown:
-            raise SystemExit(f"no contract schema for topic(s) {unknown}; known: {sorted(SCHEMA_BY_TOPIC)}")
         self.wh = wh
-        self.topics = topics
+        self.topics = topics  # topic -> the schema its records must have
         self.batch_rows = min(batch_rows, MAX_BATCH_ROWS)
         self.batch_wait_s = batch_wait_s
         self.writer = BatchWriter(wh, max_record_bytes)
@@ -236,8 +237,12 @@ class Loader:
             "session.timeout.ms": 10_000,
             "heartbeat.interval.ms": 1_000,
             "max.poll.interval.ms": 300_000,
+            # Static membership: a restarted loader with the same id takes its partitions back at
+            # once instead of waiting out the dead member's session.
+            **({"group.instance.id": instance_id} if instance_id else {}),
         })
         self._stop = False
+        self._assigned = False  # idle time counts only once the group gave us partitions
         self._last_lag_check = 0.0
         self.totals = BatchResult()
 
@@ -251,7 +256,7 @@ class Loader:
         by_topic: dict[str, dict[int, int]] = {}
         for tp in partitions:
             if tp.topic not in by_topic:
-                by_topic[tp.topic] = warehouse_positions(self.wh, SCHEMA_BY_TOPIC[tp.topic])
+                by_topic[tp.topic] = warehouse_positions(self.wh, tp.topic, self.topics[tp.topic])
             in_wh = by_topic[tp.topic].get(tp.partition)
             kafka = committed.get((tp.topic, tp.partition), OFFSET_INVALID)
             if in_wh is not None and (kafka < 0 or in_wh > kafka):
@@ -260,18 +265,21 @@ class Loader:
             elif kafka >= 0:
                 tp.offset = kafka
         consumer.assign(partitions)
+        self._assigned = True
 
     def run(self, max_idle_s: float | None = None, max_records: int | None = None) -> BatchResult:
         """Consume until stopped (SIGTERM/SIGINT), or idle for ``max_idle_s`` seconds, or
         ``max_records`` consumed (tests and the demo use the last two)."""
-        self.consumer.subscribe(self.topics, on_assign=self._on_assign)
+        self.consumer.subscribe(list(self.topics), on_assign=self._on_assign)
         idle_since = time.monotonic()
         consumed = 0
         try:
             while not self._stop:
                 batch = self._collect()
                 if not batch:
-                    if max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
+                    if not self._assigned:
+                        idle_since = time.monotonic()
+                    elif max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
                         break
                     self._update_lag()
                     continue
@@ -320,7 +328,7 @@ class Loader:
             next_offsets[(m.topic(), m.partition())] = m.offset() + 1
         for topic, recs in by_topic.items():
             self.metrics.consumed.labels(topic).inc(len(recs))
-            schema = SCHEMA_BY_TOPIC[topic]
+            schema = self.topics[topic]
             while True:
                 try:
                     res = self.writer.write(schema, recs)
@@ -371,6 +379,7 @@ def _cmd_load(args) -> int:
         print(f"ccab load: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
     wh = connect()
+    migrate(wh, log=lambda _m: None)  # idempotent: a fresh warehouse just works
     try:
         report = load_files(wh, paths, max_record_bytes=args.max_record_bytes, progress=sys.stderr.isatty())
     finally:
@@ -382,17 +391,38 @@ def _cmd_load(args) -> int:
     return 1 if args.strict and report.dead_total else 0
 
 
+def parse_topics(spec: str | None) -> dict[str, Schema]:
+    """``None`` -> every contract topic; else ``topic[=schema],...`` (schema defaults to the
+    contract schema of that topic name)."""
+    if not spec:
+        return dict(SCHEMA_BY_TOPIC)
+    out: dict[str, Schema] = {}
+    for item in spec.split(","):
+        topic, _, schema_name = item.strip().partition("=")
+        if schema_name:
+            if schema_name not in SCHEMAS:
+                raise SystemExit(f"--topics: unknown schema {schema_name!r} for topic {topic!r}; known: {', '.join(SCHEMAS)}")
+            out[topic] = SCHEMAS[schema_name]
+        elif topic in SCHEMA_BY_TOPIC:
+            out[topic] = SCHEMA_BY_TOPIC[topic]
+        else:
+            raise SystemExit(f"--topics: {topic!r} is not a contract topic; name its schema: {topic}=tcp_sample/1")
+    return out
+
+
 def _cmd_loader(args) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = current_settings()
-    topics = args.topics.split(",") if args.topics else list(SCHEMA_BY_TOPIC)
+    topics = parse_topics(args.topics)
     wh = connect(cfg)
+    migrate(wh, log=log.info)  # idempotent: a fresh warehouse just works
     metrics = LoaderMetrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port)
         log.info("metrics on http://127.0.0.1:%d/metrics", args.metrics_port)
     loader = Loader(wh, cfg.bootstrap_servers, topics, group=args.group, batch_rows=args.batch_rows,
-                    batch_wait_s=args.batch_wait_s, max_record_bytes=args.max_record_bytes, metrics=metrics)
+                    batch_wait_s=args.batch_wait_s, max_record_bytes=args.max_record_bytes, metrics=metrics,
+                    instance_id=args.instance_id)
     signal.signal(signal.SIGTERM, loader.stop)
     signal.signal(signal.SIGINT, loader.stop)
     log.info("loading %s from %s into %s", ",".join(topics), cfg.bootstrap_servers, wh.description)
@@ -408,7 +438,10 @@ def register(sub) -> None:
     p = sub.add_parser("loader", help="consume the contract topics from Kafka into ClickHouse",
                        description="Consume the contract topics in a consumer group, validate every record, "
                                    "insert in batches, dead-letter what fails. Exactly-once across crashes.")
-    p.add_argument("--topics", help="comma-separated topics (default: all contract topics)")
+    p.add_argument("--topics", help="comma-separated topics, each optionally TOPIC=SCHEMA "
+                                    "(default: all contract topics with their schemas)")
+    p.add_argument("--instance-id", help="static group membership id: a restart with the same id resumes "
+                                         "at once, without a rebalance (default: dynamic membership)")
     p.add_argument("--group", default=DEFAULT_GROUP, help="consumer group id (default: %(default)s)")
     p.add_argument("--batch-rows", type=int, default=50_000, help="max records per batch (default: %(default)s)")
     p.add_argument("--batch-wait-s", type=float, default=1.0,

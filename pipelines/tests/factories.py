@@ -1,0 +1,32 @@
+"""Valid contract records for tests, built from the shared vectors (so they stay realistic)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+VECTORS = Path(__file__).resolve().parents[3] / "shared" / "contracts" / "vectors"
+_SS = [json.loads(line) for line in (VECTORS / "ss_tinHOe_iproute2-6.1.expected.jsonl").read_text().splitlines()]
+_NGINX = [json.loads(line) for line in (VECTORS / "nginx_ccab_json.expected.jsonl").read_text().splitlines()]
+BASE_TS_MS = 1763769600000
+
+
+def tcp_sample(i: int, **override) -> dict:
+    rec = dict(_SS[i % len(_SS)])
+    rec.update(schema="tcp_sample/1", ts_ms=BASE_TS_MS + i, pop="tyo1", host=f"edge-tyo1-{i % 8:02d}",
+               kernel="6.1.0-18-amd64", arm="control" if i % 2 else "bbr2", rollout_id="r1",
+               sock_id=f"s{i:08x}", state="ESTAB", sample_rate=1.0)
+    rec.update(override)
+    return rec
+
+
+def http_request(i: int, **override) -> dict:
+    rec = dict(_NGINX[i % len(_NGINX)])
+    rec.update(ts_ms=BASE_TS_MS + i, pop="tyo1", host=f"edge-tyo1-{i % 8:02d}", kernel="6.1.0-18-amd64",
+               arm="control", rollout_id="r1", cc="cubic", conn_serial=i, sample_rate=1.0)
+    rec.update(override)
+    return rec
+
+
+def line(rec: dict) -> bytes:
+    return json.dumps(rec, separators=(",", ":")).encode()
