@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/ccab-dev/ccab/collectors/internal/lines"
+	"github.com/ccab-dev/ccab/collectors/nginxlog"
+	"github.com/ccab-dev/ccab/collectors/record"
+)
+
+// ParseNginx is `parse-nginx`: nginx access-log lines on stdin → http_request/1 JSON lines.
+func ParseNginx() Command {
+	return Command{Name: "parse-nginx", Summary: "nginx access-log lines on stdin → http_request/1 JSON lines", Run: runParseNginx}
+}
+
+func runParseNginx(ctx context.Context, env Env, args []string) int {
+	const cmd = "parse-nginx"
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	var h hostFlags
+	h.register(fs)
+	format := fs.String("format", "", "`json` (keys are variable names, as the ccab format), a predefined name "+
+		"(combined, ccab), or an nginx log_format: bare text, '…' '…', or whole log_format directives")
+	formatName := fs.String("format-name", "", "which log_format directive of --format to use; alone, a predefined format")
+	cc := fs.String("cc", "", "the host's default congestion control while the log was written")
+	strict := fs.Bool("strict", false, "exit 1 if any line was skipped")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: ccab-collector %s --format json|combined|'<log_format>' [flags] < access.log\n\n", cmd)
+		fs.PrintDefaults()
+	}
+	if done, status := parseFlags(fs, env, args); done {
+		return status
+	}
+	meta, err := h.meta()
+	if err != nil {
+		return usageError(env.Stderr, cmd, err)
+	}
+	meta.CC = *cc
+	if *format == "" && *formatName == "" {
+		return usageError(env.Stderr, cmd, errors.New("--format or --format-name is required"))
+	}
+	p, err := nginxlog.NewParser(*format, *formatName)
+	if err != nil {
+		return usageError(env.Stderr, cmd, err)
+	}
+	if m := p.Missing(); len(m) > 0 {
+		fmt.Fprintf(env.Stderr, "%s: warning: the format does not log %s; they will be null\n", cmd, strings.Join(m, ", "))
+	}
+
+	out := bufio.NewWriter(env.Stdout)
+	enc := record.NewEncoder(out)
+	sk := newSkips(cmd, env.Stderr)
+	records := 0
+	lr := lines.NewReader(env.Stdin, lines.DefaultMaxLen)
+	var readErr error
+	for ctx.Err() == nil {
+		l, err := lr.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				readErr = err
+			}
+			break
+		}
+		where := "line " + strconv.Itoa(l.Num)
+		if l.TooLong {
+			sk.add(where, "line_too_long", 1, fmt.Errorf("line longer than %d bytes", lines.DefaultMaxLen))
+			continue
+		}
+		if strings.TrimSpace(l.Text) == "" {
+			continue
+		}
+		r, err := p.Parse(l.Text)
+		if err != nil {
+			reason := "error"
+			var pe *nginxlog.ParseError
+			if errors.As(err, &pe) {
+				reason = string(pe.Reason)
+			}
+			sk.add(where, reason, 1, err)
+			continue
+		}
+		meta.StampHTTP(&r)
+		if err := enc.Encode(&r); err != nil {
+			fmt.Fprintf(env.Stderr, "%s: %s: %v\n", cmd, where, err)
+			return ExitFailure
+		}
+		records++
+	}
+	return finish(env, cmd, out, readErr, sk, records, *strict)
+}

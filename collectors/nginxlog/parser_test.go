@@ -1,0 +1,228 @@
+package nginxlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ccab-dev/ccab/collectors/internal/testvectors"
+	"github.com/ccab-dev/ccab/collectors/record"
+)
+
+func encode(t *testing.T, r record.HTTPRequest) map[string]any {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := record.NewEncoder(&buf).Encode(&r); err != nil {
+		t.Fatal(err)
+	}
+	return testvectors.DecodeJSONL(t, buf.Bytes())[0]
+}
+
+func check(t *testing.T, got map[string]any, want map[string]string) {
+	t.Helper()
+	for k, text := range want {
+		var v any
+		dec := json.NewDecoder(strings.NewReader(text))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("bad test value for %s: %v", k, err)
+		}
+		if g, ok := got[k]; !ok || !testvectors.SameValue(g, v) {
+			t.Errorf("%s = %v, want %s", k, g, text)
+		}
+	}
+}
+
+const combinedPlus = `log_format edge '$remote_addr - $remote_user [$time_local] '
+                    '"$request" $status $body_bytes_sent '
+                    '"$http_referer" "$http_user_agent" '
+                    '$msec $request_time $connection $connection_requests $bytes_sent '
+                    '$tcpinfo_rtt $tcpinfo_rttvar $tcpinfo_snd_cwnd $tcpinfo_rcv_space';`
+
+func TestParseText(t *testing.T) {
+	for _, tc := range []struct {
+		name, spec, fname, line string
+		want                    map[string]string
+	}{
+		{
+			name: "combined plus appended fields, directive as in nginx.conf",
+			spec: combinedPlus,
+			line: `203.0.113.77 - - [22/Nov/2025:00:00:01 +0000] "GET /big.bin HTTP/1.1" 200 4194304 "-" "curl/8.5.0" 1763769601.532 0.912 1841 1 4194624 41250 3125 87 14600`,
+			want: map[string]string{"ts_ms": `1763769601532`, "peer_prefix": `"203.0.113.0/24"`, "method": `"GET"`,
+				"status": `200`, "body_bytes_sent": `4194304`, "bytes_sent": `4194624`, "request_time_ms": `912.0`,
+				"conn_serial": `1841`, "conn_requests": `1`, "tcpinfo_rtt_us": `41250`, "tcpinfo_rttvar_us": `3125`,
+				"tcpinfo_snd_cwnd": `87`, "tcpinfo_rcv_space": `14600`},
+		},
+		{
+			name: "combined plus fields, tcpinfo not found (-), IPv6, escaped quote in user agent",
+			spec: combinedPlus,
+			line: `2001:db8:85a3::8a2e:370:7334 - alice [22/Nov/2025:00:00:02 +0000] "HEAD /x?q=\x22a b\x22 HTTP/2.0" 404 0 "https://example.com/a b" "Mozilla/5.0 \x22quoted\x22 (X11)" 1763769602.117 0.000 1843 2 180 - - - -`,
+			want: map[string]string{"ts_ms": `1763769602117`, "peer_prefix": `"2001:db8:85a3::/48"`, "method": `"HEAD"`,
+				"status": `404`, "request_time_ms": `0.0`, "tcpinfo_rtt_us": `null`, "tcpinfo_rttvar_us": `null`,
+				"tcpinfo_snd_cwnd": `null`, "tcpinfo_rcv_space": `null`, "conn_requests": `2`},
+		},
+		{
+			name: "predefined combined: ts from $time_local, the rest null",
+			spec: "combined",
+			line: `198.51.100.9 - - [26/Apr/2019:09:47:40 +0300] "POST /api HTTP/1.1" 201 12 "-" "-"`,
+			want: map[string]string{"ts_ms": `1556261260000`, "method": `"POST"`, "status": `201`,
+				"body_bytes_sent": `12`, "bytes_sent": `null`, "request_time_ms": `null`, "conn_serial": `null`},
+		},
+		{
+			name:  "--format-name picks one of several directives; bracketed [$remote_addr:$remote_port] with IPv6",
+			spec:  combinedPlus + "\nlog_format clb '[$time_iso8601] [$remote_addr:$remote_port] [$status] [$request] [$bytes_sent] [$request_time] [$tcpinfo_rtt] [$connection] [$connection_requests]';",
+			fname: "clb",
+			line:  `[2019-04-26T09:47:40+00:00] [2001:db8::1:443] [206] [GET /v.mp4 HTTP/1.1] [1048898] [0.250] [812] [7] [3]`,
+			want: map[string]string{"ts_ms": `1556272060000`, "peer_prefix": `"2001:db8::/48"`, "status": `206`,
+				"bytes_sent": `1048898`, "request_time_ms": `250.0`, "tcpinfo_rtt_us": `812`, "method": `"GET"`},
+		},
+		{
+			name: "research format with commas (mininet)",
+			spec: `log_format tcp_info '$time_local, $msec, "$request", $status, $tcpinfo_rtt, $tcpinfo_rttvar, "$tcpinfo_snd_cwnd", $tcpinfo_rcv_space, $body_bytes_sent, "$http_referer", "$http_user_agent", $remote_addr';`,
+			line: `22/Nov/2025:00:00:01 +0000, 1763769601.004, "GET /f HTTP/1.1", 200, 1203, 402, "10", 14480, 1048576, "-", "wget", 10.0.0.2`,
+			want: map[string]string{"ts_ms": `1763769601004`, "tcpinfo_rtt_us": `1203`, "tcpinfo_snd_cwnd": `10`,
+				"peer_prefix": `"10.0.0.0/24"`},
+		},
+		{
+			name: "LTSV with \\t in a double-quoted config string",
+			spec: `log_format ltsv "time:$msec\t" "host:$remote_addr\t" "status:$status\t" "req_time:$request_time\t" "method:$request_method";`,
+			line: "time:1481599251.000\thost:10.42.131.60\tstatus:200\treq_time:0.000\tmethod:GET",
+			want: map[string]string{"ts_ms": `1481599251000`, "peer_prefix": `"10.42.131.0/24"`, "status": `200`, "method": `"GET"`},
+		},
+		{
+			name: "escape=json with unquoted tcpinfo that nginx leaves empty (\"rtt\":,)",
+			spec: `escape=json '{"t":$msec,"a":"$remote_addr","s":$status,"rt":$request_time,"rtt":$tcpinfo_rtt,"ua":"$http_user_agent"}'`,
+			line: `{"t":1763769601.532,"a":"203.0.113.7","s":200,"rt":0.010,"rtt":,"ua":"a \"b\" \\ c"}`,
+			want: map[string]string{"ts_ms": `1763769601532`, "status": `200`, "request_time_ms": `10.0`, "tcpinfo_rtt_us": `null`},
+		},
+		{
+			name: "bare format text, ${var} form",
+			spec: `${remote_addr} ${msec} "$request" $status`,
+			line: `10.1.2.3 1763769601.5 "\x16\x03\x01" 400`,
+			want: map[string]string{"ts_ms": `1763769601500`, "method": `""`, "status": `400`},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewParser(tc.spec, tc.fname)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := p.Parse(tc.line)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := encode(t, r)
+			check(t, got, tc.want)
+			for k, v := range got {
+				if s, ok := v.(string); ok && strings.Contains(s, "203.0.113.77") || k == "remote_addr" {
+					t.Errorf("raw client address leaked in %s", k)
+				}
+			}
+		})
+	}
+}
+
+func TestParseJSON(t *testing.T) {
+	p, err := NewParser(FormatJSON, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.Parse(`{"request_time":"0.5","status":"200","msec":"1763769601.532","remote_addr":"::ffff:192.0.2.1","request_method":"GET","tcpinfo_rtt":null,"extra":{"x":1}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, encode(t, r), map[string]string{"ts_ms": `1763769601532`, "status": `200`, "request_time_ms": `500.0`,
+		"peer_prefix": `"192.0.2.0/24"`, "tcpinfo_rtt_us": `null`, "conn_serial": `null`})
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct{ spec, line, substr string }{
+		{FormatJSON, `not json`, "not a JSON object"},
+		{FormatJSON, `[1,2]`, "not a JSON object"},
+		{FormatJSON, `{"msec":1.5,"remote_addr":"10.0.0.1"} trailing`, "not a JSON object"},
+		{FormatJSON, `{"remote_addr":"10.0.0.1"}`, "no $msec"},
+		{FormatJSON, `{"msec":1.5,"status":true}`, "status: want a string or a number"},
+		{FormatJSON, `{"msec":1.5,"status":1000}`, "not an HTTP status"},
+		{FormatJSON, `{"msec":-1.5}`, "$msec"},
+		{FormatJSON, `{"msec":1.5,"remote_addr":"unix:"}`, `"unix:" is not an IP address`},
+		{FormatJSON, `{"msec":1.5,"request_time":"abc"}`, "$request_time"},
+		{FormatJSON, `{"msec":1.5,"tcpinfo_rtt":"12x"}`, "$tcpinfo_rtt"},
+		{combinedPlus, `garbage`, "no \" - \" after $remote_addr"},
+		{combinedPlus, `1.2.3.4 - - [x] "GET / HTTP/1.1" 200 5 "-" "-" 1.5 0.1 1 1 9 1 1 1 1 extra`, "does not match"},
+		{"combined", `1.2.3.4 - - [not a time] "GET / HTTP/1.1" 200 5 "-" "-"`, "$time_local"},
+		{`[$msec]`, `1.5`, `does not start with "["`},
+	} {
+		p, err := NewParser(tc.spec, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Parse(tc.line); err == nil || !strings.Contains(err.Error(), tc.substr) {
+			t.Errorf("Parse(%q) err = %v, want it to contain %q", tc.line, err, tc.substr)
+		}
+	}
+}
+
+func TestSpecErrors(t *testing.T) {
+	for _, tc := range []struct{ spec, name, substr string }{
+		{`$remote_addr $status`, "", "no $msec"},
+		{`$remote_addr$msec`, "", "touch"},
+		{`$msec $`, "", "invalid variable"},
+		{`${msec`, "", "unterminated ${"},
+		{`log_format a '$msec'; log_format b '$msec';`, "", `no format named ""`},
+		{`log_format a '$msec'; log_format b '$msec';`, "c", `no format named "c"`},
+		{`log_format a escape=yaml '$msec';`, "", "unknown escape=yaml"},
+		{`log_format a '$msec`, "", "unterminated"},
+		{`log_format a;`, "", "needs a name"},
+		{`log_format a '$msec'; }`, "", "unexpected"},
+		{``, "nosuch", "empty format"},
+	} {
+		if _, err := NewParser(tc.spec, tc.name); err == nil || !strings.Contains(err.Error(), tc.substr) {
+			t.Errorf("NewParser(%q, %q) err = %v, want %q", tc.spec, tc.name, err, tc.substr)
+		}
+	}
+	if _, err := NewParser(`$remote_addr`, ""); !errors.Is(err, ErrNoTimestamp) {
+		t.Errorf("err = %v, want ErrNoTimestamp", err)
+	}
+}
+
+func TestSpecForms(t *testing.T) {
+	p, err := NewParser("", "combined")
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := strings.Join(p.Missing(), " ")
+	if missing != "conn_serial conn_requests bytes_sent request_time_ms tcpinfo_rtt_us tcpinfo_rttvar_us tcpinfo_snd_cwnd tcpinfo_rcv_space" {
+		t.Errorf("combined Missing() = %s", missing)
+	}
+	f, err := ParseSpec(`log_format main escape=none '$a "x" ' # comment ; ignored
+	   '$b\'s';`, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Escape != EscapeNone || len(f.Segs) != 4 || f.Segs[1].Lit != ` "x" ` || f.Segs[3].Lit != `'s` {
+		t.Errorf("ParseSpec = %+v", f)
+	}
+}
+
+func TestUnescape(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		esc  Escape
+		want string
+	}{
+		{`a\x22b\x5Cc`, EscapeDefault, `a"b\c`},
+		{`\x`, EscapeDefault, `\x`},
+		{`\xZZ`, EscapeDefault, `\xZZ`},
+		{`a\"b\u00e9`, EscapeJSON, `a"bé`},
+		{`a\x22`, EscapeNone, `a\x22`},
+	} {
+		if got, err := unescape(tc.raw, tc.esc); err != nil || got != tc.want {
+			t.Errorf("unescape(%q, %s) = %q, %v; want %q", tc.raw, tc.esc, got, err, tc.want)
+		}
+	}
+	if _, err := unescape(`\q`, EscapeJSON); err == nil {
+		t.Error("bad JSON escape accepted")
+	}
+}
