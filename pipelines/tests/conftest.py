@@ -1,0 +1,104 @@
+"""Shared pytest fixtures for ccab's Python tests.
+
+Kafka:
+- ``kafka_broker`` (session): bootstrap servers of one real broker for the whole test session.
+  With ``CCAB_KAFKA_BROKERS`` set it is that cluster and nothing is started; otherwise a local
+  broker is started (``ccab.kafka_local.up``) in a temporary data dir on a free port pair, with
+  ``CCAB_DATA_DIR`` / ``CCAB_KAFKA_PORT`` pointing at it until the session ends.
+- ``fresh_topic`` (per test): a factory ``fresh_topic(prefix, partitions=3, config=None) -> name``
+  creating a uniquely named topic on that broker (deleted after the test), for tests that want
+  isolation from each other.
+Tests that use ``kafka_broker`` (directly or through ``fresh_topic``) get the ``kafka`` marker
+automatically, so ``pytest -m "not kafka"`` skips everything that needs Java.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Callable, Iterator, Mapping
+
+import pytest
+
+# --- Kafka ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap servers of a real Kafka broker shared by the whole session."""
+    from ccab import kafka_local
+
+    external = os.environ.get("CCAB_KAFKA_BROKERS")
+    if external:
+        kafka_local.ensure_topics(external)
+        yield external
+        return
+
+    env = pytest.MonkeyPatch()
+    env.setenv("CCAB_DATA_DIR", str(tmp_path_factory.mktemp("kafka-session")))
+    env.setenv("CCAB_KAFKA_PORT", str(kafka_local.find_free_port_pair()))
+    quiet: Callable[[str], None] = lambda _message: None
+    try:
+        bootstrap = kafka_local.up(timeout_s=120, progress=quiet)
+        yield bootstrap
+    finally:
+        try:
+            kafka_local.down(progress=quiet)
+        finally:
+            env.undo()
+
+
+@pytest.fixture
+def fresh_topic(kafka_broker: str) -> Iterator[Callable[..., str]]:
+    """Factory creating uniquely named topics on ``kafka_broker``; they are deleted afterwards."""
+    from confluent_kafka.admin import AdminClient
+
+    from ccab.kafka_local import TopicSpec, ensure_topics
+
+    created: list[str] = []
+
+    def make(prefix: str = "test", partitions: int = 3, config: Mapping[str, str] | None = None) -> str:
+        name = f"{prefix}.{uuid.uuid4().hex[:12]}"
+        ensure_topics(kafka_broker, {name: TopicSpec(partitions=partitions, config=dict(config or {}))})
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        admin = AdminClient({"bootstrap.servers": kafka_broker})  # alive until the futures finish
+        for future in admin.delete_topics(created, operation_timeout=30).values():
+            future.exception(timeout=30)  # best effort: wait, ignore failures
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that needs a broker with ``kafka``."""
+    for item in items:
+        if "kafka_broker" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.kafka)
+
+
+# --- Warehouse -----------------------------------------------------------------------------------
+# chdb allows one data path per process at a time, so each test gets its own warehouse directory,
+# opened, migrated, and closed again at the end of the test.
+
+
+@pytest.fixture
+def warehouse(tmp_path):
+    """A migrated embedded warehouse (real ClickHouse engine via chdb) in a fresh directory."""
+    from ccab import migrate
+    from ccab.warehouse import ChdbWarehouse
+
+    wh = ChdbWarehouse(tmp_path / "warehouse")
+    migrate.migrate(wh, log=lambda _m: None)
+    try:
+        yield wh
+    finally:
+        wh.close()
+
+
+@pytest.fixture
+def warehouse_env(tmp_path, monkeypatch):
+    """CCAB_DATA_DIR pointing at a fresh directory, for tests that go through the CLI."""
+    monkeypatch.setenv("CCAB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("CCAB_CLICKHOUSE_URL", raising=False)
+    return tmp_path / "data"
