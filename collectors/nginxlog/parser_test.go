@@ -226,3 +226,16 @@ func TestUnescape(t *testing.T) {
 		t.Error("bad JSON escape accepted")
 	}
 }
+
+// Every line that does not match gets an error, whichever way it fails.
+func TestDiagnoseAlwaysErrs(t *testing.T) {
+	p, err := NewParser(`$remote_addr [$msec] $status`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{``, `x`, `1.2.3.4 [1.5] 2x`, `1.2.3.4 [1.5] 200 extra`, `1.2.3.4 [1.5`, `1.2.3.4 [x] 200`, `"" [1] 1`} {
+		if _, err := p.Parse(line); err == nil {
+			t.Errorf("Parse(%q) succeeded", line)
+		}
+	}
+}

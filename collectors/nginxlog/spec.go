@@ -69,14 +69,29 @@ func ParseSpec(spec, name string) (Format, error) {
 	if f, ok := Predefined(s); ok {
 		return f, nil
 	}
-	if strings.HasPrefix(s, "log_format") || strings.HasPrefix(s, "escape=") || s[0] == '\'' || s[0] == '"' {
-		return parseDirectives(s, name)
+	if d := skipComments(s); strings.HasPrefix(d, "log_format") || strings.HasPrefix(d, "escape=") || d != "" && (d[0] == '\'' || d[0] == '"') {
+		return parseDirectives(d, name)
 	}
 	segs, err := splitFormat(s)
 	if err != nil {
 		return Format{}, err
 	}
 	return Format{Name: name, Escape: EscapeDefault, Segs: segs}, nil
+}
+
+// skipComments drops leading blank and "#" comment lines, as in a pasted nginx.conf excerpt.
+func skipComments(s string) string {
+	for {
+		s = strings.TrimLeft(s, " \t\r\n")
+		if !strings.HasPrefix(s, "#") {
+			return s
+		}
+		_, rest, ok := strings.Cut(s, "\n")
+		if !ok {
+			return ""
+		}
+		s = rest
+	}
 }
 
 func parseDirectives(s, name string) (Format, error) {

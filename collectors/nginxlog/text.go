@@ -86,7 +86,7 @@ func (m *matcher) match(line string) (lookup, error) {
 
 // diagnose explains a line that does not match: it follows the format, taking each
 // variable's value up to the first occurrence of the literal after it, and names the first
-// literal it cannot find.
+// literal it cannot find or the first numeric variable whose value is not a number.
 func (m *matcher) diagnose(line string) error {
 	pos := 0
 	prevVar := ""
@@ -94,22 +94,42 @@ func (m *matcher) diagnose(line string) error {
 		if s.Var != "" {
 			prevVar = s.Var
 			if i == len(m.f.Segs)-1 {
-				return fmt.Errorf("line does not match log_format %s: value of $%s", m.f.Name, s.Var)
+				if err := m.badValue(s.Var, line[pos:]); err != nil {
+					return err
+				}
+				pos = len(line)
 			}
 			continue
 		}
-		var at int
 		if prevVar == "" {
-			at = 0
 			if !strings.HasPrefix(line, s.Lit) {
 				return fmt.Errorf("line does not match log_format %s: does not start with %q", m.f.Name, s.Lit)
 			}
-		} else if at = strings.Index(line[pos:], s.Lit); at < 0 {
+			pos = len(s.Lit)
+			continue
+		}
+		at := strings.Index(line[pos:], s.Lit)
+		if at < 0 {
 			return fmt.Errorf("line does not match log_format %s: no %q after $%s (byte %d)", m.f.Name, s.Lit, prevVar, pos)
 		}
+		if err := m.badValue(prevVar, line[pos:pos+at]); err != nil {
+			return err
+		}
 		pos += at + len(s.Lit)
+		prevVar = ""
 	}
-	return fmt.Errorf("line does not match log_format %s (a value holds unexpected characters, or the line has extra text)", m.f.Name)
+	if pos != len(line) {
+		return fmt.Errorf("line does not match log_format %s: extra text at byte %d", m.f.Name, pos)
+	}
+	return fmt.Errorf("line does not match log_format %s: a value holds characters its escaping forbids", m.f.Name)
+}
+
+// badValue reports a numeric variable whose value is not digits and dots (or "-").
+func (m *matcher) badValue(v, val string) error {
+	if !isNumericVar(v) || val == "-" || strings.Trim(val, "0123456789.") == "" {
+		return nil
+	}
+	return fmt.Errorf("line does not match log_format %s: $%s %q is not a number", m.f.Name, v, val)
 }
 
 // unescape undoes nginx's escaping of one value.

@@ -175,7 +175,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"\t cubic rtt:1/0.5 mss:1448\n", ReasonOrphanInfo, "no socket line"},
 		{"ESTAB 0 0 10.0.0.1:443 10.0.0.2:ssh\n\t cubic rtt:1/0.5\n", ReasonAddress, "run ss with -n"},
-		{"time:1754776664023490865\n", ReasonSocketLine, "got 1 fields"},
+		{"time:1754776664023490865\n", ReasonSocketLine, "1 columns where Recv-Q"},
 		{"ESTAB 0 0 10.0.0.1:443 *:*\n", ReasonAddress, "wildcard"},
 		{"ESTAB 0 0 10.0.0.1:443 10.0.0.9:443\n", ReasonNoInfo, "no TCP info"},
 		{"ESTAB 0 0 10.0.0.1:443 10.0.0.9:444\n\t cubic rtt:abc/1\n", ReasonValue, "rtt: invalid decimal"},

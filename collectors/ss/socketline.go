@@ -32,7 +32,7 @@ func parseColumns(tok []string) (columns, error) {
 		i++
 	}
 	if len(tok)-i < 4 {
-		return c, errorf(ReasonSocketLine, "want Recv-Q, Send-Q, local and peer address, got %d fields", len(tok)-i)
+		return c, errorf(ReasonSocketLine, "%d columns where Recv-Q, Send-Q, local and peer address should be", len(tok)-i)
 	}
 	var err error
 	if c.recvQ, err = parseCount(tok[i]); err != nil {
