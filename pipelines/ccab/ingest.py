@@ -68,6 +68,36 @@ class Record:
 
 
 @dataclass
+class Batch:
+    """Records of one source topic, column-wise (no object per record on the hot path).
+
+    ``hash_content``: make the content part of the dedup token. Kafka offsets name immutable
+    content, so the Kafka path leaves it off; a replay file can change under the same line numbers.
+    """
+
+    topic: str
+    payloads: list[bytes]
+    partitions: list[int]
+    offsets: list[int]
+    hash_content: bool = False
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    def record(self, i: int) -> Record:
+        return Record(self.payloads[i], self.topic, self.partitions[i], self.offsets[i])
+
+    @classmethod
+    def of(cls, records: list[Record], hash_content: bool = False) -> "Batch":
+        """From records of one topic (tests, small callers)."""
+        topics = {r.topic for r in records}
+        if len(topics) > 1:
+            raise ValueError(f"a batch holds one topic, got {sorted(topics)}")
+        return cls(topics.pop() if topics else "", [r.payload for r in records],
+                   [r.partition for r in records], [r.offset for r in records], hash_content)
+
+
+@dataclass
 class BatchResult:
     inserted: int = 0
     dead: Counter = field(default_factory=Counter)  # reason -> count
@@ -81,32 +111,31 @@ class BatchResult:
         self.dead.update(other.dead)
 
 
-def _json_str(s: str) -> bytes:
-    return orjson.dumps(s)
-
-
-def _splice(rec: Record, body: bytes) -> bytes:
-    """``{...}`` -> ``{"_topic":..,"_partition":..,"_offset":..,...}`` (body is stripped)."""
-    prefix = b'{"_topic":%s,"_partition":%d,"_offset":%d' % (_json_str(rec.topic), rec.partition, rec.offset)
-    rest = body[1:].lstrip()
-    return prefix + (rest if rest.startswith(b"}") else b"," + rest)
+def _prefix(topic: str, partition: int) -> bytes:
+    return b'{"_topic":%s,"_partition":%d,"_offset":' % (orjson.dumps(topic), partition)
 
 
 def precheck(rec: Record, max_record_bytes: int) -> tuple[bytes | None, str | None]:
-    """Cheap per-record checks. Returns (line for the landing insert, None) or (None, reason)."""
+    """Cheap checks of one record. Returns (line for the landing insert, None) or (None, reason).
+    The line is the record's object with its source position spliced in front:
+    ``{"_topic":..,"_partition":..,"_offset":..,<the record's own fields>}``."""
     body = rec.payload
     if len(body) > max_record_bytes:
         return None, f"oversize: {len(body)} bytes > limit {max_record_bytes}"
-    body = body.strip()
-    if not body.startswith(b"{"):
-        return None, "bad JSON: not a JSON object" if body else "bad JSON: empty record"
-    if not body.endswith(b"}"):
-        return None, "bad JSON: truncated (no closing brace)"
+    if body[:1] != b"{" or body[-1:] != b"}":
+        body = body.strip()
+        if not body.startswith(b"{"):
+            return None, "bad JSON: not a JSON object" if body else "bad JSON: empty record"
+        if not body.endswith(b"}"):
+            return None, "bad JSON: truncated (no closing brace)"
     if b"\n" in body or b"\r" in body:
         # Whitespace between tokens is insignificant; a raw newline inside a string is invalid
         # JSON anyway and stays invalid after this.
         body = body.replace(b"\r", b" ").replace(b"\n", b" ")
-    return _splice(rec, body), None
+    rest = body[1:]
+    if rest.lstrip()[:1] == b"}":  # "{}": no comma after the spliced fields
+        return b"%s%d}" % (_prefix(rec.topic, rec.partition), rec.offset), None
+    return b"%s%d,%s" % (_prefix(rec.topic, rec.partition), rec.offset, rest), None
 
 
 def _reason_from_error(err: WarehouseError) -> str:
@@ -128,14 +157,11 @@ def _reason_from_error(err: WarehouseError) -> str:
     return f"bad JSON: {first[:200]}"
 
 
-def _token(records: list[Record], data: bytes) -> str:
-    spans: dict[tuple[str, int], list[int]] = {}
-    for r in records:
-        s = spans.setdefault((r.topic, r.partition), [r.offset, r.offset])
-        s[0] = min(s[0], r.offset)
-        s[1] = max(s[1], r.offset)
-    where = ",".join(f"{t}/{p}:{a}-{b}" for (t, p), (a, b) in sorted(spans.items()))
-    return f"{where}#{hashlib.blake2b(data, digest_size=12).hexdigest()}"
+def _token(topic: str, spans: dict[int, list[int]], data: bytes | None) -> str:
+    """Names what a batch holds: source positions (and, for files, the content)."""
+    where = ",".join(f"{p}:{a}-{b}" for p, (a, b) in sorted(spans.items()))
+    digest = f"#{hashlib.blake2b(data, digest_size=12).hexdigest()}" if data is not None else ""
+    return f"{topic}/{where}{digest}"
 
 
 class BatchWriter:
@@ -145,43 +171,69 @@ class BatchWriter:
         self.wh = wh
         self.max_record_bytes = max_record_bytes
 
-    def write(self, schema: Schema, records: list[Record]) -> BatchResult:
+    def write(self, schema: Schema, batch: Batch) -> BatchResult:
         result = BatchResult()
-        lines: list[bytes] = []
-        kept: list[Record] = []
-        dead: list[tuple[Record, str]] = []
-        for rec in records:
-            line, reason = precheck(rec, self.max_record_bytes)
-            if reason:
-                dead.append((rec, reason))
-            else:
-                lines.append(line)  # type: ignore[arg-type]
-                kept.append(rec)
+        lines, kept, dead = self._prepare(batch)
         self._dead(schema, dead, result)  # dead letters always land before the good rows
         if not lines:
             return result
         try:
-            self._insert(schema.landing_table, kept, b"\n".join(lines))
+            self._insert(schema.landing_table, batch, kept, lines)
         except WarehouseError as err:
             if err.code not in _DATA_ERROR_CODES:
                 raise
-            bad = self._find_bad_rows(schema, kept, lines)
-            self._dead(schema, [(kept[i], why) for i, why in bad.items()], result)
-            kept = [r for i, r in enumerate(kept) if i not in bad]
+            bad = self._find_bad_rows(schema, [batch.record(i) for i in kept], lines)
+            self._dead(schema, [(batch.record(kept[i]), why) for i, why in bad.items()], result)
+            kept = [k for i, k in enumerate(kept) if i not in bad]
             lines = [ln for i, ln in enumerate(lines) if i not in bad]
             if lines:
-                self._insert(schema.landing_table, kept, b"\n".join(lines))
+                self._insert(schema.landing_table, batch, kept, lines)
         result.inserted = len(lines)
         return result
+
+    def _prepare(self, batch: Batch) -> tuple[list[bytes], list[int], list[tuple[Record, str]]]:
+        """Landing lines, the batch index of each, and the records that failed the cheap checks.
+        The hot loop of the loader: keep it free of calls and objects per record."""
+        limit = self.max_record_bytes
+        lines: list[bytes] = []
+        kept: list[int] = []
+        dead: list[tuple[Record, str]] = []
+        prefixes: dict[int, bytes] = {}
+        for i, (body, part, off) in enumerate(zip(batch.payloads, batch.partitions, batch.offsets)):
+            if (len(body) <= limit and body[:1] == b"{" and body[-1:] == b"}" and b"\n" not in body
+                    and b"\r" not in body and body[1:2] not in (b"}", b" ", b"\t")):
+                prefix = prefixes.get(part)
+                if prefix is None:
+                    prefix = prefixes[part] = _prefix(batch.topic, part)
+                lines.append(b"%s%d,%s" % (prefix, off, body[1:]))
+                kept.append(i)
+                continue
+            line, reason = precheck(batch.record(i), limit)  # the unusual cases, spelled out
+            if reason:
+                dead.append((batch.record(i), reason))
+            else:
+                lines.append(line)  # type: ignore[arg-type]
+                kept.append(i)
+        return lines, kept, dead
 
     def _dead(self, schema: Schema, dead: list[tuple[Record, str]], result: BatchResult) -> None:
         if dead:
             self.write_dead_letters(schema.name, dead)
             result.dead.update(why for _, why in dead)
 
-    def _insert(self, table: str, records: list[Record], data: bytes) -> None:
-        settings = dict(INSERT_SETTINGS, insert_deduplication_token=_token(records, data))
-        self.wh.insert_raw(table, data, "JSONEachRow", settings)
+    def _insert(self, table: str, batch: Batch, kept: list[int], lines: list[bytes]) -> None:
+        spans: dict[int, list[int]] = {}
+        parts, offs = batch.partitions, batch.offsets
+        for i in kept:
+            span = spans.get(parts[i])
+            if span is None:
+                spans[parts[i]] = [offs[i], offs[i]]
+            else:
+                span[0] = min(span[0], offs[i])
+                span[1] = max(span[1], offs[i])
+        data = b"\n".join(lines)
+        token = _token(batch.topic, spans, data if batch.hash_content else None)
+        self.wh.insert_raw(table, data, "JSONEachRow", dict(INSERT_SETTINGS, insert_deduplication_token=token))
 
     def _find_bad_rows(self, schema: Schema, records: list[Record], lines: list[bytes]) -> dict[int, str]:
         """Index -> reason of every row ClickHouse would reject. Rare path (the batch failed):

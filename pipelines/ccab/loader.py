@@ -31,6 +31,7 @@ from ccab.ingest import (
     DEFAULT_MAX_RECORD_BYTES,
     MAX_BATCH_BYTES,
     MAX_BATCH_ROWS,
+    Batch,
     BatchResult,
     BatchWriter,
     Record,
@@ -120,15 +121,15 @@ def load_files(wh: Warehouse, paths: list[Path], max_record_bytes: int = DEFAULT
         task = prog.add_task("loading", total=sum(p.stat().st_size for p in paths)) if progress else None
         for path in paths:
             topic = f"file:{path.name}"
-            pending: dict[str, list[Record]] = defaultdict(list)
+            pending: dict[str, Batch] = {}
             pending_bytes: dict[str, int] = defaultdict(int)
             unknown: list[tuple[Record, str]] = []
 
             def flush(name: str) -> None:
-                recs = pending.pop(name, [])
+                batch = pending.pop(name, None)
                 pending_bytes.pop(name, None)
-                if recs:
-                    res = writer.write(SCHEMAS[name], recs)
+                if batch:
+                    res = writer.write(SCHEMAS[name], batch)
                     inserted[SCHEMAS[name].table] += res.inserted
                     for why, n in res.dead.items():
                         dead[why] += n
@@ -140,17 +141,21 @@ def load_files(wh: Warehouse, paths: list[Path], max_record_bytes: int = DEFAULT
                     total += 1
                     if task is not None:
                         prog.advance(task, len(line))
-                    rec = Record(line, topic, 0, lineno)
                     m = _SCHEMA_RE.search(line, 0, 4096)
                     name = m.group(1).decode() if m else None
                     if name not in SCHEMAS:
                         if not line.strip():
                             continue  # blank lines are not records
-                        unknown.append((rec, unroutable_reason(line, name)))
+                        unknown.append((Record(line, topic, 0, lineno), unroutable_reason(line, name)))
                         continue
-                    pending[name].append(rec)
+                    batch = pending.get(name)
+                    if batch is None:
+                        batch = pending[name] = Batch(topic, [], [], [], hash_content=True)
+                    batch.payloads.append(line.rstrip(b"\r\n"))
+                    batch.partitions.append(0)
+                    batch.offsets.append(lineno)
                     pending_bytes[name] += len(line)
-                    if len(pending[name]) >= min(batch_rows, MAX_BATCH_ROWS) or pending_bytes[name] >= MAX_BATCH_BYTES // 2:
+                    if len(batch) >= min(batch_rows, MAX_BATCH_ROWS) or pending_bytes[name] >= MAX_BATCH_BYTES // 2:
                         flush(name)
             for name in list(pending):
                 flush(name)
@@ -300,7 +305,7 @@ class Loader:
         deadline = None
         while len(msgs) < self.batch_rows and size < MAX_BATCH_BYTES // 2 and not self._stop:
             timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
-            got = self.consumer.consume(num_messages=min(10_000, self.batch_rows - len(msgs)), timeout=timeout)
+            got = self.consumer.consume(num_messages=min(50_000, self.batch_rows - len(msgs)), timeout=timeout)
             for m in got:
                 err = m.error()
                 if err is not None:
@@ -321,17 +326,23 @@ class Loader:
         from confluent_kafka import TopicPartition
 
         start = time.monotonic()
-        by_topic: dict[str, list[Record]] = defaultdict(list)
+        by_topic: dict[str, Batch] = {}
         next_offsets: dict[tuple[str, int], int] = {}
         for m in msgs:
-            by_topic[m.topic()].append(Record(m.value() or b"", m.topic(), m.partition(), m.offset()))
-            next_offsets[(m.topic(), m.partition())] = m.offset() + 1
-        for topic, recs in by_topic.items():
-            self.metrics.consumed.labels(topic).inc(len(recs))
+            topic, partition, offset = m.topic(), m.partition(), m.offset()
+            batch = by_topic.get(topic)
+            if batch is None:
+                batch = by_topic[topic] = Batch(topic, [], [], [])
+            batch.payloads.append(m.value() or b"")
+            batch.partitions.append(partition)
+            batch.offsets.append(offset)
+            next_offsets[(topic, partition)] = offset + 1
+        for topic, batch in by_topic.items():
+            self.metrics.consumed.labels(topic).inc(len(batch))
             schema = self.topics[topic]
             while True:
                 try:
-                    res = self.writer.write(schema, recs)
+                    res = self.writer.write(schema, batch)
                     break
                 except Exception as exc:  # warehouse unwell: retry the same batch (same tokens)
                     self.metrics.insert_errors.inc()

@@ -10,7 +10,9 @@ database named in the URL path).
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Protocol
@@ -21,6 +23,7 @@ import orjson
 from ccab.config import Settings, settings as current_settings
 
 DEFAULT_DATABASE = "ccab"
+_TMP_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
 
 class WarehouseError(RuntimeError):
@@ -126,9 +129,16 @@ class ChdbWarehouse:
         self._run(sql.strip().rstrip(";") + _settings_clause(settings), "CSV", params)
 
     def insert_raw(self, table: str, data: bytes, fmt: str = "JSONEachRow", settings: dict | None = None) -> None:
-        head = f"INSERT INTO {table}{_settings_clause(settings)} FORMAT {fmt}\n"
-        # chdb takes the data inline after FORMAT; ClickHouse parses it (never Python).
-        self._run(head + data.decode("utf-8", errors="surrogateescape"))
+        # ClickHouse parses the bytes, never Python. Reading them with file() is about twice as
+        # fast in chdb as inline data after FORMAT (bench/loader), so the batch goes through a
+        # private temp file (tmpfs when there is one).
+        fd, path = tempfile.mkstemp(prefix="ccab-insert-", suffix=".data", dir=_TMP_DIR)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            self._run(f"INSERT INTO {table} SELECT * FROM file('{path}', {fmt}){_settings_clause(settings)}")
+        finally:
+            os.unlink(path)
 
     def close(self) -> None:
         try:

@@ -8,7 +8,7 @@ import pytest
 
 from ccab import cli
 from ccab.contracts import SCHEMAS
-from ccab.ingest import BatchWriter, Record
+from ccab.ingest import Batch, BatchWriter, Record
 from ccab.loader import load_files
 from factories import http_request, line, tcp_sample
 
@@ -104,7 +104,7 @@ def test_a_batch_with_a_bad_row_in_the_middle_keeps_its_neighbours(warehouse):
     recs = [Record(line(tcp_sample(i)), "ccab.tcp.v1", 0, i) for i in range(1000)]
     recs[500] = Record(line(tcp_sample(500, cwnd="x")), "ccab.tcp.v1", 0, 500)
     recs[501] = Record(b'{"schema":"tcp_sample/1"}', "ccab.tcp.v1", 0, 501)
-    res = BatchWriter(warehouse).write(SCHEMAS["tcp_sample/1"], recs)
+    res = BatchWriter(warehouse).write(SCHEMAS["tcp_sample/1"], Batch.of(recs))
     assert res.inserted == 998 and res.dead_total == 2
     assert _count(warehouse, "SELECT count() FROM tcp_samples") == 998
     assert _count(warehouse, "SELECT groupArray(_offset) FROM (SELECT _offset FROM dead_letters FINAL ORDER BY _offset)") == [500, 501]
@@ -119,3 +119,42 @@ def test_derived_columns(warehouse, tmp_path):
     assert inflight == 292496 - 292496
     goodput = warehouse.query("SELECT goodput_bps FROM http_requests").scalar()
     assert goodput == pytest.approx(4194304 * 8 / 0.912)
+
+
+@pytest.mark.parametrize(
+    "payload, expect",
+    [
+        (b'{"a":1}', b'{"_topic":"t","_partition":2,"_offset":7,"a":1}'),
+        (b'  {"a":1}\n', b'{"_topic":"t","_partition":2,"_offset":7,"a":1}'),
+        (b'{ "a": 1 }', b'{"_topic":"t","_partition":2,"_offset":7, "a": 1 }'),
+        (b'{}', b'{"_topic":"t","_partition":2,"_offset":7}'),
+        (b'{ }', b'{"_topic":"t","_partition":2,"_offset":7}'),
+        (b'{"a":\n1}', b'{"_topic":"t","_partition":2,"_offset":7,"a": 1}'),
+    ],
+)
+def test_precheck_splices_the_source_position_into_the_object(payload, expect):
+    from ccab.ingest import precheck
+
+    assert precheck(Record(payload, "t", 2, 7), 1 << 20) == (expect, None)
+
+
+@pytest.mark.parametrize(
+    "payload, reason",
+    [(b"", "bad JSON: empty record"), (b"[1]", "bad JSON: not a JSON object"),
+     (b'{"a":1', "bad JSON: truncated (no closing brace)"), (b"{" + b" " * 100 + b"}", "oversize: 102 bytes > limit 50")],
+)
+def test_precheck_rejects_what_cannot_be_a_record(payload, reason):
+    from ccab.ingest import precheck
+
+    assert precheck(Record(payload, "t", 0, 1), 50) == (None, reason)
+
+
+def test_fast_and_slow_preparation_paths_agree(warehouse):
+    from ccab.ingest import precheck
+
+    payloads = [b'{"a":1}', b' {"b":2}', b'{}', b'{"c":\n3}', b'nope', b'{"d":4}']
+    batch = Batch("t", payloads, [0, 1, 0, 1, 0, 1], [10, 11, 12, 13, 14, 15])
+    lines, kept, dead = BatchWriter(warehouse)._prepare(batch)
+    expected = [precheck(batch.record(i), 1 << 20) for i in range(len(payloads))]
+    assert lines == [ln for ln, why in expected if why is None]
+    assert kept == [0, 1, 2, 3, 5] and [why for _, why in dead] == ["bad JSON: not a JSON object"]
