@@ -40,8 +40,13 @@ fi
 if [ -f go.mod ]; then
   step "go build -> bin/"
   mkdir -p bin
-  CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/ ./collectors/cmd/... ./rollout/cmd/... 2>&1 \
-    || die "go build failed (see above)"
+  pkgs=""
+  for dir in collectors/cmd rollout/cmd; do
+    [ -d "$dir" ] && pkgs="$pkgs $(go list "./$dir/..." || die "go list ./$dir/... failed")"
+  done
+  [ -n "$pkgs" ] || die "no Go commands found under collectors/cmd or rollout/cmd"
+  # shellcheck disable=SC2086
+  CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/ $pkgs || die "go build failed (see above)"
 fi
 
 # --- Kafka jars (cached outside the repo) ---------------------------------------------------------
