@@ -1,0 +1,118 @@
+"""Contract records as JSON lines, formatted from column arrays without a dict per record.
+
+Field names, order and units follow ``tcp_sample/1`` and ``http_request/1`` of
+``shared/contracts/CONTRACTS.md``. Strings that are constant per host are pre-rendered once
+(:func:`host_fragment`); nullable fields are pre-rendered per row as ``null`` or a number; the
+rest goes through one ``%`` template per record, which measured about 3x faster than building
+dicts for orjson.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+TCP_SCHEMA = "tcp_sample/1"
+HTTP_SCHEMA = "http_request/1"
+
+#: gains as ss prints them (%g of value/256) -- the records carry the same rounded values
+GAIN_TEXT = {2.88671875: "2.88672", 2.7734375: "2.77344", 1.25: "1.25", 0.75: "0.75", 1.0: "1", 2.0: "2",
+             0.34375: "0.34375"}
+GAIN_JSON = {k: (v if "." in v else v + ".0") for k, v in GAIN_TEXT.items()}
+
+_TCP_TEMPLATE = (
+    '{"schema":"tcp_sample/1","ts_ms":%d,%s,"sock_id":"%016x","peer_prefix":"%s","local_port":%d,'
+    '"state":"ESTAB","rtt_us":%d,"rttvar_us":%d,"min_rtt_us":%d,"rto_ms":%d,"mss":%d,"cwnd":%d,'
+    '"ssthresh":%s,"unacked":%d,"sacked":%d,"lost":%d,"retrans_out":%d,"total_retrans":%d,'
+    '"reordering":%d,"bytes_sent":%d,"bytes_acked":%d,"bytes_retrans":%d,"bytes_received":%d,'
+    '"segs_out":%d,"segs_in":%d,"data_segs_out":%d,"data_segs_in":%d,"delivery_rate_bps":%d,'
+    '"pacing_rate_bps":%d,"delivered":%d,"app_limited":%s,"busy_ms":%d,"rwnd_limited_ms":%d,'
+    '"sndbuf_limited_ms":%d,"notsent_bytes":%d,"send_q_bytes":%d,"recv_q_bytes":0,"snd_wnd":%d,'
+    '"rcv_space":%d,"lastsnd_ms":%d,"lastrcv_ms":%d,"lastack_ms":%d,%s,"sample_rate":%s}'
+)
+
+_HTTP_TEMPLATE = (
+    '{"schema":"http_request/1","ts_ms":%d,%s,"peer_prefix":"%s","conn_serial":%d,"conn_requests":%d,'
+    '"method":"%s","status":%d,"bytes_sent":%d,"body_bytes_sent":%d,"request_time_ms":%d.0,%s,'
+    '"sample_rate":%s}'
+)
+
+BBR_NULL = '"bbr_bw_bps":null,"bbr_min_rtt_us":null,"bbr_pacing_gain":null,"bbr_cwnd_gain":null'
+TCPINFO_NULL = '"tcpinfo_rtt_us":null,"tcpinfo_rttvar_us":null,"tcpinfo_snd_cwnd":null,"tcpinfo_rcv_space":null'
+
+
+def host_fragment(*, pop: str, host: str, kernel: str, arm: str, rollout_id: str, cc: str,
+                  cc_version: int | None, with_cc_version: bool) -> str:
+    """The per-host constant part of a record (``"pop":...,"cc":...``), JSON-escaped."""
+    parts = [f'"pop":{json.dumps(pop)}', f'"host":{json.dumps(host)}', f'"kernel":{json.dumps(kernel)}',
+             f'"arm":{json.dumps(arm)}', f'"rollout_id":{json.dumps(rollout_id)}', f'"cc":{json.dumps(cc)}']
+    if with_cc_version:
+        parts.append(f'"cc_version":{"null" if cc_version is None else int(cc_version)}')
+    return ",".join(parts)
+
+
+def nullable_ints(values: np.ndarray, null_mask: np.ndarray) -> list[str]:
+    """``"null"`` where ``null_mask`` else the integer as text."""
+    return ["null" if z else str(v) for v, z in zip(values.tolist(), null_mask.tolist())]
+
+
+def bbr_fragments(is_bbr: np.ndarray, bw_bps: np.ndarray, min_rtt_us: np.ndarray,
+                  pacing_gain: np.ndarray, cwnd_gain: np.ndarray) -> list[str]:
+    """The four ``bbr_*`` fields per row: numbers for BBR sockets, nulls otherwise."""
+    out = []
+    for b, bw, mr, pg, cg in zip(is_bbr.tolist(), bw_bps.tolist(), min_rtt_us.tolist(),
+                                 pacing_gain.tolist(), cwnd_gain.tolist()):
+        if b:
+            out.append(f'"bbr_bw_bps":{bw},"bbr_min_rtt_us":{mr},'
+                       f'"bbr_pacing_gain":{GAIN_JSON[pg]},"bbr_cwnd_gain":{GAIN_JSON[cg]}')
+        else:
+            out.append(BBR_NULL)
+    return out
+
+
+def tcpinfo_fragments(missing: np.ndarray, rtt_us: np.ndarray, rttvar_us: np.ndarray,
+                      cwnd: np.ndarray, rcv_space: np.ndarray) -> list[str]:
+    """The four ``tcpinfo_*`` fields per row (all null where nginx logged them empty)."""
+    tmpl = '"tcpinfo_rtt_us":%d,"tcpinfo_rttvar_us":%d,"tcpinfo_snd_cwnd":%d,"tcpinfo_rcv_space":%d'
+    return [TCPINFO_NULL if m else tmpl % (a, b, c, d)
+            for m, a, b, c, d in zip(missing.tolist(), rtt_us.tolist(), rttvar_us.tolist(),
+                                     cwnd.tolist(), rcv_space.tolist())]
+
+
+def tcp_sample_lines(cols: dict[str, object], sample_rate: float) -> list[str]:
+    """One ``tcp_sample/1`` JSON line per row. ``cols`` holds equal-length lists/arrays named
+    like the contract fields, plus ``host_fragment``, ``sock_hash`` (uint64), ``ssthresh_text``,
+    ``bbr_fragment`` and ``app_limited_text``."""
+    def L(k: str) -> list:
+        v = cols[k]
+        return v.tolist() if isinstance(v, np.ndarray) else v  # type: ignore[union-attr]
+
+    n = len(L("ts_ms"))
+    rate = repr(float(sample_rate))
+    rows = zip(
+        L("ts_ms"), L("host_fragment"), L("sock_hash"), L("peer_prefix"), L("local_port"),
+        L("rtt_us"), L("rttvar_us"), L("min_rtt_us"), L("rto_ms"), L("mss"), L("cwnd"),
+        L("ssthresh_text"), L("unacked"), L("sacked"), L("lost"), L("retrans_out"), L("total_retrans"),
+        L("reordering"), L("bytes_sent"), L("bytes_acked"), L("bytes_retrans"), L("bytes_received"),
+        L("segs_out"), L("segs_in"), L("data_segs_out"), L("data_segs_in"), L("delivery_rate_bps"),
+        L("pacing_rate_bps"), L("delivered"), L("app_limited_text"), L("busy_ms"), L("rwnd_limited_ms"),
+        L("sndbuf_limited_ms"), L("notsent_bytes"), L("send_q_bytes"), L("snd_wnd"), L("rcv_space"),
+        L("lastsnd_ms"), L("lastrcv_ms"), L("lastack_ms"), L("bbr_fragment"), [rate] * n,
+    )
+    return list(map(_TCP_TEMPLATE.__mod__, rows))
+
+
+def http_request_lines(cols: dict[str, object], sample_rate: float) -> list[str]:
+    """One ``http_request/1`` JSON line per row (see :func:`tcp_sample_lines` for ``cols``;
+    here ``tcpinfo_fragment`` and ``method`` are per-row strings)."""
+    def L(k: str) -> list:
+        v = cols[k]
+        return v.tolist() if isinstance(v, np.ndarray) else v  # type: ignore[union-attr]
+
+    n = len(L("ts_ms"))
+    rate = repr(float(sample_rate))
+    rows = zip(L("ts_ms"), L("host_fragment"), L("peer_prefix"), L("conn_serial"), L("conn_requests"),
+               L("method"), L("status"), L("bytes_sent"), L("body_bytes_sent"), L("request_time_ms"),
+               L("tcpinfo_fragment"), [rate] * n)
+    return list(map(_HTTP_TEMPLATE.__mod__, rows))
