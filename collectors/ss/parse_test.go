@@ -257,3 +257,19 @@ func TestParseRate(t *testing.T) {
 		}
 	}
 }
+
+// An entry with very many info lines is cut at the length limit, in linear time.
+func TestScannerHugeEntry(t *testing.T) {
+	in := "ESTAB 0 0 10.0.0.1:1 10.0.0.2:2 cubic\n" + strings.Repeat("\tx\n", 600000) + "ESTAB 0 0 10.0.0.1:1 10.0.0.2:3 cubic\n"
+	sc := NewScanner(strings.NewReader(in))
+	var got []Entry
+	for sc.Scan() {
+		got = append(got, sc.Entry())
+	}
+	if len(got) != 2 || !got[0].TooLong || got[0].LastLine != 600001 || got[1].TooLong {
+		t.Fatalf("entries: %d, first too long %v", len(got), len(got) > 0 && got[0].TooLong)
+	}
+	if _, err := ParseEntry(got[0], Options{}); err == nil || !strings.Contains(err.Error(), string(ReasonTooLong)) {
+		t.Errorf("ParseEntry = %v", err)
+	}
+}

@@ -30,7 +30,7 @@ func (e Entry) Lines() string {
 func (e Entry) Err() error {
 	switch {
 	case e.TooLong:
-		return errorf(ReasonTooLong, "line longer than %d bytes", lines.DefaultMaxLen)
+		return errorf(ReasonTooLong, "line or entry longer than %d bytes", lines.DefaultMaxLen)
 	case e.Orphan:
 		return errorf(ReasonOrphanInfo, "info line with no socket line before it")
 	}
@@ -42,6 +42,8 @@ func (e Entry) Err() error {
 type Scanner struct {
 	lr      *lines.Reader
 	pending *Entry
+	parts   []string // the pending entry's lines, joined on flush
+	size    int      // bytes in parts
 	ready   []Entry
 	cur     Entry
 	err     error
@@ -96,19 +98,28 @@ func (s *Scanner) step() {
 				TooLong: l.TooLong, Orphan: true})
 			return
 		}
-		s.pending.Text += " " + trimmed
 		s.pending.LastLine = l.Num
 		s.pending.TooLong = s.pending.TooLong || l.TooLong
+		if s.size += len(trimmed) + 1; s.size > lines.DefaultMaxLen {
+			s.pending.TooLong = true // keep counting its lines, drop their text
+			return
+		}
+		s.parts = append(s.parts, trimmed)
 		return
 	}
 	s.flush()
-	s.pending = &Entry{FirstLine: l.Num, LastLine: l.Num, Text: trimmed, TooLong: l.TooLong}
+	s.pending = &Entry{FirstLine: l.Num, LastLine: l.Num, TooLong: l.TooLong}
+	s.parts = append(s.parts[:0], trimmed)
+	s.size = len(trimmed)
 }
 
 func (s *Scanner) flush() {
 	if s.pending != nil {
+		s.pending.Text = strings.Join(s.parts, " ")
 		s.ready = append(s.ready, *s.pending)
 		s.pending = nil
+		s.parts = s.parts[:0]
+		s.size = 0
 	}
 }
 
