@@ -13,6 +13,7 @@ const (
 	ReasonAddress    Reason = "bad_address"
 	ReasonValue      Reason = "bad_value"
 	ReasonNotTCP     Reason = "not_tcp"
+	ReasonListening  Reason = "listening_socket"
 	ReasonNoInfo     Reason = "no_tcp_info"
 	ReasonOrphanInfo Reason = "info_without_socket"
 )

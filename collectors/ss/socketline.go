@@ -44,6 +44,9 @@ func parseColumns(tok []string) (columns, error) {
 	if c.local, err = parseAddrPort(tok[i+2]); err != nil {
 		return c, errorf(ReasonAddress, "local address: %w", err)
 	}
+	if strings.HasSuffix(tok[i+3], ":*") {
+		return c, errorf(ReasonListening, "peer %q is a wildcard: a listening socket, not a connection", tok[i+3])
+	}
 	if c.peer, err = parseAddrPort(tok[i+3]); err != nil {
 		return c, errorf(ReasonAddress, "peer address: %w", err)
 	}
