@@ -83,15 +83,18 @@ func (b *builder) info(tok []string) error {
 			b.s.AppLimited = record.Bool(true)
 			b.prove(gen4_9)
 		default:
-			if b.s.CC == "" && !b.kvSeen && isCCName(t) {
+			// The CC name is the last bare word before the first tcp_info key:value (it
+			// follows the option flags and precedes wscale/rto), so an option flag this
+			// parser does not know yet cannot pass for it. Later bare words (ULP details)
+			// and the <-> shutdown marks are not ours.
+			if !b.kvSeen && isCCName(t) {
 				b.s.CC = t
 				b.hasInfo = true
-				if t == "bbr2" { // google/bbr v2alpha registers as bbr2 (ss_tcp_info_bbr.md)
-					b.s.CCVersion = record.Int(2)
-				}
 			}
-			// Anything else (the <-> shutdown marks, ULP details, process names) is not ours.
 		}
+	}
+	if b.s.CC == "bbr2" && b.s.CCVersion == nil {
+		b.s.CCVersion = record.Int(2) // google/bbr v2alpha registers as bbr2 (ss_tcp_info_bbr.md)
 	}
 	return nil
 }

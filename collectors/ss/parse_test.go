@@ -147,6 +147,11 @@ func TestParseFormats(t *testing.T) {
 			},
 		},
 		{
+			name: "an option flag unknown to the parser before the CC name",
+			in:   "ESTAB 0 0 10.0.0.1:443 10.0.0.9:448 ts sack ecn_future cubic wscale:7,7 rtt:1.5/0.5 tcp-ulp-tls version: 1.3 cipher: aes-gcm-128 rxconf: sw\n",
+			want: []want{{"cc": `"cubic"`}},
+		},
+		{
 			name: "minrtt ~0U means no RTT sample",
 			in:   "ESTAB 0 0 10.0.0.1:443 10.0.0.9:448 cubic rtt:1.5/0.5 mss:1448 minrtt:4294967.295 cwnd:10\n",
 			want: []want{{"min_rtt_us": `null`, "rtt_us": `1500`}},
