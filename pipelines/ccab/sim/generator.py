@@ -189,21 +189,24 @@ def _bbr_gains(cc_version: np.ndarray, phase: np.ndarray, cycle: np.ndarray) -> 
 def run_chunk(world: World, i: int) -> ChunkResult:
     """Generate chunk ``i``: connections, model outcomes, requests, snapshots, lines, summary."""
     sc = world.sc
-    rng = np.random.default_rng(np.random.SeedSequence([sc.seed, _STREAM_CHUNK, i]))
+    # one stream per stage: a planted effect changes values, never which random numbers a stage
+    # draws for the *other* connections (the control arm stays identical with and without it)
+    streams = np.random.SeedSequence([sc.seed, _STREAM_CHUNK, i]).spawn(6)
+    r_conn, r_model, r_req, r_tot, r_tick, r_rec = (np.random.default_rng(s) for s in streams)
     w = world.plan.window_s
     conns = draw_connections(sc, world.prefixes, world.hosts, world.plan.counts[i],
-                             world.plan.serial_offset[i], (i * w, (i + 1) * w), rng)
+                             world.plan.serial_offset[i], (i * w, (i + 1) * w), r_conn)
     n = len(conns.t0_s)
     knobs = mdl.Knobs.gather(list(world.models), conns.arm)
-    out = mdl.connection_outcomes(conns.paths, knobs, multipliers(world, conns), SNDBUF_MAX_BYTES, rng)
-    reqs, close = draw_requests(sc, conns, out, rng)
-    totals = connection_totals(conns, reqs, out, rng)
+    out = mdl.connection_outcomes(conns.paths, knobs, multipliers(world, conns), SNDBUF_MAX_BYTES, r_model)
+    reqs, close = draw_requests(sc, conns, out, r_req)
+    totals = connection_totals(conns, reqs, out, r_tot)
     selected = unit_from_hash(conns.sock_hash) < sc.sampling.tcp_sample_rate
     snaps = tick_snapshots(conns, reqs, out, totals, close, selected, sc.sampling.interval_s,
-                           world.horizon_s, rng)
+                           world.horizon_s, r_tick)
     summary = _summarise(world, conns, reqs, out, totals)
-    tcp_lines, tcp_host, ss = _tcp_records(world, conns, out, snaps, rng)
-    http_lines, http_host, nginx = _http_records(world, conns, reqs, out, rng)
+    tcp_lines, tcp_host, ss = _tcp_records(world, conns, out, snaps, r_rec)
+    http_lines, http_host, nginx = _http_records(world, conns, reqs, out, r_rec)
     summary.records["tcp_sample/1"] += len(tcp_host)
     summary.records["http_request/1"] += len(http_host)
     return ChunkResult(i, n, tcp_lines, tcp_host, http_lines, http_host, ss, nginx, summary)
@@ -354,7 +357,8 @@ def _http_records(world: World, conns: Connections, reqs: Requests, out: mdl.Out
     first_idx = np.flatnonzero(reqs.first)
     seg = np.cumsum(reqs.first) - 1
     elapsed = (busy_before - busy_before[first_idx][seg] + reqs.request_time_ms / 1e3)[idx]
-    cwnd = np.minimum(out.cwnd_pkts[c], np.ceil(IW_PKTS * 2.0 ** np.minimum(elapsed / srtt, 40.0))).astype(np.int64)
+    growth = np.minimum(elapsed / out.min_rtt_s[c], 40.0)  # slow start doubles per (unqueued) RTT
+    cwnd = np.minimum(out.cwnd_pkts[c], np.ceil(IW_PKTS * 2.0 ** growth)).astype(np.int64)
     v6 = world.prefixes.ipv6[conns.prefix[c]]
     rcv_space = IW_PKTS * np.where(v6, 1428, 1448)
     missing = rng.random(k) < sc.traffic.tcpinfo_missing_share

@@ -164,7 +164,7 @@ def retrans_fraction(paths: Paths, knobs: Knobs, mult: np.ndarray, rng: np.rando
     connections instead retransmit uniformly within ``high_loss_tail_pct``.
     """
     b = paths.buffer_bdp
-    buf_factor = np.clip(b ** -0.3, 0.5, 3.0)
+    buf_factor = np.clip(b ** -0.3, 0.5, 2.0)
     shallow = knobs.shallow_buffer_retrans_pct / 100.0 * np.clip(1.0 - b, 0.0, 1.0) ** 1.5
     r = (paths.random_loss + paths.congestion_loss * knobs.retrans_scale * buf_factor + shallow) * mult
     tail = rng.random(len(b)) < knobs.high_loss_tail_share
@@ -220,7 +220,7 @@ def connection_outcomes(paths: Paths, knobs: Knobs, mult: Multipliers, sndbuf_ma
     r, tail = retrans_fraction(paths, knobs, mult.retrans, rng)
 
     # throughput while busy
-    buf_factor = np.clip(b ** -0.3, 0.5, 3.0)
+    buf_factor = np.clip(b ** -0.3, 0.5, 2.0)
     p_event = paths.random_loss + paths.congestion_loss * buf_factor / CONGESTION_BURST_PKTS
     u_loss = np.minimum(1.0, lossbased_rate_bps(rtt0, p_event, mss) / bw) * shallow_buffer_utilization(b)
     w = loss_weight(knobs, bw)
@@ -248,7 +248,10 @@ def connection_outcomes(paths: Paths, knobs: Knobs, mult: Multipliers, sndbuf_ma
     rwnd_frac, snd_frac = rwnd_frac * scale, snd_frac * scale
 
     inflight = np.maximum(inflight, 2.0 * mss)
-    cwnd = np.maximum(np.ceil(inflight / mss * knobs.cwnd_headroom), 4).astype(np.int64)
+    # the window covers what is in flight (plus the sender's headroom) and is never below what
+    # the rate needs per round trip (rate <= cwnd x mss / srtt)
+    cwnd = np.maximum(np.ceil(inflight / mss * knobs.cwnd_headroom), np.ceil(rate / 8.0 * srtt / mss))
+    cwnd = np.maximum(cwnd, 4).astype(np.int64)
     return Outcomes(
         rate_bps=rate,
         goodput_bps=rate * (1.0 - r),
@@ -282,7 +285,8 @@ def transfer_time_s(size_bytes: np.ndarray, rate_bps: np.ndarray, rtt_s: np.ndar
     ss_bytes = w0 * (2.0**rounds - 1.0)
     in_ss = size_bytes <= ss_bytes
     rounds_needed = np.maximum(np.ceil(np.log2(size_bytes / w0 + 1.0)), 1.0)
-    total = np.where(in_ss, (rounds_needed - 1.0) * ramp_rtt_s + rtt_s,
+    serial = size_bytes * 8.0 / rate_bps  # never faster than the rate, even within one window
+    total = np.where(in_ss, np.maximum((rounds_needed - 1.0) * ramp_rtt_s, serial) + rtt_s,
                      rounds * ramp_rtt_s + (size_bytes - ss_bytes) * 8.0 / rate_bps + rtt_s)
     ramp = np.where(in_ss, total, rounds * ramp_rtt_s)
     return total, ramp

@@ -146,7 +146,7 @@ class Clients:
     popularity_zipf: float = _num(0.8, ge=0, doc="Zipf exponent of prefix popularity within a class")
     classes: tuple[ClientClass, ...] = _opt(_default_classes)
     within_prefix_sigma: WithinPrefix = _opt(WithinPrefix)
-    congestion_loss_pct: Dist = _opt(lambda: _ln(0.55, 1.1, 0.005, 20.0),
+    congestion_loss_pct: Dist = _opt(lambda: _ln(0.55, 1.1, 0.005, 4.0),
                                      "loss a Cubic sender meets at the bottleneck, %")
     rwnd_kib: Dist = _opt(lambda: _ln(3072.0, 0.6, 256.0, 16384.0), "client max receive window, KiB")
     small_rwnd_share: float = _num(0.25, ge=0, le=1, doc="share of clients with a small window")
