@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# `make demo`: the main job end to end on the embedded engines.
+#   1. a real Kafka broker on 127.0.0.1 (ccab kafka up) and the warehouse schema (ccab db migrate)
+#   2. simulate the canary-tyo1 PoP into Kafka (ccab sim ... --to-kafka)
+#   3. the loader consumes it into ClickHouse until caught up (ccab loader --exit-when-idle)
+#   4. what landed, per table and per arm
+# Later stages (collector, cohorts, judge, rollout, report) extend this same script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CCAB_DATA_DIR=${CCAB_DATA_DIR:-$PWD/.ccab}
+ccab=.venv/bin/ccab
+SCENARIO=${DEMO_SCENARIO:-canary-tyo1}
+HOURS=${DEMO_HOURS:-6}
+
+banner() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+banner "Kafka broker and warehouse schema"
+$ccab kafka up
+$ccab db migrate
+
+banner "Simulate ${SCENARIO} (${HOURS} h) into Kafka"
+out="$CCAB_DATA_DIR/sim/$SCENARIO"
+rm -rf "$out"
+$ccab sim "$SCENARIO" --hours "$HOURS" --out "$out" --to-kafka
+
+banner "Loader: Kafka -> ClickHouse (stops when caught up)"
+$ccab loader --metrics-port 0 --exit-when-idle 5
+
+banner "What landed"
+$ccab query "SELECT 'tcp_samples' AS table, count() AS rows FROM tcp_samples
+             UNION ALL SELECT 'http_requests', count() FROM http_requests
+             UNION ALL SELECT 'dead_letters', count() FROM dead_letters FINAL"
+$ccab query "SELECT arm, any(cc) AS cc, uniqExact(host) AS hosts, uniqExact(sock_id) AS connections,
+                    count() AS samples,
+                    round(quantileExact(0.5)(retrans_pct) * 100, 2) AS median_retrans_pct_per_sample
+             FROM tcp_samples GROUP BY arm ORDER BY arm"
+
+banner "Done"
+echo "warehouse: $CCAB_DATA_DIR/warehouse   (ccab query \"SQL\"; tables: tcp_samples, http_requests, dead_letters)"
+echo "simulation truth: $out/truth.json"
+echo "the broker keeps running: ccab kafka down stops it"
