@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
+from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -69,12 +70,17 @@ def make_plan(sc: Scenario, hosts: HostTable, total_connections: int | None = No
     day_avg = sc.traffic.connections_per_host_per_hour * sc.duration_h * hosts.traffic.sum()
     expected_total = float(total_connections) if total_connections is not None else day_avg
     n_win = max(1, math.ceil(sc.duration_h * 4), math.ceil(expected_total / chunk_target))
-    width = dur / n_win
-    sub = (np.arange(n_win)[:, None] + (np.arange(16)[None, :] + 0.5) / 16.0) * width
-    per_window = diurnal_weight(sc, sub).mean(axis=1) * width / 3600.0  # hours-equivalent
-    exp = per_window[:, None] * hosts.traffic[None, :] * sc.traffic.connections_per_host_per_hour
-    if total_connections is not None:
-        exp = exp * (total_connections / exp.sum())
+    for _ in range(3):  # windows at the diurnal peak must not exceed the chunk target either
+        width = dur / n_win
+        sub = (np.arange(n_win)[:, None] + (np.arange(16)[None, :] + 0.5) / 16.0) * width
+        per_window = diurnal_weight(sc, sub).mean(axis=1) * width / 3600.0  # hours-equivalent
+        exp = per_window[:, None] * hosts.traffic[None, :] * sc.traffic.connections_per_host_per_hour
+        if total_connections is not None:
+            exp = exp * (total_connections / exp.sum())
+        biggest = exp.sum(axis=1).max()
+        if biggest <= 1.05 * chunk_target:
+            break
+        n_win = math.ceil(n_win * biggest / chunk_target)
     target = int(round(exp.sum()))
     counts = np.floor(exp).astype(np.int64)
     short = target - int(counts.sum())
@@ -148,9 +154,9 @@ def build_world(sc: Scenario, *, total_connections: int | None = None, chunk_tar
 class ChunkResult:
     index: int
     n_connections: int
-    tcp_lines: bytes  # newline-separated, no trailing newline
+    tcp_lines: list[bytes]  # slices of newline-separated lines (no trailing newline)
     tcp_host: np.ndarray  # host index per tcp line
-    http_lines: bytes
+    http_lines: list[bytes]
     http_host: np.ndarray
     ss: list[tuple[int, int, str]]  # (host, tick ts_ms, lines) when raw
     nginx: list[tuple[int, str]]  # (host, lines) when raw
@@ -240,8 +246,8 @@ def _tcp_records(world: World, conns: Connections, out: mdl.Outcomes, s, rng: np
     ts_ms = sc.start_ms + np.round(s.tick_s * 1000).astype(np.int64)
     frag = _host_fragments(world, tcp=True)
     cols = {
-        "ts_ms": ts_ms, "host_fragment": [frag[h] for h in conns.host[c].tolist()],
-        "sock_hash": conns.sock_hash[c], "peer_prefix": world.prefixes.label[conns.prefix[c]].tolist(),
+        "ts_ms": ts_ms, "host_fragment": np.array(frag, dtype=object)[conns.host[c]],
+        "sock_hash": conns.sock_hash[c], "peer_prefix": world.prefixes.label[conns.prefix[c]],
         "local_port": np.full(m, sc.local_port), "rtt_us": s.rtt_us, "rttvar_us": s.rttvar_us,
         "min_rtt_us": s.min_rtt_us, "rto_ms": s.rto_ms, "mss": s.mss, "cwnd": s.cwnd,
         "ssthresh_text": rec.nullable_ints(s.ssthresh, s.ssthresh < 0), "unacked": s.unacked,
@@ -250,16 +256,15 @@ def _tcp_records(world: World, conns: Connections, out: mdl.Outcomes, s, rng: np
         "bytes_retrans": s.bytes_retrans, "bytes_received": s.bytes_received, "segs_out": s.segs_out,
         "segs_in": s.segs_in, "data_segs_out": s.data_segs_out, "data_segs_in": s.data_segs_in,
         "delivery_rate_bps": delivery, "pacing_rate_bps": pacing, "delivered": s.delivered,
-        "app_limited_text": np.where(s.app_limited, "true", "false").tolist(), "busy_ms": s.busy_ms,
+        "app_limited_text": np.where(s.app_limited, "true", "false").astype(object), "busy_ms": s.busy_ms,
         "rwnd_limited_ms": s.rwnd_limited_ms, "sndbuf_limited_ms": s.sndbuf_limited_ms,
         "notsent_bytes": s.notsent_bytes, "send_q_bytes": s.send_q_bytes, "snd_wnd": s.snd_wnd,
         "rcv_space": rcv_space, "lastsnd_ms": s.lastsnd_ms, "lastrcv_ms": s.lastrcv_ms,
         "lastack_ms": s.lastack_ms,
         "bbr_fragment": rec.bbr_fragments(is_bbr, bbr_bw, s.bbr_min_rtt_us, pg, cg),
     }
-    lines = rec.tcp_sample_lines(cols, sc.sampling.tcp_sample_rate)
     order = np.argsort(ts_ms, kind="stable")
-    blob = "\n".join([lines[k] for k in order.tolist()]).encode()
+    blob = rec.tcp_sample_lines(cols, sc.sampling.tcp_sample_rate, order.tolist())
     hosts_out = conns.host[c][order]
     ss: list[tuple[int, int, str]] = []
     if world.raw and m:
@@ -367,16 +372,15 @@ def _http_records(world: World, conns: Connections, reqs: Requests, out: mdl.Out
     frag = _host_fragments(world, tcp=False)
     host = conns.host[c]
     cols = {
-        "ts_ms": ts_ms, "host_fragment": [frag[h] for h in host.tolist()],
-        "peer_prefix": world.prefixes.label[conns.prefix[c]].tolist(), "conn_serial": conns.serial[c],
-        "conn_requests": reqs.index[idx] + 1, "method": method.tolist(), "status": reqs.status[idx],
+        "ts_ms": ts_ms, "host_fragment": np.array(frag, dtype=object)[host],
+        "peer_prefix": world.prefixes.label[conns.prefix[c]], "conn_serial": conns.serial[c],
+        "conn_requests": reqs.index[idx] + 1, "method": method.astype(object), "status": reqs.status[idx],
         "bytes_sent": body + reqs.header_bytes[idx], "body_bytes_sent": body,
         "request_time_ms": reqs.request_time_ms[idx],
         "tcpinfo_fragment": rec.tcpinfo_fragments(missing, rtt_us, rttvar_us, cwnd, rcv_space),
     }
-    lines = rec.http_request_lines(cols, sc.sampling.http_sample_rate)
     order = np.argsort(ts_ms, kind="stable")
-    blob = "\n".join([lines[j] for j in order.tolist()]).encode()
+    blob = rec.http_request_lines(cols, sc.sampling.http_sample_rate, order.tolist())
     nginx: list[tuple[int, str]] = []
     if world.raw and k:
         addrs = _peer_addresses(world, conns, c)
@@ -457,17 +461,23 @@ def iter_chunks(world: World, workers: int = 1) -> Iterator[ChunkResult]:
             yield run_chunk(world, i)
         return
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+    ahead = 2 * workers  # bounded: a slow sink holds back generation instead of buffering chunks
     with ctx.Pool(workers, initializer=_init_worker, initargs=(world,)) as pool:
-        yield from pool.imap(_work, range(n), chunksize=1)
+        pending: deque = deque()
+        for i in range(n):
+            pending.append(pool.apply_async(_work, (i,)))
+            if len(pending) >= ahead:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
 
 
 def records(world: World, chunk: ChunkResult) -> Iterator[tuple[str, bytes, bytes]]:
     """``(topic, key, line)`` for every record of a chunk (key = host name)."""
     keys = [name.encode() for name in world.hosts.names]
-    if chunk.tcp_lines:
-        for hh, line in zip(chunk.tcp_host.tolist(), chunk.tcp_lines.split(b"\n")):
-            yield TCP_TOPIC, keys[hh], line
-    if chunk.http_lines:
-        for hh, line in zip(chunk.http_host.tolist(), chunk.http_lines.split(b"\n")):
-            yield HTTP_TOPIC, keys[hh], line
-
+    for topic, blobs, hosts in ((TCP_TOPIC, chunk.tcp_lines, chunk.tcp_host),
+                                (HTTP_TOPIC, chunk.http_lines, chunk.http_host)):
+        it = iter(hosts.tolist())
+        for blob in blobs:
+            for hh, line in zip(it, blob.split(b"\n")):
+                yield topic, keys[hh], line

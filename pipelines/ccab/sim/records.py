@@ -80,39 +80,52 @@ def tcpinfo_fragments(missing: np.ndarray, rtt_us: np.ndarray, rttvar_us: np.nda
                                      cwnd.tolist(), rcv_space.tolist())]
 
 
-def tcp_sample_lines(cols: dict[str, object], sample_rate: float) -> list[str]:
-    """One ``tcp_sample/1`` JSON line per row. ``cols`` holds equal-length lists/arrays named
-    like the contract fields, plus ``host_fragment``, ``sock_hash`` (uint64), ``ssthresh_text``,
-    ``bbr_fragment`` and ``app_limited_text``."""
-    def L(k: str) -> list:
-        v = cols[k]
-        return v.tolist() if isinstance(v, np.ndarray) else v  # type: ignore[union-attr]
+#: rows formatted per slice: bounds the Python objects alive at once (columns as lists)
+SLICE_ROWS = 16_384
 
-    n = len(L("ts_ms"))
+_TCP_COLUMNS = (
+    "ts_ms", "host_fragment", "sock_hash", "peer_prefix", "local_port", "rtt_us", "rttvar_us", "min_rtt_us",
+    "rto_ms", "mss", "cwnd", "ssthresh_text", "unacked", "sacked", "lost", "retrans_out", "total_retrans",
+    "reordering", "bytes_sent", "bytes_acked", "bytes_retrans", "bytes_received", "segs_out", "segs_in",
+    "data_segs_out", "data_segs_in", "delivery_rate_bps", "pacing_rate_bps", "delivered", "app_limited_text",
+    "busy_ms", "rwnd_limited_ms", "sndbuf_limited_ms", "notsent_bytes", "send_q_bytes", "snd_wnd", "rcv_space",
+    "lastsnd_ms", "lastrcv_ms", "lastack_ms", "bbr_fragment",
+)
+_HTTP_COLUMNS = (
+    "ts_ms", "host_fragment", "peer_prefix", "conn_serial", "conn_requests", "method", "status", "bytes_sent",
+    "body_bytes_sent", "request_time_ms", "tcpinfo_fragment",
+)
+
+
+def _format(template: str, columns: tuple[str, ...], cols: dict[str, object], order: list[int] | None,
+            sample_rate: float) -> list[bytes]:
+    n = len(cols["ts_ms"])  # type: ignore[arg-type]
+    idx = list(range(n)) if order is None else order
     rate = repr(float(sample_rate))
-    rows = zip(
-        L("ts_ms"), L("host_fragment"), L("sock_hash"), L("peer_prefix"), L("local_port"),
-        L("rtt_us"), L("rttvar_us"), L("min_rtt_us"), L("rto_ms"), L("mss"), L("cwnd"),
-        L("ssthresh_text"), L("unacked"), L("sacked"), L("lost"), L("retrans_out"), L("total_retrans"),
-        L("reordering"), L("bytes_sent"), L("bytes_acked"), L("bytes_retrans"), L("bytes_received"),
-        L("segs_out"), L("segs_in"), L("data_segs_out"), L("data_segs_in"), L("delivery_rate_bps"),
-        L("pacing_rate_bps"), L("delivered"), L("app_limited_text"), L("busy_ms"), L("rwnd_limited_ms"),
-        L("sndbuf_limited_ms"), L("notsent_bytes"), L("send_q_bytes"), L("snd_wnd"), L("rcv_space"),
-        L("lastsnd_ms"), L("lastrcv_ms"), L("lastack_ms"), L("bbr_fragment"), [rate] * n,
-    )
-    return list(map(_TCP_TEMPLATE.__mod__, rows))
+    out: list[bytes] = []
+    for lo in range(0, n, SLICE_ROWS):
+        rows = idx[lo:lo + SLICE_ROWS]
+        lists = []
+        for name in columns:
+            v = cols[name]
+            if isinstance(v, np.ndarray):
+                lists.append(v[rows].tolist())
+            else:
+                lists.append([v[k] for k in rows])  # type: ignore[index]
+        lists.append([rate] * len(rows))
+        out.append("\n".join(map(template.__mod__, zip(*lists))).encode())
+    return out
 
 
-def http_request_lines(cols: dict[str, object], sample_rate: float) -> list[str]:
-    """One ``http_request/1`` JSON line per row (see :func:`tcp_sample_lines` for ``cols``;
-    here ``tcpinfo_fragment`` and ``method`` are per-row strings)."""
-    def L(k: str) -> list:
-        v = cols[k]
-        return v.tolist() if isinstance(v, np.ndarray) else v  # type: ignore[union-attr]
+def tcp_sample_lines(cols: dict[str, object], sample_rate: float, order: list[int] | None = None) -> list[bytes]:
+    """``tcp_sample/1`` JSON lines, one per row in ``order`` (default: as given), as UTF-8 blobs of
+    up to :data:`SLICE_ROWS` newline-separated lines. ``cols`` holds
+    equal-length arrays or lists named like the contract fields, plus ``host_fragment``,
+    ``sock_hash`` (uint64), ``ssthresh_text``, ``bbr_fragment`` and ``app_limited_text``."""
+    return _format(_TCP_TEMPLATE, _TCP_COLUMNS, cols, order, sample_rate)
 
-    n = len(L("ts_ms"))
-    rate = repr(float(sample_rate))
-    rows = zip(L("ts_ms"), L("host_fragment"), L("peer_prefix"), L("conn_serial"), L("conn_requests"),
-               L("method"), L("status"), L("bytes_sent"), L("body_bytes_sent"), L("request_time_ms"),
-               L("tcpinfo_fragment"), [rate] * n)
-    return list(map(_HTTP_TEMPLATE.__mod__, rows))
+
+def http_request_lines(cols: dict[str, object], sample_rate: float, order: list[int] | None = None) -> list[bytes]:
+    """One ``http_request/1`` JSON line per row (see :func:`tcp_sample_lines`; here
+    ``tcpinfo_fragment`` and ``method`` are per-row strings)."""
+    return _format(_HTTP_TEMPLATE, _HTTP_COLUMNS, cols, order, sample_rate)

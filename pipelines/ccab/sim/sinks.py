@@ -64,9 +64,10 @@ class KafkaSink:
     """
 
     def __init__(self, bootstrap_servers: str, *, linger_ms: int = 50, flush_timeout_s: float = 120.0,
-                 extra_config: dict | None = None):
+                 topics: dict[str, str] | None = None, extra_config: dict | None = None):
         from confluent_kafka import Producer  # imported here: a JSONL run needs no Kafka client
 
+        self.topics = dict(topics or {})  # record topic -> topic produced to (tests, staging)
         self.failed = 0
         self.first_errors: list[str] = []
         self.flush_timeout_s = flush_timeout_s
@@ -96,8 +97,10 @@ class KafkaSink:
     def write(self, records: Iterable[Record]) -> int:
         produce = self._producer.produce
         poll = self._producer.poll
+        rename = self.topics
         n = 0
         for topic, key, line in records:
+            topic = rename.get(topic, topic)
             while True:
                 try:
                     produce(topic, line, key)
