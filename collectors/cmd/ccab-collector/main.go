@@ -19,6 +19,7 @@ func main() {
 	commands := []cli.Command{
 		cli.ParseSS(),
 		cli.ParseNginx(),
+		cli.Sample(),
 	}
 	status := cli.Dispatch(ctx, cli.OSEnv(), "ccab-collector", commands, os.Args[1:])
 	stop()
