@@ -20,6 +20,7 @@ func main() {
 		cli.ParseSS(),
 		cli.ParseNginx(),
 		cli.Sample(),
+		runCommand(),
 	}
 	status := cli.Dispatch(ctx, cli.OSEnv(), "ccab-collector", commands, os.Args[1:])
 	stop()

@@ -1,0 +1,719 @@
+// Package sink delivers the collector's records to Kafka, with a disk spool for when Kafka
+// cannot take them.
+//
+// Sources (the nginx tailer, the netlink sampler) hand Batches to a bounded in-memory
+// queue. One goroutine owns everything after it:
+//
+//	queue ──► live: TryProduce to the idempotent franz-go client ──ack──► Done
+//	      └─► spool (segments on disk) ──fsync──► Done ... replay ──ack──► commit
+//
+// The sink never waits on Kafka. It is "live" while Kafka keeps up; it switches to the spool
+// when the client holds MaxInflight records, when no acknowledgement arrived for
+// StallTimeout, or when a produce fails. From then on every new record goes to the tail of
+// the spool, so order is kept: the records the client still holds are delivered first (it
+// retries them without limit, and the idempotent producer drops the broker-side duplicates
+// of those retries), then the spool is replayed from its head, and only when it is empty do
+// records go to Kafka directly again.
+//
+// A record is in exactly one place at a time: in the client, or in the spool. franz-go fails
+// a record of an idempotent producer only when it knows the record was not written, so a
+// failed record can be spooled without making a duplicate.
+//
+// After an unclean stop (SIGKILL, or a shutdown that had to abandon records in flight) the
+// sink first learns what already reached Kafka: every record carries its source position as
+// headers (ccab-stream, ccab-pos), and the sink reads this host's records back from the time
+// the last checkpoint says is safe. Records found there, or already in the spool, are not
+// sent again. See README "Delivery guarantee".
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ccab-dev/ccab/collectors/metrics"
+)
+
+// Kafka record headers carrying a record's source position.
+const (
+	HeaderStream = "ccab-stream"
+	HeaderPos    = "ccab-pos"
+)
+
+// Producer is the part of *kgo.Client the sink uses (tests substitute a fake broker).
+type Producer interface {
+	TryProduce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	Flush(ctx context.Context) error
+	AbortBufferedRecords(ctx context.Context) error
+	UnsafeAbortBufferedRecords()
+	Close()
+}
+
+// Readback returns the (stream, pos) of every record of this host that reached Kafka at or
+// after sinceMs (record timestamps).
+type Readback func(ctx context.Context, sinceMs int64) (*PosSet, error)
+
+// Config configures a Sink.
+type Config struct {
+	Key             string        // Kafka key of every record: the host name
+	QueueMaxRecords int           // bound of the queue between sources and sink
+	MaxInflight     int           // records the Kafka client may hold before new ones are spooled
+	StallTimeout    time.Duration // no acknowledgement for this long: spool new records
+	RetryBackoff    time.Duration // wait after a failed produce or read-back before trying again
+	ShutdownTimeout time.Duration // how long Close waits for Kafka before spooling what is left
+	FsyncInterval   time.Duration // spooled records are fsynced (then Done) at least this often; 0: at once
+	StateInterval   time.Duration // spool read position saved at most this often (and at Close)
+	ReplayChunk     int           // records replayed per round
+	Spool           SpoolConfig
+
+	// Set when a source's own checkpoint says the last run stopped uncleanly (so records
+	// after that checkpoint may be in Kafka) and from when.
+	SourceUnclean bool
+	SourceSafeMs  int64
+	// Read back from this much before the safe time (clock skew, batching).
+	RecoveryLookback time.Duration
+	RecoveryTimeout  time.Duration
+}
+
+// Validate reports the first problem of c.
+func (c Config) Validate() error {
+	switch {
+	case c.QueueMaxRecords <= 0:
+		return fmt.Errorf("sink: queue size %d is not positive", c.QueueMaxRecords)
+	case c.MaxInflight <= 0:
+		return fmt.Errorf("sink: max in-flight records %d is not positive", c.MaxInflight)
+	case c.StallTimeout <= 0 || c.RetryBackoff <= 0 || c.ShutdownTimeout <= 0:
+		return errors.New("sink: stall timeout, retry backoff and shutdown timeout must be positive")
+	case c.FsyncInterval < 0:
+		return errors.New("sink: fsync interval is negative")
+	case c.ReplayChunk <= 0:
+		return fmt.Errorf("sink: replay chunk %d is not positive", c.ReplayChunk)
+	}
+	return c.Spool.Validate()
+}
+
+// Sink is the Kafka sink with its spool.
+type Sink struct {
+	cfg  Config
+	p    Producer
+	rb   Readback
+	m    *metrics.Metrics
+	log  *slog.Logger
+	q    *queue
+	sp   *Spool
+	stop chan struct{}
+	done chan struct{}
+
+	// results from franz-go's promise goroutine
+	resMu    sync.Mutex
+	results  []result
+	resReady chan struct{}
+
+	// owned by the loop goroutine
+	spooling     bool // new records go to the spool
+	inflight     int  // records handed to the client, not yet resolved
+	lastProgress time.Time
+	backoffUntil time.Time
+	open         []*pbatch // batches with a record in Kafka's hands, in produce order
+	pendingSync  []*pmsg   // spooled, awaiting fsync
+	toSpool      []*pmsg   // to append at the end of this step
+	lastSync     time.Time
+	chunk        *replayChunk
+	stateDirty   bool
+	lastState    time.Time
+	unclean      bool // records may be both in Kafka and not accounted as such
+
+	recovered  bool
+	recovering bool
+	recoverRes chan recoverResult
+	recCancel  context.CancelFunc
+	recSince   int64 // read back from here (recSafe minus the lookback)
+	recSafe    int64
+	inKafka    *PosSet
+	inSpool    *PosSet
+
+	safeMs atomic.Int64
+}
+
+type pbatch struct {
+	done      func()
+	remaining int
+	kafkaMs   int64 // produce time of its first record given to Kafka; 0 if none yet
+}
+
+type pmsg struct {
+	msg    Message
+	pb     *pbatch // live records
+	chunk  *replayChunk
+	idx    int
+	kafkaT int64
+}
+
+type replayChunk struct {
+	entries   []Entry
+	state     []byte // 0 pending, 1 done
+	remaining int
+	inflight  int
+	retry     []int
+	kafkaMs   int64
+}
+
+type result struct {
+	pm  *pmsg
+	err error
+}
+
+type recoverResult struct {
+	set *PosSet
+	err error
+}
+
+// New opens the spool and returns a sink; call Start, then Close.
+func New(cfg Config, p Producer, rb Readback, m *metrics.Metrics, log *slog.Logger) (*Sink, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	sp, err := OpenSpool(cfg.Spool, m)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{cfg: cfg, p: p, rb: rb, m: m, log: log, q: newQueue(cfg.QueueMaxRecords), sp: sp,
+		stop: make(chan struct{}), done: make(chan struct{}), resReady: make(chan struct{}, 1),
+		recoverRes: make(chan recoverResult, 1)}
+	now := time.Now()
+	s.safeMs.Store(now.UnixMilli())
+	st := sp.Loaded()
+	need := cfg.SourceUnclean || !st.Clean
+	if need {
+		since := now.UnixMilli()
+		if cfg.SourceUnclean {
+			since = min(since, cfg.SourceSafeMs)
+		}
+		if !st.Clean {
+			since = min(since, st.SafeMs)
+		}
+		s.recSafe = since
+		s.recSince = since - cfg.RecoveryLookback.Milliseconds()
+		s.inSpool = NewPosSet()
+		if err := sp.Scan(s.inSpool.Add); err != nil {
+			log.Warn("spool scan after unclean stop failed; records in the unreadable part may be sent twice", "err", err)
+		}
+		log.Info("last run stopped uncleanly: reading back what reached Kafka before sending",
+			"since_ms", s.recSince, "spooled_records", s.inSpool.Len())
+	} else {
+		s.recovered = true
+		m.RecoveryDone.Set(1)
+	}
+	// From here on this process may put records in Kafka that no state file accounts for.
+	if err := sp.SaveState(false, now.UnixMilli()); err != nil {
+		sp.Close()
+		return nil, err
+	}
+	if !sp.Empty() || !s.recovered {
+		s.spooling = true
+		m.SpoolMode.Set(1)
+	}
+	m.KafkaUp.Set(1)
+	return s, nil
+}
+
+// Start runs the sink's goroutine.
+func (s *Sink) Start() { go s.loop() }
+
+// Submit queues b, waiting while the queue is full (for sources that can wait: the tailer).
+func (s *Sink) Submit(ctx context.Context, b Batch) error {
+	return s.q.push(ctx, b, true)
+}
+
+// Offer queues b if there is room; otherwise the batch is dropped, counted
+// (reason queue_full), and ErrQueueFull returned. For sources that must not wait.
+func (s *Sink) Offer(b Batch) error {
+	err := s.q.push(context.Background(), b, false)
+	if errors.Is(err, ErrQueueFull) {
+		s.m.RecordsDropped.WithLabelValues(metrics.DropQueueFull).Add(float64(len(b.Msgs)))
+	}
+	return err
+}
+
+// BlockWhenFull reports whether the spool is configured to block rather than shed.
+func (s *Sink) BlockWhenFull() bool { return s.cfg.Spool.Full == FullBlock }
+
+// SafeMs is a time such that every record not yet durably acknowledged (nor spooled) was,
+// or will be, produced to Kafka at or after it. A source stores it with its checkpoint;
+// read it before snapshotting the positions that checkpoint records.
+func (s *Sink) SafeMs() int64 { return s.safeMs.Load() }
+
+// Close stops taking records, delivers what it can within ShutdownTimeout, spools the
+// rest, fsyncs, saves the spool state, and closes the client. Every Batch's Done has been
+// called when it returns (except for records whose spool write failed: those are counted
+// as dropped and Done is still called). Sources must have stopped submitting.
+func (s *Sink) Close() error {
+	s.q.close()
+	close(s.stop)
+	<-s.done
+	return nil
+}
+
+func (s *Sink) promise(pm *pmsg) func(*kgo.Record, error) {
+	return func(_ *kgo.Record, err error) {
+		s.resMu.Lock()
+		s.results = append(s.results, result{pm, err})
+		s.resMu.Unlock()
+		select {
+		case s.resReady <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *Sink) loop() {
+	defer close(s.done)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			s.shutdown()
+			return
+		case <-s.q.ready:
+		case <-s.resReady:
+		case r := <-s.recoverRes:
+			s.onRecovered(r)
+		case <-tick.C:
+		}
+		s.step(time.Now())
+	}
+}
+
+func (s *Sink) step(now time.Time) {
+	s.processResults(now)
+	s.maybeRecover(now)
+	if !(s.cfg.Spool.Full == FullBlock && s.sp.Full(0)) {
+		for _, b := range s.q.take() {
+			s.accept(b, now)
+		}
+	}
+	s.checkStall(now)
+	s.flushSpool(now, false)
+	s.maybeReplay(now)
+	s.maybeSaveState(now, false)
+	s.publish(now)
+}
+
+func (s *Sink) enterSpool(reason string) {
+	if !s.spooling {
+		s.spooling = true
+		s.m.SpoolMode.Set(1)
+		s.m.SpoolEntries.WithLabelValues(reason).Inc()
+		s.log.Warn("kafka cannot take records now: spooling to disk", "reason", reason,
+			"inflight", s.inflight, "spool_bytes", s.sp.Bytes())
+	}
+}
+
+// accept routes one batch from the queue.
+func (s *Sink) accept(b Batch, now time.Time) {
+	if len(b.Msgs) == 0 {
+		if b.Done != nil {
+			b.Done()
+		}
+		return
+	}
+	pb := &pbatch{done: b.Done, remaining: len(b.Msgs)}
+	for i := range b.Msgs {
+		pm := &pmsg{msg: b.Msgs[i], pb: pb}
+		s.m.RecordsReceived.WithLabelValues(pm.msg.Topic).Inc()
+		if s.inSpool.Has(pm.msg.Stream, pm.msg.Pos) {
+			s.m.RecordsDuplicate.WithLabelValues("spool").Inc()
+			s.complete(pm)
+			continue
+		}
+		if !s.spooling && s.inflight >= s.cfg.MaxInflight {
+			s.enterSpool("backpressure")
+		}
+		if !s.spooling {
+			if s.inKafka.Has(pm.msg.Stream, pm.msg.Pos) {
+				s.m.RecordsDuplicate.WithLabelValues("kafka").Inc()
+				s.complete(pm)
+				continue
+			}
+			s.produce(pm, now)
+			continue
+		}
+		s.toSpool = append(s.toSpool, pm)
+	}
+}
+
+func (s *Sink) produce(pm *pmsg, now time.Time) {
+	ms := now.UnixMilli()
+	rec := &kgo.Record{
+		Topic:     pm.msg.Topic,
+		Key:       []byte(s.cfg.Key),
+		Value:     pm.msg.Value,
+		Timestamp: now,
+		Headers: []kgo.RecordHeader{
+			{Key: HeaderStream, Value: []byte(pm.msg.Stream)},
+			{Key: HeaderPos, Value: strconv.AppendInt(nil, pm.msg.Pos, 10)},
+		},
+	}
+	if s.inflight == 0 {
+		s.lastProgress = now
+	}
+	s.inflight++
+	pm.kafkaT = ms
+	if pm.pb != nil && pm.pb.kafkaMs == 0 {
+		pm.pb.kafkaMs = ms
+		s.open = append(s.open, pm.pb)
+	}
+	if pm.chunk != nil {
+		pm.chunk.inflight++
+		if pm.chunk.kafkaMs == 0 {
+			pm.chunk.kafkaMs = ms
+		}
+	}
+	s.p.TryProduce(context.Background(), rec, s.promise(pm))
+}
+
+// complete marks one live record as durable (or dropped for good).
+func (s *Sink) complete(pm *pmsg) {
+	pb := pm.pb
+	pb.remaining--
+	if pb.remaining == 0 && pb.done != nil {
+		pb.done()
+		pb.done = nil
+	}
+}
+
+// classify names a produce error and says whether the record can never be delivered.
+func classify(err error) (reason string, permanent bool) {
+	switch {
+	case errors.Is(err, kgo.ErrMaxBuffered):
+		return "max_buffered", false
+	case errors.Is(err, kgo.ErrRecordTimeout):
+		return "timeout", false
+	case errors.Is(err, kgo.ErrRecordRetries):
+		return "retries", false
+	case errors.Is(err, kgo.ErrAborting):
+		return "aborted", false
+	case errors.Is(err, kgo.ErrClientClosed):
+		return "client_closed", false
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge),
+		errors.Is(err, kerr.InvalidRecord), errors.Is(err, kerr.CorruptMessage):
+		return "rejected", true
+	case errors.Is(err, kerr.UnknownTopicOrPartition):
+		return "unknown_topic", false
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return "canceled", false
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return strings.ToLower(ke.Message), false
+	}
+	return "other", false
+}
+
+func (s *Sink) processResults(now time.Time) {
+	s.resMu.Lock()
+	rs := s.results
+	s.results = nil
+	s.resMu.Unlock()
+	for _, r := range rs {
+		s.inflight--
+		pm := r.pm
+		if r.err == nil {
+			s.lastProgress = now
+			s.m.KafkaUp.Set(1)
+		}
+		if c := pm.chunk; c != nil {
+			c.inflight--
+			switch reason, permanent := classify(r.err); {
+			case r.err == nil:
+				s.m.RecordsReplayed.WithLabelValues(pm.msg.Topic).Inc()
+				c.state[pm.idx] = 1
+				c.remaining--
+			case permanent:
+				s.m.ProduceErrors.WithLabelValues(reason).Inc()
+				s.m.RecordsDropped.WithLabelValues(metrics.DropRejected).Inc()
+				c.state[pm.idx] = 1
+				c.remaining--
+			default:
+				s.m.ProduceErrors.WithLabelValues(reason).Inc()
+				s.m.KafkaUp.Set(0)
+				c.retry = append(c.retry, pm.idx)
+				s.backoffUntil = now.Add(s.cfg.RetryBackoff)
+			}
+			continue
+		}
+		switch reason, permanent := classify(r.err); {
+		case r.err == nil:
+			s.m.RecordsProduced.WithLabelValues(pm.msg.Topic).Inc()
+			s.complete(pm)
+		case permanent:
+			s.m.ProduceErrors.WithLabelValues(reason).Inc()
+			s.m.RecordsDropped.WithLabelValues(metrics.DropRejected).Inc()
+			s.log.Warn("kafka rejected a record for good; dropped", "topic", pm.msg.Topic,
+				"bytes", len(pm.msg.Value), "err", r.err)
+			s.complete(pm)
+		default:
+			// Not written (franz-go fails idempotent records only when it knows): spool it.
+			s.m.ProduceErrors.WithLabelValues(reason).Inc()
+			s.m.KafkaUp.Set(0)
+			s.enterSpool("produce_error")
+			s.backoffUntil = now.Add(s.cfg.RetryBackoff)
+			s.toSpool = append(s.toSpool, pm)
+		}
+	}
+	if c := s.chunk; c != nil && c.remaining == 0 {
+		s.commitChunk()
+	}
+}
+
+// commitChunk advances the spool past the acknowledged prefix of the replay chunk.
+func (s *Sink) commitChunk() {
+	c := s.chunk
+	n := 0
+	for n < len(c.entries) && c.state[n] == 1 {
+		n++
+	}
+	if n > 0 {
+		s.sp.Commit(c.entries[n-1].End)
+		s.stateDirty = true
+	}
+	if n == len(c.entries) {
+		s.chunk = nil
+	}
+}
+
+func (s *Sink) checkStall(now time.Time) {
+	if !s.spooling && s.inflight > 0 && now.Sub(s.lastProgress) > s.cfg.StallTimeout {
+		s.m.KafkaUp.Set(0)
+		s.enterSpool("stall")
+	}
+}
+
+// flushSpool appends the records routed to the spool in this step, then fsyncs if due.
+func (s *Sink) flushSpool(now time.Time, force bool) {
+	if len(s.toSpool) > 0 {
+		msgs := make([]*Message, len(s.toSpool))
+		for i, pm := range s.toSpool {
+			msgs[i] = &pm.msg
+		}
+		if _, err := s.sp.Append(msgs, s.cfg.Key); err != nil {
+			// Lost: count, and let the sources move on rather than stall forever.
+			s.log.Error("spool write failed; records dropped", "records", len(msgs), "err", err)
+			s.m.RecordsDropped.WithLabelValues(metrics.DropSpoolWrite).Add(float64(len(msgs)))
+			for _, pm := range s.toSpool {
+				s.complete(pm)
+			}
+		} else {
+			for _, pm := range s.toSpool {
+				s.m.RecordsSpooled.WithLabelValues(pm.msg.Topic).Inc()
+			}
+			s.pendingSync = append(s.pendingSync, s.toSpool...)
+		}
+		s.toSpool = s.toSpool[:0]
+	}
+	if len(s.pendingSync) == 0 && !s.sp.Unsynced() {
+		return
+	}
+	if !force && s.cfg.FsyncInterval > 0 && now.Sub(s.lastSync) < s.cfg.FsyncInterval {
+		return
+	}
+	s.lastSync = now
+	if err := s.sp.Sync(); err != nil {
+		s.log.Error("spool fsync failed; records may not survive a crash", "err", err)
+		s.m.RecordsDropped.WithLabelValues(metrics.DropSpoolWrite).Add(float64(len(s.pendingSync)))
+	}
+	for _, pm := range s.pendingSync {
+		s.complete(pm)
+	}
+	s.pendingSync = s.pendingSync[:0]
+}
+
+func (s *Sink) maybeReplay(now time.Time) {
+	if !s.spooling || !s.recovered || now.Before(s.backoffUntil) {
+		return
+	}
+	if c := s.chunk; c != nil {
+		if len(c.retry) > 0 && c.inflight == 0 {
+			retry := c.retry
+			c.retry = nil
+			for _, i := range retry {
+				s.produce(&pmsg{msg: c.entries[i].Msg, chunk: c, idx: i}, now)
+			}
+		}
+		return
+	}
+	if s.inflight > 0 {
+		return // records the client still holds go first
+	}
+	entries, err := s.sp.Read(s.cfg.ReplayChunk)
+	if err != nil {
+		s.log.Error("spool read failed", "err", err)
+		s.backoffUntil = now.Add(s.cfg.RetryBackoff)
+	}
+	if len(entries) == 0 {
+		if len(s.pendingSync) > 0 || s.sp.Unsynced() {
+			s.flushSpool(now, true) // readable next step
+			return
+		}
+		if s.sp.Empty() {
+			s.spooling = false
+			s.m.SpoolMode.Set(0)
+			s.stateDirty = true
+			s.log.Info("spool drained: records go to kafka directly again")
+		}
+		return
+	}
+	c := &replayChunk{entries: entries, state: make([]byte, len(entries)), remaining: len(entries)}
+	s.chunk = c
+	for i := range entries {
+		e := &entries[i]
+		if s.inKafka.Has(e.Msg.Stream, e.Msg.Pos) {
+			s.m.RecordsDuplicate.WithLabelValues("kafka").Inc()
+			c.state[i] = 1
+			c.remaining--
+			continue
+		}
+		s.produce(&pmsg{msg: e.Msg, chunk: c, idx: i}, now)
+	}
+	if c.remaining == 0 {
+		s.commitChunk()
+	}
+}
+
+func (s *Sink) maybeRecover(now time.Time) {
+	if s.recovered || s.recovering || now.Before(s.backoffUntil) || s.rb == nil {
+		return
+	}
+	s.recovering = true
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RecoveryTimeout)
+	s.recCancel = cancel
+	since := s.recSince
+	go func() {
+		set, err := s.rb(ctx, since)
+		s.recoverRes <- recoverResult{set, err}
+	}()
+}
+
+func (s *Sink) onRecovered(r recoverResult) {
+	s.recovering = false
+	s.recCancel()
+	if r.err != nil {
+		s.m.RecoveryErrors.Inc()
+		s.log.Warn("reading back what reached kafka failed; retrying (records are spooled meanwhile)", "err", r.err)
+		s.backoffUntil = time.Now().Add(s.cfg.RetryBackoff)
+		return
+	}
+	s.inKafka = r.set
+	s.recovered = true
+	s.m.RecoveryDone.Set(1)
+	s.log.Info("read back what reached kafka", "records", r.set.Len())
+}
+
+// safe computes SafeMs now.
+func (s *Sink) safe(now time.Time) int64 {
+	for len(s.open) > 0 && s.open[0].remaining == 0 {
+		s.open = s.open[1:]
+	}
+	safe := now.UnixMilli()
+	if len(s.open) > 0 {
+		safe = min(safe, s.open[0].kafkaMs)
+	}
+	if c := s.chunk; c != nil && c.kafkaMs > 0 {
+		safe = min(safe, c.kafkaMs)
+	}
+	return safe
+}
+
+func (s *Sink) publish(now time.Time) {
+	safe := s.safe(now)
+	s.safeMs.Store(safe)
+	s.m.DeliverySafeMs.Set(float64(safe))
+	s.m.QueueRecords.Set(float64(s.q.len()))
+	s.m.InflightRecords.Set(float64(s.inflight))
+}
+
+func (s *Sink) maybeSaveState(now time.Time, force bool) {
+	if !force && (!s.stateDirty || now.Sub(s.lastState) < s.cfg.StateInterval) {
+		return
+	}
+	s.lastState = now
+	s.stateDirty = false
+	if err := s.sp.SaveState(false, s.safe(now)); err != nil {
+		s.log.Error("saving spool state failed", "err", err)
+	}
+}
+
+func (s *Sink) shutdown() {
+	now := time.Now()
+	if s.recovering {
+		s.recCancel()
+		r := <-s.recoverRes
+		s.onRecovered(r)
+	}
+	s.processResults(now)
+	for _, b := range s.q.take() {
+		s.accept(b, now)
+	}
+	// Replay no further; give Kafka until the deadline for what the client holds.
+	clean := true
+	var safeAtAbort int64
+	if s.inflight > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		err := s.p.Flush(ctx)
+		cancel()
+		if err != nil {
+			safeAtAbort = s.safe(time.Now())
+			s.log.Warn("kafka did not acknowledge everything before the shutdown timeout; spooling the rest",
+				"inflight", s.inflight, "err", err)
+			actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := s.p.AbortBufferedRecords(actx); err != nil {
+				// Requests in flight without an answer: their records may be in Kafka.
+				// They are spooled anyway; the next start reads Kafka back first.
+				s.p.UnsafeAbortBufferedRecords()
+				clean = false
+			}
+			acancel()
+		}
+	}
+	now = time.Now()
+	s.processResults(now)
+	s.flushSpool(now, true)
+	if s.chunk != nil {
+		s.commitChunk()
+		if s.chunk != nil {
+			for _, st := range s.chunk.state {
+				if st == 1 { // acknowledged after a gap: would be replayed again
+					clean = false
+				}
+			}
+		}
+	}
+	safe := s.safe(now)
+	if safeAtAbort > 0 {
+		safe = min(safe, safeAtAbort)
+	}
+	if !s.recovered {
+		// Never learnt what the previous run left in Kafka: the next start must still look.
+		clean = false
+		safe = min(safe, s.recSafe)
+	}
+	if err := s.sp.SaveState(clean, safe); err != nil {
+		s.log.Error("saving spool state failed", "err", err)
+	}
+	if err := s.sp.Close(); err != nil {
+		s.log.Error("closing spool failed", "err", err)
+	}
+	s.p.Close()
+	s.publish(now)
+	s.m.SpoolMode.Set(0)
+}

@@ -1,0 +1,291 @@
+package tailer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ccab-dev/ccab/collectors/nginxlog"
+	"github.com/ccab-dev/ccab/collectors/record"
+	"github.com/ccab-dev/ccab/collectors/sink"
+)
+
+// follower reads one file (one inode).
+type follower struct {
+	t          *Tailer
+	id         fileID
+	path       string // last path it was seen under
+	f          *os.File
+	opened     time.Time
+	rotated    bool // the path names another file now: drain, then close
+	grew       bool // grew in the last poll
+	lastGrowth time.Time
+
+	readOff  int64  // next byte to read
+	partial  []byte // bytes after the last newline (they end at readOff)
+	skipping bool   // discarding the rest of an over-long line
+	stream   string
+	tr       *tracker // guarded by t.mu
+}
+
+// tracker turns out-of-order "durable" reports into a committed offset: the end of the
+// longest prefix of submitted spans that are all done.
+type tracker struct {
+	gen       int64
+	committed int64
+	spans     []*span
+}
+
+type span struct {
+	end  int64
+	done bool
+}
+
+func (tr *tracker) advance() {
+	for len(tr.spans) > 0 && tr.spans[0].done {
+		tr.committed = tr.spans[0].end
+		tr.spans[0] = nil
+		tr.spans = tr.spans[1:]
+	}
+}
+
+func (fo *follower) setGen(gen, off int64) {
+	fo.t.mu.Lock()
+	fo.tr = &tracker{gen: gen, committed: off}
+	fo.t.mu.Unlock()
+	fo.readOff = off
+	fo.partial = fo.partial[:0]
+	fo.skipping = false
+	fo.stream = fmt.Sprintf("f:%d:%d:%d", fo.id.dev, fo.id.ino, gen)
+}
+
+func (fo *follower) drained() bool {
+	fo.t.mu.Lock()
+	defer fo.t.mu.Unlock()
+	return len(fo.tr.spans) == 0
+}
+
+// boundaryOK reports whether the byte before off is a newline, as it is when off is where
+// a line starts and the file was not rewritten.
+func (fo *follower) boundaryOK(off int64) bool {
+	var b [1]byte
+	n, _ := fo.f.ReadAt(b[:], off-1)
+	return n == 1 && b[0] == '\n'
+}
+
+// batch collects the records of consecutive lines; end is the offset after the last line.
+type batch struct {
+	msgs []sink.Message
+	end  int64
+}
+
+// readFollower reads fo from its offset to the end of the file.
+func (t *Tailer) readFollower(ctx context.Context, fo *follower, meta record.Meta, now time.Time) error {
+	fi, err := fo.f.Stat()
+	if err != nil {
+		t.m.TailErrors.WithLabelValues("stat").Inc()
+		return nil
+	}
+	size := fi.Size()
+	fo.grew = false
+	lineStart := fo.readOff - int64(len(fo.partial))
+	switch {
+	case size < fo.readOff:
+		if err := fo.truncated(ctx, meta, "truncate"); err != nil {
+			return err
+		}
+	case size > fo.readOff && lineStart > 0 && !fo.boundaryOK(lineStart):
+		if err := fo.truncated(ctx, meta, "rewrite"); err != nil {
+			return err
+		}
+	}
+	var b batch
+	b.end = fo.readOff - int64(len(fo.partial))
+	for ctx.Err() == nil {
+		n, err := fo.f.ReadAt(t.readBuf, fo.readOff)
+		if n > 0 {
+			fo.grew = true
+			fo.lastGrowth = now
+			t.m.LogBytesRead.Add(float64(n))
+			if err := fo.consume(ctx, meta, t.readBuf[:n], &b); err != nil {
+				return err
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.m.TailErrors.WithLabelValues("read").Inc()
+				t.log.Warn("read failed", "path", fo.path, "err", err)
+			}
+			break
+		}
+	}
+	return fo.submit(ctx, &b)
+}
+
+// consume splits data (the bytes at readOff) into lines.
+func (fo *follower) consume(ctx context.Context, meta record.Meta, data []byte, b *batch) error {
+	t := fo.t
+	base := fo.readOff
+	fo.readOff += int64(len(data))
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			switch {
+			case fo.skipping:
+			case len(fo.partial)+len(data) > t.cfg.MaxLineBytes:
+				fo.skipping = true
+				fo.partial = fo.partial[:0]
+				t.m.LogLinesRead.Inc()
+				t.m.ParseErrors.WithLabelValues("line_too_long").Inc()
+			default:
+				fo.partial = append(fo.partial, data...)
+			}
+			return nil
+		}
+		end := base + int64(i) + 1
+		var line []byte
+		switch {
+		case fo.skipping:
+			fo.skipping = false
+		case len(fo.partial) > 0:
+			line = append(fo.partial, data[:i]...)
+			fo.partial = fo.partial[:0]
+			if len(line) > t.cfg.MaxLineBytes {
+				t.m.LogLinesRead.Inc()
+				t.m.ParseErrors.WithLabelValues("line_too_long").Inc()
+			} else {
+				fo.line(meta, line, end, b)
+			}
+		default:
+			line = data[:i]
+			if len(line) > t.cfg.MaxLineBytes {
+				t.m.LogLinesRead.Inc()
+				t.m.ParseErrors.WithLabelValues("line_too_long").Inc()
+			} else {
+				fo.line(meta, line, end, b)
+			}
+		}
+		b.end = end
+		if len(b.msgs) >= t.cfg.BatchLines {
+			if err := fo.submit(ctx, b); err != nil {
+				return err
+			}
+		}
+		data = data[i+1:]
+		base = end
+	}
+	return nil
+}
+
+// line parses one complete line, which ends at offset end, into a record in b.
+func (fo *follower) line(meta record.Meta, line []byte, end int64, b *batch) {
+	t := fo.t
+	t.m.LogLinesRead.Inc()
+	line = bytes.TrimSuffix(line, []byte{'\r'})
+	text := string(line)
+	if strings.TrimSpace(text) == "" {
+		return
+	}
+	r, err := t.parser.Parse(text)
+	if err != nil {
+		reason := "error"
+		var pe *nginxlog.ParseError
+		if errors.As(err, &pe) {
+			reason = string(pe.Reason)
+		}
+		t.m.ParseErrors.WithLabelValues(reason).Inc()
+		return
+	}
+	meta.StampHTTP(&r)
+	v, err := t.encode(&r)
+	if err != nil {
+		t.m.ParseErrors.WithLabelValues("encode").Inc()
+		return
+	}
+	b.msgs = append(b.msgs, sink.Message{Topic: t.cfg.Topic, Value: v, Stream: fo.stream, Pos: end})
+}
+
+// submit hands b to the sink; its span is committed once the sink reports it durable.
+func (fo *follower) submit(ctx context.Context, b *batch) error {
+	t := fo.t
+	t.mu.Lock()
+	tr := fo.tr
+	start := tr.committed
+	if n := len(tr.spans); n > 0 {
+		start = tr.spans[n-1].end
+	}
+	if b.end <= start {
+		t.mu.Unlock()
+		return nil
+	}
+	sp := &span{end: b.end}
+	tr.spans = append(tr.spans, sp)
+	if len(b.msgs) == 0 {
+		sp.done = true
+		tr.advance()
+		t.mu.Unlock()
+		return nil
+	}
+	t.mu.Unlock()
+	msgs := b.msgs
+	b.msgs = nil
+	err := t.out.Submit(ctx, sink.Batch{Msgs: msgs, Done: func() {
+		t.mu.Lock()
+		sp.done = true
+		tr.advance()
+		t.mu.Unlock()
+	}})
+	if err != nil {
+		// Never submitted: forget the span; these lines are read again after a restart.
+		t.mu.Lock()
+		if n := len(tr.spans); n > 0 && tr.spans[n-1] == sp {
+			tr.spans = tr.spans[:n-1]
+		}
+		t.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// truncated handles a file that shrank or was rewritten: flush the partial line of the old
+// content, and start again at 0 with a new generation.
+func (fo *follower) truncated(ctx context.Context, meta record.Meta, kind string) error {
+	t := fo.t
+	if len(fo.partial) > 0 {
+		t.m.PartialLines.WithLabelValues("flushed").Inc()
+		if err := fo.flushPartial(ctx, meta); err != nil {
+			return err
+		}
+	}
+	t.m.Rotations.WithLabelValues(kind).Inc()
+	t.log.Info("log truncated: reading it again from the start", "path", fo.path, "kind", kind,
+		"old_offset", fo.readOff, "gen", fo.tr.gen+1)
+	fo.setGen(fo.tr.gen+1, 0)
+	t.ckptDirty = true
+	return nil
+}
+
+// flushPartial hands an incomplete last line to the parser as it is.
+func (fo *follower) flushPartial(ctx context.Context, meta record.Meta) error {
+	b := batch{end: fo.readOff - int64(len(fo.partial))}
+	line := append([]byte(nil), fo.partial...)
+	fo.partial = fo.partial[:0]
+	fo.line(meta, line, fo.readOff, &b)
+	b.end = fo.readOff
+	return fo.submit(ctx, &b)
+}
+
+// encode returns r as one line of JSON (without the newline).
+func (t *Tailer) encode(r *record.HTTPRequest) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Grow(512)
+	if err := record.NewEncoder(&buf).Encode(r); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}

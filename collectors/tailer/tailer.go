@@ -1,0 +1,495 @@
+// Package tailer follows nginx access logs and turns each complete line into an
+// http_request/1 record for the sink.
+//
+// It polls (every PollInterval, 250 ms by default) rather than using inotify: polling
+// works the same on every filesystem (including overlay and NFS), sees truncation, and
+// costs one fstat per file per poll. Files are known by device and inode:
+//
+//   - rename rotation (logrotate's default, then USR1 so nginx reopens): when the path
+//     names a new inode, the old file is read to its end before the new one in every poll,
+//     and kept open until it has not grown for RotateGrace (nginx workers reopen one by one,
+//     and a buffered log flushes late), then closed. A file deleted while open is read to
+//     its end the same way.
+//   - copytruncate: the file shrank below the read offset, or the byte before the offset is
+//     no longer a newline (truncated and rewritten between two polls): start again at 0
+//     with a new generation. Lines written after the last poll and before the truncation
+//     are in the copy only and are lost; that window is inherent to copytruncate.
+//   - a path that does not exist yet is picked up when it appears (patterns are globs,
+//     evaluated every poll for literal paths and every GlobInterval for patterns).
+//   - a partial last line (no newline yet) is held until its newline arrives. If its file
+//     is rotated away or truncated while the line is incomplete, the partial line is
+//     handed to the parser as it is (usually counted as a parse error) and counted in
+//     ccab_collector_log_partial_lines_total.
+//
+// Patterns should name the live log only (access.log, not access.log*): the tailer follows
+// rotated files by inode itself.
+//
+// Checkpoints (per file: device, inode, generation, offset, and a fingerprint of its first
+// bytes) are written atomically at most every CheckpointInterval and at Close. An offset is
+// checkpointed only after the sink reported every record up to it durable (Kafka
+// acknowledged, or spooled and fsynced), so a restart neither loses nor skips a line; the
+// sink drops the lines it re-reads that already reached Kafka or the spool.
+package tailer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ccab-dev/ccab/collectors/metrics"
+	"github.com/ccab-dev/ccab/collectors/nginxlog"
+	"github.com/ccab-dev/ccab/collectors/record"
+	"github.com/ccab-dev/ccab/collectors/sink"
+)
+
+// StartAt values: where to start a file found at the first poll that has no checkpoint.
+const (
+	StartBeginning = "beginning"
+	StartEnd       = "end"
+)
+
+// Config configures a Tailer.
+type Config struct {
+	Paths              []string // glob patterns of the access logs
+	Topic              string   // Kafka topic of the records
+	PollInterval       time.Duration
+	GlobInterval       time.Duration
+	RotateGrace        time.Duration
+	CheckpointPath     string
+	CheckpointInterval time.Duration
+	StartAt            string
+	MaxLineBytes       int
+	BatchLines         int
+	ReadBytes          int // read buffer per file
+}
+
+// Validate reports the first problem of c.
+func (c Config) Validate() error {
+	switch {
+	case len(c.Paths) == 0:
+		return errors.New("tailer: no paths")
+	case c.Topic == "":
+		return errors.New("tailer: no topic")
+	case c.PollInterval <= 0 || c.GlobInterval <= 0 || c.CheckpointInterval <= 0 || c.RotateGrace < 0:
+		return errors.New("tailer: poll, glob and checkpoint intervals must be positive")
+	case c.CheckpointPath == "":
+		return errors.New("tailer: no checkpoint path")
+	case c.StartAt != StartBeginning && c.StartAt != StartEnd:
+		return fmt.Errorf("tailer: start_at %q is neither %q nor %q", c.StartAt, StartBeginning, StartEnd)
+	case c.MaxLineBytes < 256:
+		return fmt.Errorf("tailer: max line size %d is below 256", c.MaxLineBytes)
+	case c.BatchLines <= 0 || c.ReadBytes < 4096:
+		return errors.New("tailer: batch lines must be positive and the read buffer at least 4096 bytes")
+	}
+	for _, p := range c.Paths {
+		if _, err := filepath.Match(p, ""); err != nil {
+			return fmt.Errorf("tailer: pattern %q: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// Output is where records go: the sink.
+type Output interface {
+	Submit(ctx context.Context, b sink.Batch) error
+	SafeMs() int64
+}
+
+// Tailer follows the configured files.
+type Tailer struct {
+	cfg    Config
+	parser *nginxlog.Parser
+	meta   func() record.Meta
+	out    Output
+	m      *metrics.Metrics
+	log    *slog.Logger
+
+	mu        sync.Mutex // guards trackers (Done callbacks come from the sink's goroutine)
+	followers map[fileID]*follower
+	byPath    map[string]*follower
+	restored  map[fileID]FileState // checkpoint entries not yet matched to an open file
+
+	loaded    Checkpoint
+	hadCkpt   bool
+	firstPoll bool
+	lastGlob  time.Time
+	lastCkpt  time.Time
+	ckptDirty bool
+	readBuf   []byte
+}
+
+type fileID struct{ dev, ino uint64 }
+
+// New loads the checkpoint and marks it unclean (from now on records may reach Kafka that
+// it does not account for).
+func New(cfg Config, parser *nginxlog.Parser, meta func() record.Meta, out Output, m *metrics.Metrics, log *slog.Logger) (*Tailer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.CheckpointPath), 0o750); err != nil {
+		return nil, fmt.Errorf("tailer: create checkpoint dir: %w", err)
+	}
+	c, had, err := loadCheckpoint(cfg.CheckpointPath)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tailer{cfg: cfg, parser: parser, meta: meta, out: out, m: m, log: log,
+		followers: map[fileID]*follower{}, byPath: map[string]*follower{}, restored: map[fileID]FileState{},
+		loaded: c, hadCkpt: had, firstPoll: true, readBuf: make([]byte, cfg.ReadBytes)}
+	for _, fs := range c.Files {
+		t.restored[fileID{fs.Dev, fs.Ino}] = fs
+	}
+	mark := c
+	mark.Clean = false
+	if c.Clean {
+		mark.SafeMs = time.Now().UnixMilli()
+	}
+	if err := saveCheckpoint(cfg.CheckpointPath, mark); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Unclean reports whether the previous run stopped without a final checkpoint (or with
+// records in flight), and the safe time of its last checkpoint: records after the
+// checkpointed offsets may be in Kafka, produced at or after that time.
+func (t *Tailer) Unclean() (bool, int64) {
+	return !t.loaded.Clean, t.loaded.SafeMs
+}
+
+// Run polls until ctx is done (reps == 0) or for reps polls. It returns nil when stopped
+// by ctx; call Close afterwards (after the sink has flushed) for the final checkpoint.
+func (t *Tailer) Run(ctx context.Context, reps int) error {
+	tick := time.NewTicker(t.cfg.PollInterval)
+	defer tick.Stop()
+	for i := 0; reps == 0 || i < reps; i++ {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+		}
+		if err := t.Poll(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// Poll runs one cycle: find files, notice rotations, read every file to its end, and write
+// a checkpoint if one is due.
+func (t *Tailer) Poll(ctx context.Context) error {
+	start := time.Now()
+	defer func() { t.m.PollDuration.Observe(time.Since(start).Seconds()) }()
+	meta := t.meta()
+	t.discover(start)
+	// Rotated-away files first: their lines are older than the new file's.
+	for _, fo := range t.ordered() {
+		if err := t.readFollower(ctx, fo, meta, start); err != nil {
+			return err
+		}
+	}
+	t.closeIdle(ctx, meta, start)
+	t.m.TailedFiles.Set(float64(t.openCount()))
+	if time.Since(t.lastCkpt) >= t.cfg.CheckpointInterval {
+		t.checkpoint(false)
+	}
+	t.firstPoll = false
+	return nil
+}
+
+func (t *Tailer) ordered() []*follower {
+	fs := make([]*follower, 0, len(t.followers))
+	for _, fo := range t.followers {
+		if fo.f != nil {
+			fs = append(fs, fo)
+		}
+	}
+	sort.Slice(fs, func(i, j int) bool {
+		if fs[i].rotated != fs[j].rotated {
+			return fs[i].rotated
+		}
+		return fs[i].opened.Before(fs[j].opened)
+	})
+	return fs
+}
+
+func (t *Tailer) openCount() int {
+	n := 0
+	for _, fo := range t.followers {
+		if fo.f != nil {
+			n++
+		}
+	}
+	return n
+}
+
+func hasMeta(p string) bool { return strings.ContainsAny(p, `*?[\`) }
+
+// discover matches the patterns, notices paths that now name another file (or none), and
+// opens new files.
+func (t *Tailer) discover(now time.Time) {
+	globDue := now.Sub(t.lastGlob) >= t.cfg.GlobInterval
+	if globDue {
+		t.lastGlob = now
+	}
+	// Paths we follow: did the file behind them change?
+	for path, fo := range t.byPath {
+		id, _, err := statID(path)
+		if err == nil && id == fo.id {
+			continue
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.m.TailErrors.WithLabelValues("stat").Inc()
+			continue
+		}
+		// Renamed away (and maybe replaced), or deleted: drain the old file, then close it.
+		delete(t.byPath, path)
+		fo.rotated = true
+		fo.lastGrowth = now
+		t.m.Rotations.WithLabelValues("rename").Inc()
+		t.log.Info("log rotated: draining the old file", "path", path, "dev", fo.id.dev, "ino", fo.id.ino)
+	}
+	var matches []string
+	for _, p := range t.cfg.Paths {
+		if !hasMeta(p) {
+			matches = append(matches, p)
+			continue
+		}
+		if !globDue {
+			continue
+		}
+		ms, err := filepath.Glob(p)
+		if err != nil {
+			t.m.TailErrors.WithLabelValues("glob").Inc()
+			continue
+		}
+		matches = append(matches, ms...)
+	}
+	for _, path := range matches {
+		if _, ok := t.byPath[path]; ok {
+			continue
+		}
+		t.open(path, now)
+	}
+	if t.firstPoll {
+		t.restoreRotated(now)
+	}
+}
+
+// open starts following path (a file that exists).
+func (t *Tailer) open(path string, now time.Time) {
+	f, err := os.Open(path)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			t.m.TailErrors.WithLabelValues("open").Inc()
+			t.log.Warn("cannot open log", "path", path, "err", err)
+		}
+		return
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err != nil {
+			t.m.TailErrors.WithLabelValues("stat").Inc()
+		}
+		return
+	}
+	id := idOf(fi)
+	if fo, ok := t.followers[id]; ok && fo.f != nil {
+		// Already following this file under another name (a rotated file came back, or
+		// two patterns name one file).
+		f.Close()
+		fo.path = path
+		fo.rotated = false
+		t.byPath[path] = fo
+		return
+	}
+	fo := t.start(f, id, path, fi.Size(), t.firstPoll && t.cfg.StartAt == StartEnd, now)
+	t.byPath[path] = fo
+}
+
+// restoreRotated finds, after a restart, checkpointed files no pattern matched (rotated
+// away while unread) by inode in the directory where they were last seen, and drains them.
+func (t *Tailer) restoreRotated(now time.Time) {
+	for id, fs := range t.restored {
+		dir := filepath.Dir(fs.Path)
+		des, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, de := range des {
+			p := filepath.Join(dir, de.Name())
+			fid, size, err := statID(p)
+			if err != nil || fid != id || size <= fs.Offset {
+				continue
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				t.m.TailErrors.WithLabelValues("open").Inc()
+				break
+			}
+			fo := t.start(f, id, p, size, false, now)
+			fo.rotated = true
+			fo.lastGrowth = now
+			t.log.Info("resuming a rotated log found by inode", "path", p, "offset", fo.readOff)
+			break
+		}
+	}
+	t.restored = map[fileID]FileState{}
+}
+
+// start sets up a follower at its checkpointed offset (or the beginning, or the end).
+func (t *Tailer) start(f *os.File, id fileID, path string, size int64, atEnd bool, now time.Time) *follower {
+	fo := &follower{t: t, id: id, path: path, f: f, opened: now, lastGrowth: now}
+	var off, gen int64
+	if fs, ok := t.restored[id]; ok {
+		delete(t.restored, id)
+		gen, off = fs.Gen, fs.Offset
+		switch {
+		case size < off:
+			gen, off = gen+1, 0
+			t.m.Rotations.WithLabelValues("truncate").Inc()
+		case fs.FpLen > 0:
+			if fp, err := fingerprint(f, min(fs.FpLen, size)); err != nil || fs.FpLen > size || fp != fs.Fp {
+				// Same inode, other content: truncated and rewritten, or a reused inode.
+				gen, off = gen+1, 0
+				t.m.Rotations.WithLabelValues("rewrite").Inc()
+			}
+		}
+		if off > 0 && !fo.boundaryOK(off) {
+			gen, off = gen+1, 0
+			t.m.Rotations.WithLabelValues("rewrite").Inc()
+		}
+	} else if atEnd {
+		off = lastLineEnd(f, size)
+	}
+	fo.setGen(gen, off)
+	t.followers[id] = fo
+	t.ckptDirty = true
+	t.log.Info("following log", "path", path, "dev", id.dev, "ino", id.ino, "gen", gen, "offset", off)
+	return fo
+}
+
+// closeIdle closes rotated files that reached their end and stayed idle for RotateGrace,
+// flushing an incomplete last line, and forgets files whose records are all delivered.
+func (t *Tailer) closeIdle(ctx context.Context, meta record.Meta, now time.Time) {
+	for id, fo := range t.followers {
+		if fo.f != nil && fo.rotated && !fo.grew && now.Sub(fo.lastGrowth) >= t.cfg.RotateGrace {
+			if len(fo.partial) > 0 {
+				t.m.PartialLines.WithLabelValues("flushed").Inc()
+				fo.flushPartial(ctx, meta)
+			}
+			fo.f.Close()
+			fo.f = nil
+			t.log.Info("closed rotated log", "path", fo.path, "dev", id.dev, "ino", id.ino, "offset", fo.readOff)
+		}
+		if fo.f == nil && fo.drained() {
+			delete(t.followers, id)
+			t.ckptDirty = true
+		}
+	}
+}
+
+// checkpoint writes the state file. final marks it clean if nothing is in flight.
+func (t *Tailer) checkpoint(final bool) error {
+	safe := t.out.SafeMs() // before the offsets: see sink.SafeMs
+	c := Checkpoint{SafeMs: safe}
+	clean := final
+	var lag int64
+	t.mu.Lock()
+	for _, fo := range t.followers {
+		fs := FileState{Dev: fo.id.dev, Ino: fo.id.ino, Gen: fo.tr.gen, Offset: fo.tr.committed, Path: fo.path}
+		if len(fo.tr.spans) > 0 {
+			clean = false
+		}
+		lag += fo.readOff - int64(len(fo.partial)) - fo.tr.committed
+		c.Files = append(c.Files, fs)
+	}
+	t.mu.Unlock()
+	for i := range c.Files {
+		fo := t.followers[fileID{c.Files[i].Dev, c.Files[i].Ino}]
+		if fo.f != nil {
+			n := min(c.Files[i].Offset, fpMax)
+			if fp, err := fingerprint(fo.f, n); err == nil {
+				c.Files[i].FpLen, c.Files[i].Fp = n, fp
+			}
+		}
+	}
+	// Files restored from the checkpoint but not found yet stay in it.
+	for _, fs := range t.restored {
+		c.Files = append(c.Files, fs)
+	}
+	sort.Slice(c.Files, func(i, j int) bool { return c.Files[i].Path < c.Files[j].Path })
+	c.Clean = clean
+	t.m.CheckpointLagBytes.Set(float64(lag))
+	t.lastCkpt = time.Now()
+	if err := saveCheckpoint(t.cfg.CheckpointPath, c); err != nil {
+		t.m.CheckpointErrors.Inc()
+		t.log.Error("checkpoint write failed", "err", err)
+		return err
+	}
+	t.m.CheckpointWrites.Inc()
+	t.ckptDirty = false
+	return nil
+}
+
+// Close writes the final checkpoint (clean if every record read was delivered) and closes
+// the files. Call it after the sink has flushed, so that every Done has been called.
+func (t *Tailer) Close() error {
+	err := t.checkpoint(true)
+	for _, fo := range t.followers {
+		if fo.f != nil {
+			fo.f.Close()
+			fo.f = nil
+		}
+	}
+	return err
+}
+
+func idOf(fi os.FileInfo) fileID {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return fileID{dev: uint64(st.Dev), ino: uint64(st.Ino)}
+	}
+	return fileID{}
+}
+
+func statID(path string) (fileID, int64, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, 0, err
+	}
+	return idOf(fi), fi.Size(), nil
+}
+
+// lastLineEnd is the offset just after the last newline before size (0 if none in the last 1 MiB).
+func lastLineEnd(f *os.File, size int64) int64 {
+	const step = 64 << 10
+	buf := make([]byte, step)
+	for end := size; end > 0 && size-end < 1<<20; {
+		from := max(0, end-step)
+		n, err := f.ReadAt(buf[:end-from], from)
+		if err != nil && n < int(end-from) {
+			return 0
+		}
+		for i := n - 1; i >= 0; i-- {
+			if buf[i] == '\n' {
+				return from + int64(i) + 1
+			}
+		}
+		end = from
+	}
+	return 0
+}
