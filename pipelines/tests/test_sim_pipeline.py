@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from ccab.cli import main
-from ccab.sim.generator import HTTP_TOPIC, TCP_TOPIC, build_world, iter_chunks, records
+from ccab.sim.generator import HTTP_TOPIC, TCP_TOPIC, iter_chunks, records
 from ccab.sim.scenario import load_scenario
 from ccab.sim.sinks import KafkaSink
+from ccab.sim.world import build_world
 
 
 def test_generated_records_load_without_dead_letters(warehouse, tmp_path: Path):

@@ -12,17 +12,17 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import orjson
 import pytest
 
 from ccab.cli import main
-from ccab.sim.generator import build_world, iter_chunks
+from ccab.sim.generator import iter_chunks
 from ccab.sim.scenario import Segment, load_scenario
 from ccab.sim.stats import Summary
 from ccab.sim.truth import build_truth
+from ccab.sim.world import build_world
 
 MIB = 1 << 20
 N_CANARY = 120_000

@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def simulate(sc, args: argparse.Namespace) -> int:
-    from ccab.sim.generator import build_world, iter_chunks, records, TCP_TOPIC, HTTP_TOPIC
+    from ccab.sim.generator import HTTP_TOPIC, TCP_TOPIC, iter_chunks, records
+    from ccab.sim.world import build_world
     from ccab.sim.sinks import JsonlSink, KafkaSink, RawWriter, SinkError, TeeSink
     from ccab.sim.stats import Summary
     from ccab.sim.truth import build_truth

@@ -62,8 +62,8 @@ def ss_line(r: dict) -> str:
     if r["bbr_bw_bps"] is not None:
         blk = (f"bbr:(bw:{r['bbr_bw_bps']}bps,mrtt:{r['bbr_min_rtt_us'] / 1000:g},"
                f"pacing_gain:{r['bbr_pacing_gain_text']},cwnd_gain:{r['bbr_cwnd_gain_text']}")
-        if r["cc_version"] == 2:
-            blk += (f",version:2,bw_hi:{r['bbr_bw_hi_bps']}bps,bw_lo:{r['bbr_bw_lo_bps']}bps,"
+        if r["cc_version"] in (2, 3):  # Google's extended block (v2alpha, v3)
+            blk += (f",version:{r['cc_version']},bw_hi:{r['bbr_bw_hi_bps']}bps,bw_lo:{r['bbr_bw_lo_bps']}bps,"
                     f"inflight_hi:{r['bbr_inflight_hi']},inflight_lo:{r['bbr_inflight_lo']},"
                     f"extra_acked:{r['bbr_extra_acked']},mode:{r['bbr_mode']},"
                     f"phase:{PHASE_NAMES[r['bbr_phase']]}")

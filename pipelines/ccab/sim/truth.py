@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ccab.sim.generator import World
+from ccab.sim.world import World
 from ccab.sim.scenario import Expectation, to_plain
 from ccab.sim.stats import HIGH_LOSS_PCT, Summary
 
