@@ -33,16 +33,22 @@ import (
 // same bbr:(…) block for v1 and v3, so parse-ss leaves it null. BBR gains are exact
 // (2.88671875, where ss's %g prints 2.88672).
 func (s *Socket) Sample() (r record.TCPSample, ok bool) {
+	// One backing array for the record's integers instead of ~35 small allocations.
+	ints := make([]int64, 0, 48)
+	num := func(v int64) *int64 {
+		ints = append(ints, v)
+		return &ints[len(ints)-1]
+	}
 	r.CC = s.CC
 	r.State = s.State.String()
 	r.LocalPort = int64(s.Local.Port())
 	r.RecvQBytes, r.SendQBytes = int64(s.RQueue), int64(s.WQueue)
 	if v := bbrVersion(s.CC, s.BBR); v != 0 {
-		r.CCVersion = record.Int(v)
+		r.CCVersion = num(v)
 	}
 	if b := s.BBR; b != nil {
-		r.BBRBwBps = record.Int(bitsPerSecond(b.BW))
-		r.BBRMinRTTUs = record.Int(int64(b.MinRTT))
+		r.BBRBwBps = num(bitsPerSecond(b.BW))
+		r.BBRMinRTTUs = num(int64(b.MinRTT))
 		if b.PacingGain != 0 {
 			r.BBRPacingGain = record.F(float64(b.PacingGain) / 256)
 		}
@@ -59,41 +65,41 @@ func (s *Socket) Sample() (r record.TCPSample, ok bool) {
 		if !t.Has(off, 4) {
 			return nil
 		}
-		return record.Int(int64(v))
+		return num(int64(v))
 	}
 	has64 := func(off int, v uint64) *int64 {
 		if !t.Has(off, 8) {
 			return nil
 		}
-		return record.Int(clampInt64(v))
+		return num(clampInt64(v))
 	}
 	// nz32: ss hides the field when 0 and the parser leaves it null.
 	nz32 := func(off int, v uint32) *int64 {
 		if !t.Has(off, 4) || v == 0 {
 			return nil
 		}
-		return record.Int(int64(v))
+		return num(int64(v))
 	}
 
 	if t.Has(offRTT, 4) && t.Has(offRTTVar, 4) && t.RTT() != 0 {
-		r.RTTUs, r.RTTVarUs = record.Int(int64(t.RTT())), record.Int(int64(t.RTTVar()))
+		r.RTTUs, r.RTTVarUs = num(int64(t.RTT())), num(int64(t.RTTVar()))
 	}
 	if t.Has(offMinRTT, 4) && t.MinRTT() != 0 && t.MinRTT() != ^uint32(0) {
-		r.MinRTTUs = record.Int(int64(t.MinRTT()))
+		r.MinRTTUs = num(int64(t.MinRTT()))
 	}
 	if t.Has(offRTO, 4) {
-		r.RTOMs = record.Int((int64(t.RTO()) + 500) / 1000)
+		r.RTOMs = num((int64(t.RTO()) + 500) / 1000)
 	}
 	r.MSS = nz32(offSndMSS, t.SndMSS())
 	r.Cwnd = nz32(offSndCwnd, t.SndCwnd())
 	if t.Has(offSndSsthresh, 4) && t.SndSsthresh() != 0 && t.SndSsthresh() < 0xFFFF {
-		r.Ssthresh = record.Int(int64(t.SndSsthresh()))
+		r.Ssthresh = num(int64(t.SndSsthresh()))
 	}
 
 	r.Unacked = has32(offUnacked, t.Unacked())
 	r.Sacked = has32(offSacked, t.Sacked())
 	if s.State == StateListen && r.Sacked != nil {
-		r.Sacked = record.Int(0) // tcpi_sacked is the accept backlog limit there; ss hides it
+		r.Sacked = num(0) // tcpi_sacked is the accept backlog limit there; ss hides it
 	}
 	r.Lost = has32(offLost, t.Lost())
 	r.RetransOut = has32(offRetrans, t.Retrans())
@@ -110,23 +116,23 @@ func (s *Socket) Sample() (r record.TCPSample, ok bool) {
 	r.DataSegsIn = has32(offDataSegsIn, t.DataSegsIn())
 
 	if t.Has(offDelivRate, 8) {
-		r.DeliveryRateBps = record.Int(bitsPerSecond(t.DeliveryRate()))
+		r.DeliveryRateBps = num(bitsPerSecond(t.DeliveryRate()))
 		r.AppLimited = record.Bool(t.AppLimited())
 	}
 	if t.Has(offPacingRate, 8) {
 		if v := t.PacingRate(); v != 0 && v != ^uint64(0) {
-			r.PacingRateBps = record.Int(bitsPerSecond(v))
+			r.PacingRateBps = num(bitsPerSecond(v))
 		}
 	}
 	r.Delivered = has32(offDelivered, t.Delivered())
 
 	if t.Has(offSndbufLimit, 8) {
 		busy := t.BusyTime()
-		r.BusyMs = record.Int(clampInt64(busy / 1000))
-		r.RwndLimitedMs, r.SndbufLimitedMs = record.Int(0), record.Int(0)
+		r.BusyMs = num(clampInt64(busy / 1000))
+		r.RwndLimitedMs, r.SndbufLimitedMs = num(0), num(0)
 		if busy != 0 {
-			r.RwndLimitedMs = record.Int(clampInt64(t.RwndLimited() / 1000))
-			r.SndbufLimitedMs = record.Int(clampInt64(t.SndbufLimited() / 1000))
+			r.RwndLimitedMs = num(clampInt64(t.RwndLimited() / 1000))
+			r.SndbufLimitedMs = num(clampInt64(t.SndbufLimited() / 1000))
 		}
 	}
 

@@ -225,7 +225,7 @@ type candidate struct {
 	hash uint64
 	seq  int // dump order, to return records in the order the kernel listed them
 	ns   int
-	sock netlink.Socket
+	sock *netlink.Socket
 }
 
 // tickState is the work of one tick.
@@ -292,9 +292,17 @@ func (s *Sampler) Tick(ctx context.Context, meta record.Meta, now time.Time) ([]
 	recs := make([]record.TCPSample, 0, len(cands))
 	for i := range cands {
 		c := &cands[i]
-		r, ok := c.sock.Record(s.key, meta)
+		r, ok := c.sock.Sample()
 		if !ok {
 			continue
+		}
+		meta.StampTCP(&r)
+		// A remembered connection keeps its sock_id and prefix: the HMAC is computed once
+		// per connection, not once per tick.
+		if tc := s.tracked[c.key()]; tc != nil {
+			r.SockID, r.PeerPrefix = tc.last.SockID, tc.last.PeerPrefix
+		} else {
+			r.SockID, r.PeerPrefix = s.key.SockID(c.sock.Local, c.sock.Peer), anon.PeerPrefix(c.sock.Peer.Addr())
 		}
 		recs = append(recs, r)
 		s.remember(c, r)
@@ -358,7 +366,7 @@ func (s *Sampler) consider(t *tickState, ns int, msg []byte) error {
 		return nil
 	}
 	t.seq++
-	c := candidate{hash: hv, seq: t.seq, ns: ns, sock: sock}
+	c := candidate{hash: hv, seq: t.seq, ns: ns, sock: &sock}
 	if limit < 0 || t.heap.Len() < limit {
 		t.heap.push(c)
 		return nil
@@ -370,6 +378,10 @@ func (s *Sampler) consider(t *tickState, ns int, msg []byte) error {
 	out := t.heap.replaceMax(c)
 	t.rejectByCap(out.hash)
 	return nil
+}
+
+func (c *candidate) key() trackKey {
+	return trackKey{c.ns, c.sock.Cookie, c.sock.Local, c.sock.Peer}
 }
 
 func (t *tickState) rejectByCap(h uint64) {
@@ -385,7 +397,7 @@ func (s *Sampler) remember(c *candidate, r record.TCPSample) {
 	if s.cfg.KeepClosed < 0 {
 		return
 	}
-	k := trackKey{c.ns, c.sock.Cookie, c.sock.Local, c.sock.Peer}
+	k := c.key()
 	if tc := s.tracked[k]; tc != nil {
 		tc.last, tc.seen = r, s.tick
 		return

@@ -401,3 +401,22 @@ func TestTupleHashUnmaps(t *testing.T) {
 }
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
+
+// BenchmarkTick: one tick over 10,000 recorded sockets replayed from memory (decode,
+// sampling hash, records; no kernel). Steady state: sock_id is remembered from the first
+// tick; BenchmarkTickUntracked computes it every time.
+func BenchmarkTick(b *testing.B) { benchTick(b, 0) }
+
+func BenchmarkTickUntracked(b *testing.B) { benchTick(b, -1) }
+
+func benchTick(b *testing.B, keepClosed int) {
+	pop := population(b, 10000)
+	s := newFake(b, Config{Salt: "x", MaxPerTick: -1, KeepClosed: keepClosed}, &fakeDumper{msgs: pop})
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if recs, _, _ := s.Tick(ctx, meta, time.Now()); len(recs) != 10000 {
+			b.Fatal(len(recs))
+		}
+	}
+}

@@ -88,7 +88,6 @@ func runSample(ctx context.Context, env Env, args []string) int {
 		MaxPerTick:    *maxPerTick,
 		MaxTickTime:   *maxTickTime,
 		Namespaces:    namespaces,
-		KeepClosed:    -1, // nobody reads closed connections here
 		OnTick: func(st sampler.TickStats, err error) {
 			tick++
 			fmt.Fprintf(env.Stderr, "%s: tick %d: %d records of %d sockets (skipped: filter %d, rate %d, cap %d; decode errors %d), rate %.4g, dump %s, %d netlink bytes%s\n",
@@ -102,6 +101,9 @@ func runSample(ctx context.Context, env Env, args []string) int {
 				writeErr = ferr
 			}
 		},
+	}
+	if *reps == 1 {
+		cfg.KeepClosed = -1 // one tick: no connection to follow
 	}
 	smp, err := sampler.New(cfg)
 	if err != nil {
