@@ -400,8 +400,6 @@ func TestTupleHashUnmaps(t *testing.T) {
 	}
 }
 
-func errorsAs(err error, target any) bool { return errors.As(err, target) }
-
 // BenchmarkTick: one tick over 10,000 recorded sockets replayed from memory (decode,
 // sampling hash, records; no kernel). Steady state: sock_id is remembered from the first
 // tick; BenchmarkTickUntracked computes it every time.
