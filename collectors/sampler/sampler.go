@@ -328,7 +328,9 @@ func (s *Sampler) consider(t *tickState, ns int, msg []byte) error {
 		t.st.DecodeErrors++
 		return nil
 	}
-	if !s.states.Has(h.State) || (s.ports != nil && !s.ports[h.Local.Port()]) {
+	if !s.states.Has(h.State) || (s.ports != nil && !s.ports[h.Local.Port()]) ||
+		h.State == netlink.StateTimeWait || h.State == netlink.StateNewSynRecv {
+		// (TIME-WAIT and request sockets never carry tcp_info: no record.)
 		t.st.SkippedFilter++
 		return nil
 	}
