@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,7 +110,8 @@ type Sink struct {
 	m    *metrics.Metrics
 	log  *slog.Logger
 	q    *queue
-	sp   *Spool
+	sp   *Spool // the spool
+	head *Spool // records that failed in the client: older than all of sp's, replayed first
 	stop chan struct{}
 	done chan struct{}
 
@@ -125,7 +127,8 @@ type Sink struct {
 	backoffUntil time.Time
 	open         []*pbatch // batches with a record in Kafka's hands, in produce order
 	pendingSync  []*pmsg   // spooled, awaiting fsync
-	toSpool      []*pmsg   // to append at the end of this step
+	toSpool      []*pmsg   // to append to sp at the end of this step
+	toHead       []*pmsg   // to append to head at the end of this step
 	lastSync     time.Time
 	chunk        *replayChunk
 	stateDirty   bool
@@ -159,6 +162,7 @@ type pmsg struct {
 }
 
 type replayChunk struct {
+	sp        *Spool
 	entries   []Entry
 	state     []byte // 0 pending, 1 done
 	remaining int
@@ -186,12 +190,25 @@ func New(cfg Config, p Producer, rb Readback, m *metrics.Metrics, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, p: p, rb: rb, m: m, log: log, q: newQueue(cfg.QueueMaxRecords), sp: sp,
+	// Records the client fails are older than everything spooled since the sink left live
+	// mode (the client holds only records produced before that, and replay starts only
+	// when it holds none), so they go to a head spool that replay reads first.
+	hcfg := cfg.Spool
+	hcfg.Dir, hcfg.MaxBytes, hcfg.Full, hcfg.quiet = filepath.Join(cfg.Spool.Dir, "head"), 1<<50, FullBlock, true
+	head, err := OpenSpool(hcfg, m)
+	if err != nil {
+		sp.Close()
+		return nil, err
+	}
+	s := &Sink{cfg: cfg, p: p, rb: rb, m: m, log: log, q: newQueue(cfg.QueueMaxRecords), sp: sp, head: head,
 		stop: make(chan struct{}), done: make(chan struct{}), resReady: make(chan struct{}, 1),
 		recoverRes: make(chan recoverResult, 1)}
 	now := time.Now()
 	s.safeMs.Store(now.UnixMilli())
 	st := sp.Loaded()
+	if hs := head.Loaded(); !hs.Clean {
+		st.Clean, st.SafeMs = false, min(st.SafeMs, hs.SafeMs)
+	}
 	need := cfg.SourceUnclean || !st.Clean
 	if need {
 		since := now.UnixMilli()
@@ -204,8 +221,10 @@ func New(cfg Config, p Producer, rb Readback, m *metrics.Metrics, log *slog.Logg
 		s.recSafe = since
 		s.recSince = since - cfg.RecoveryLookback.Milliseconds()
 		s.inSpool = NewPosSet()
-		if err := sp.Scan(s.inSpool.Add); err != nil {
-			log.Warn("spool scan after unclean stop failed; records in the unreadable part may be sent twice", "err", err)
+		for _, x := range []*Spool{head, sp} {
+			if err := x.Scan(s.inSpool.Add); err != nil {
+				log.Warn("spool scan after unclean stop failed; records in the unreadable part may be sent twice", "err", err)
+			}
 		}
 		log.Info("last run stopped uncleanly: reading back what reached Kafka before sending",
 			"since_ms", s.recSince, "spooled_records", s.inSpool.Len())
@@ -214,11 +233,12 @@ func New(cfg Config, p Producer, rb Readback, m *metrics.Metrics, log *slog.Logg
 		m.RecoveryDone.Set(1)
 	}
 	// From here on this process may put records in Kafka that no state file accounts for.
-	if err := sp.SaveState(false, now.UnixMilli()); err != nil {
+	if err := s.saveStates(false, now.UnixMilli()); err != nil {
 		sp.Close()
+		head.Close()
 		return nil, err
 	}
-	if !sp.Empty() || !s.recovered {
+	if !s.spoolEmpty() || !s.recovered {
 		s.spooling = true
 		m.SpoolMode.Set(1)
 	}
@@ -468,7 +488,7 @@ func (s *Sink) processResults(now time.Time) {
 			s.m.KafkaUp.Set(0)
 			s.enterSpool("produce_error")
 			s.backoffUntil = now.Add(s.cfg.RetryBackoff)
-			s.toSpool = append(s.toSpool, pm)
+			s.toHead = append(s.toHead, pm)
 		}
 	}
 	if c := s.chunk; c != nil && c.remaining == 0 {
@@ -484,7 +504,7 @@ func (s *Sink) commitChunk() {
 		n++
 	}
 	if n > 0 {
-		s.sp.Commit(c.entries[n-1].End)
+		c.sp.Commit(c.entries[n-1].End)
 		s.stateDirty = true
 	}
 	if n == len(c.entries) {
@@ -499,36 +519,22 @@ func (s *Sink) checkStall(now time.Time) {
 	}
 }
 
-// flushSpool appends the records routed to the spool in this step, then fsyncs if due.
+// flushSpool appends the records routed to the spools in this step, then fsyncs if due.
 func (s *Sink) flushSpool(now time.Time, force bool) {
-	if len(s.toSpool) > 0 {
-		msgs := make([]*Message, len(s.toSpool))
-		for i, pm := range s.toSpool {
-			msgs[i] = &pm.msg
-		}
-		if _, err := s.sp.Append(msgs, s.cfg.Key); err != nil {
-			// Lost: count, and let the sources move on rather than stall forever.
-			s.log.Error("spool write failed; records dropped", "records", len(msgs), "err", err)
-			s.m.RecordsDropped.WithLabelValues(metrics.DropSpoolWrite).Add(float64(len(msgs)))
-			for _, pm := range s.toSpool {
-				s.complete(pm)
-			}
-		} else {
-			for _, pm := range s.toSpool {
-				s.m.RecordsSpooled.WithLabelValues(pm.msg.Topic).Inc()
-			}
-			s.pendingSync = append(s.pendingSync, s.toSpool...)
-		}
-		s.toSpool = s.toSpool[:0]
-	}
-	if len(s.pendingSync) == 0 && !s.sp.Unsynced() {
+	s.appendTo(s.head, &s.toHead)
+	s.appendTo(s.sp, &s.toSpool)
+	if len(s.pendingSync) == 0 && !s.sp.Unsynced() && !s.head.Unsynced() {
 		return
 	}
 	if !force && s.cfg.FsyncInterval > 0 && now.Sub(s.lastSync) < s.cfg.FsyncInterval {
 		return
 	}
 	s.lastSync = now
-	if err := s.sp.Sync(); err != nil {
+	err := s.head.Sync()
+	if err2 := s.sp.Sync(); err == nil {
+		err = err2
+	}
+	if err != nil {
 		s.log.Error("spool fsync failed; records may not survive a crash", "err", err)
 		s.m.RecordsDropped.WithLabelValues(metrics.DropSpoolWrite).Add(float64(len(s.pendingSync)))
 	}
@@ -536,6 +542,40 @@ func (s *Sink) flushSpool(now time.Time, force bool) {
 		s.complete(pm)
 	}
 	s.pendingSync = s.pendingSync[:0]
+}
+
+func (s *Sink) appendTo(sp *Spool, pms *[]*pmsg) {
+	if len(*pms) == 0 {
+		return
+	}
+	msgs := make([]*Message, len(*pms))
+	for i, pm := range *pms {
+		msgs[i] = &pm.msg
+	}
+	if _, err := sp.Append(msgs, s.cfg.Key); err != nil {
+		// Lost: count, and let the sources move on rather than stall forever.
+		s.log.Error("spool write failed; records dropped", "records", len(msgs), "err", err)
+		s.m.RecordsDropped.WithLabelValues(metrics.DropSpoolWrite).Add(float64(len(msgs)))
+		for _, pm := range *pms {
+			s.complete(pm)
+		}
+	} else {
+		for _, pm := range *pms {
+			s.m.RecordsSpooled.WithLabelValues(pm.msg.Topic).Inc()
+		}
+		s.pendingSync = append(s.pendingSync, *pms...)
+	}
+	*pms = (*pms)[:0]
+}
+
+func (s *Sink) spoolEmpty() bool { return s.head.Empty() && s.sp.Empty() }
+
+func (s *Sink) saveStates(clean bool, safe int64) error {
+	err := s.head.SaveState(clean, safe)
+	if err2 := s.sp.SaveState(clean, safe); err == nil {
+		err = err2
+	}
+	return err
 }
 
 func (s *Sink) maybeReplay(now time.Time) {
@@ -555,17 +595,22 @@ func (s *Sink) maybeReplay(now time.Time) {
 	if s.inflight > 0 {
 		return // records the client still holds go first
 	}
-	entries, err := s.sp.Read(s.cfg.ReplayChunk)
+	from := s.head
+	entries, err := from.Read(s.cfg.ReplayChunk)
+	if err == nil && len(entries) == 0 && from.Empty() {
+		from = s.sp
+		entries, err = from.Read(s.cfg.ReplayChunk)
+	}
 	if err != nil {
 		s.log.Error("spool read failed", "err", err)
 		s.backoffUntil = now.Add(s.cfg.RetryBackoff)
 	}
 	if len(entries) == 0 {
-		if len(s.pendingSync) > 0 || s.sp.Unsynced() {
+		if len(s.pendingSync) > 0 || s.sp.Unsynced() || s.head.Unsynced() {
 			s.flushSpool(now, true) // readable next step
 			return
 		}
-		if s.sp.Empty() {
+		if s.spoolEmpty() {
 			s.spooling = false
 			s.m.SpoolMode.Set(0)
 			s.stateDirty = true
@@ -573,7 +618,7 @@ func (s *Sink) maybeReplay(now time.Time) {
 		}
 		return
 	}
-	c := &replayChunk{entries: entries, state: make([]byte, len(entries)), remaining: len(entries)}
+	c := &replayChunk{sp: from, entries: entries, state: make([]byte, len(entries)), remaining: len(entries)}
 	s.chunk = c
 	for i := range entries {
 		e := &entries[i]
@@ -648,7 +693,7 @@ func (s *Sink) maybeSaveState(now time.Time, force bool) {
 	}
 	s.lastState = now
 	s.stateDirty = false
-	if err := s.sp.SaveState(false, s.safe(now)); err != nil {
+	if err := s.saveStates(false, s.safe(now)); err != nil {
 		s.log.Error("saving spool state failed", "err", err)
 	}
 }
@@ -707,11 +752,13 @@ func (s *Sink) shutdown() {
 		clean = false
 		safe = min(safe, s.recSafe)
 	}
-	if err := s.sp.SaveState(clean, safe); err != nil {
+	if err := s.saveStates(clean, safe); err != nil {
 		s.log.Error("saving spool state failed", "err", err)
 	}
-	if err := s.sp.Close(); err != nil {
-		s.log.Error("closing spool failed", "err", err)
+	for _, x := range []*Spool{s.head, s.sp} {
+		if err := x.Close(); err != nil {
+			s.log.Error("closing spool failed", "err", err)
+		}
 	}
 	s.p.Close()
 	s.publish(now)

@@ -37,6 +37,8 @@ type SpoolConfig struct {
 	SegmentBytes int64 // a segment is closed (and fsynced) when it reaches this size
 	MaxBytes     int64 // bound on the bytes of all segments; must be ≥ 2 × SegmentBytes
 	Full         FullPolicy
+
+	quiet bool // the head spool: does not set the size gauges
 }
 
 // Validate reports the first problem of c.
@@ -121,6 +123,7 @@ type Spool struct {
 
 	rf    *os.File // read handle of the cursor's segment
 	rfSeq uint64
+
 
 	loaded SpoolState
 }
@@ -234,6 +237,9 @@ func (s *Spool) segPath(seq uint64) string {
 }
 
 func (s *Spool) gauge() {
+	if s.cfg.quiet {
+		return
+	}
 	s.m.SpoolBytes.Set(float64(s.total))
 	s.m.SpoolSegments.Set(float64(len(s.segs)))
 }
