@@ -124,7 +124,6 @@ type Spool struct {
 	rf    *os.File // read handle of the cursor's segment
 	rfSeq uint64
 
-
 	loaded SpoolState
 }
 
