@@ -311,7 +311,6 @@ class Snapshots:
     notsent_bytes: np.ndarray
     send_q_bytes: np.ndarray
     snd_wnd: np.ndarray
-    rcv_space: np.ndarray
     lastsnd_ms: np.ndarray
     lastrcv_ms: np.ndarray
     lastack_ms: np.ndarray
@@ -454,7 +453,7 @@ def tick_snapshots(conns: Connections, reqs: Requests, out: Outcomes, totals: To
         delivery_rate_bps=np.round(delivery).astype(np.int64), pacing_rate_bps=np.round(pacing).astype(np.int64),
         delivered=delivered, app_limited=app_limited, busy_ms=busy_ms, rwnd_limited_ms=rwnd_ms,
         sndbuf_limited_ms=snd_ms, notsent_bytes=notsent, send_q_bytes=inflight_bytes + notsent,
-        snd_wnd=snd_wnd.astype(np.int64), rcv_space=(IW_PKTS * mss).astype(np.int64),
+        snd_wnd=snd_wnd.astype(np.int64),
         lastsnd_ms=np.floor(lastsnd).astype(np.int64), lastrcv_ms=np.floor(lastrcv).astype(np.int64),
         lastack_ms=np.floor(lastack).astype(np.int64),
         bbr_bw_bps=np.round(bbr_bw).astype(np.int64), bbr_min_rtt_us=bbr_min_rtt_us,
