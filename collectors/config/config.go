@@ -401,6 +401,8 @@ func (c *Config) Validate() error {
 		return errors.New("kafka topics must not be empty")
 	case !c.Nginx.Enabled && !c.TCPInfo.Enabled:
 		return errors.New("nothing to collect: both nginx.enabled and tcp_info.enabled are false")
+	case c.Spool.Full != string(sink.FullShed) && c.Spool.Full != string(sink.FullBlock):
+		return fmt.Errorf("spool.full %q is neither shed nor block", c.Spool.Full)
 	case c.Reps < 0:
 		return fmt.Errorf("reps %d is negative", c.Reps)
 	}

@@ -513,7 +513,7 @@ func (s *Sink) commitChunk() {
 }
 
 func (s *Sink) checkStall(now time.Time) {
-	if !s.spooling && s.inflight > 0 && now.Sub(s.lastProgress) > s.cfg.StallTimeout {
+	if s.inflight > 0 && now.Sub(s.lastProgress) > s.cfg.StallTimeout {
 		s.m.KafkaUp.Set(0)
 		s.enterSpool("stall")
 	}

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# bench/collector/nginx_bench.sh [LINES] — nginx access-log lines/s: ours vs peers, same file,
+# same run.
+#
+# The file: LINES (default 1,000,000) combined-format lines with the tcpinfo/msec fields an
+# edge fleet appends (the `edge` format of collectors/nginxlog/testdata/combined_tcpinfo.conf),
+# plus the same requests in the JSON `ccab` format.
+#
+# Measured (CPU seconds = user + sys, so "lines/s per core" does not depend on a busy
+# neighbour's share of the 2 cores; wall time printed too):
+#   ours/parse    `ccab-collector parse-nginx` over the file, records to /dev/null: the parser
+#                 plus record encoding, no tailer.
+#   ours/tailer   `ccab-collector run --once --output discard` on the static file: the tailer
+#                 (read, split, parse, stamp, encode) and the sink's queue, no Kafka.
+#   goaccess      `goaccess --log-format=COMBINED` to a JSON report (parses and aggregates).
+#   mtail         `mtail --one_shot` with a program matching the combined format and counting
+#                 lines and bytes.
+# Goal in bench/README.md: ≥ 1M lines/s per core. Ratios are ours/peer (> 1: we are faster).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+LINES=${1:-1000000}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+if ! command -v goaccess >/dev/null || ! command -v mtail >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing goaccess and mtail (peers) with apt-get"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq goaccess mtail >/dev/null 2>&1 || true
+  fi
+fi
+
+CGO_ENABLED=0 go build -o "$work/ccab-collector" ./collectors/cmd/ccab-collector
+bin="$work/ccab-collector"
+
+python3 - "$LINES" "$work" <<'PY'
+import json, random, sys
+n, work = int(sys.argv[1]), sys.argv[2]
+rng = random.Random(1)
+paths = ["/", "/big.bin", "/v.mp4", "/img/a.png", "/api/v1/items?id=%d"]
+agents = ["curl/8.5.0", "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36"]
+with open(f"{work}/combined.log", "w") as c, open(f"{work}/ccab.log", "w") as j:
+    for i in range(n):
+        ip = f"198.51.{rng.randrange(256)}.{rng.randrange(256)}"
+        t = 1763769600 + i // 1000
+        msec = f"{t}.{i % 1000:03d}"
+        path = rng.choice(paths).replace("%d", str(i))
+        status, body = rng.choice([(200, rng.randrange(100, 5_000_000)), (206, 1048576), (404, 0)])
+        rt = f"{rng.random() * 2:.3f}"
+        rtt, cwnd = rng.randrange(200, 90000), rng.randrange(10, 400)
+        c.write(f'{ip} - - [22/Nov/2025:00:{(i // 60000) % 60:02d}:{(i // 1000) % 60:02d} +0000] "GET {path} HTTP/1.1" '
+                f'{status} {body} "-" "{rng.choice(agents)}" {msec} {rt} {i} 1 {body + 320} {rtt} {rtt // 4} {cwnd} 14600\n')
+        j.write('{"msec":%s,"remote_addr":"%s","connection":%d,"connection_requests":1,"request_method":"GET",'
+                '"status":%d,"bytes_sent":%d,"body_bytes_sent":%d,"request_time":%s,"tcpinfo_rtt":"%d",'
+                '"tcpinfo_rttvar":"%d","tcpinfo_snd_cwnd":"%d","tcpinfo_rcv_space":"14600"}\n'
+                % (msec, ip, i, status, body + 320, body, rt, rtt, rtt // 4, cwnd))
+PY
+edge_format="$(cat collectors/nginxlog/testdata/combined_tcpinfo.conf)"
+cat > "$work/combined.mtail" <<'MTAIL'
+counter lines
+counter bytes
+/^(?P<ip>\S+) \S+ \S+ \[(?P<ts>[^\]]+)\] "(?P<req>[^"]*)" (?P<status>\d+) (?P<body>\d+) "[^"]*" "[^"]*"/ {
+  lines++
+  bytes += $body
+}
+MTAIL
+
+declare -A CPU WALL
+measure() { # name, command...
+  local name=$1; shift
+  local t0 t1 s err
+  err="$work/$(tr -c 'a-zA-Z0-9\n' _ <<<"$name").err"
+  t0=$(date +%s.%N)
+  /usr/bin/env time -f "%U %S" "$@" >/dev/null 2>"$err" || echo "$name: exit status $? (see below)"
+  s=$(tail -1 "$err")
+  t1=$(date +%s.%N)
+  CPU[$name]=$(awk '{print $1 + $2}' <<<"$s")
+  WALL[$name]=$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b - a}')
+  awk -v n="$LINES" -v c="${CPU[$name]}" -v w="${WALL[$name]}" -v name="$name" \
+    'BEGIN{ if (c <= 0) c = 0.001; printf "%-26s %8.2f s CPU %8.2f s wall %12.0f lines/s per core\n", name, c, w, n / c }'
+}
+
+if ! command -v time >/dev/null && [ ! -x /usr/bin/time ]; then
+  echo "note: /usr/bin/time missing (apt-get install time); using wall time as CPU time"
+fi
+echo "nginx log parsing, $LINES lines ($(du -h "$work/combined.log" | cut -f1) combined, $(du -h "$work/ccab.log" | cut -f1) JSON)"
+measure "ours/parse combined" "$bin" parse-nginx --format "$edge_format" --format-name edge <"$work/combined.log"
+measure "ours/parse json" "$bin" parse-nginx --format json <"$work/ccab.log"
+measure "ours/tailer combined" "$bin" run --once --output discard --metrics-addr "" --state-dir "$work/st1" \
+  --nginx-paths "$work/combined.log" --nginx-format "$edge_format" --nginx-format-name edge \
+  --rollout-state-file /nonexistent --log-level error
+measure "ours/tailer json" "$bin" run --once --output discard --metrics-addr "" --state-dir "$work/st2" \
+  --nginx-paths "$work/ccab.log" --nginx-format json --rollout-state-file /nonexistent --log-level error
+peers=()
+if command -v goaccess >/dev/null; then
+  measure "goaccess" goaccess "$work/combined.log" --log-format=COMBINED --no-progress --no-global-config \
+    -o "$work/report.json"
+  peers+=(goaccess)
+else
+  echo "goaccess: not installed (apt-get install goaccess)"
+fi
+if command -v mtail >/dev/null; then
+  mkdir -p "$work/progs" && cp "$work/combined.mtail" "$work/progs/"
+  measure "mtail" mtail --one_shot --one_shot_format=prometheus --progs "$work/progs" --logs "$work/combined.log" \
+    --logtostderr=false
+  peers+=(mtail)
+else
+  echo "mtail: not installed (apt-get install mtail)"
+fi
+for p in "${peers[@]}"; do
+  for ours in "ours/parse combined" "ours/tailer combined"; do
+    awk -v a="${CPU[$p]}" -v b="${CPU[$ours]}" -v p="$p" -v o="$ours" \
+      'BEGIN{ if (b <= 0) b = 0.001; printf "ratio %-22s vs %-9s %6.2fx (CPU time %s / %s)\n", o, p, a / b, p, o }'
+  done
+done
+awk -v n="$LINES" -v c="${CPU[ours/tailer combined]}" 'BEGIN{ if (c <= 0) c = 0.001;
+  r = n / c; printf "goal ≥ 1,000,000 lines/s per core: tailer+parser (combined) %.0f lines/s per core: %s\n", r,
+  (r >= 1e6 ? "met" : "NOT met") }'
