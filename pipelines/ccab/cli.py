@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "ccab.query",         # ccab query
     "ccab.env_info",      # ccab env
     "ccab.sim.cli",       # ccab sim
+    "ccab.cohorts.cli", "ccab.plots.cli",  # ccab analyze, ccab dags list|test; ccab plot
 ]
 
 

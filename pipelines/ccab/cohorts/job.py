@@ -1,0 +1,395 @@
+"""The hourly cohort job: raw rows of one hour -> the cohort rollups, idempotently.
+
+``rollup_hour(wh, hour)`` rewrites exactly one hour of ``cohort_hourly``,
+``cohort_heatmap_hourly`` and ``cohort_prefix_hourly``:
+
+1. the hour's partitions of the ``*_stage`` tables are cleared (leftovers of a failed run);
+2. the fingerprint of the raw rows the hour depends on is read (tcp_samples in
+   ``[hour, hour+2h)``, http_requests in ``[hour, hour+1h)``);
+3. the SQL in ``cohorts/sql/`` fills the stage tables (prefix classes -> per-connection rows ->
+   metric summaries and heatmap counts) — all aggregation happens in ClickHouse;
+4. each target's partition is swapped in with ``ALTER TABLE t REPLACE PARTITION ID ... FROM
+   t_stage`` (or dropped, when the hour now has no rows for it), the stage is cleared;
+5. the fingerprint is recorded in ``cohort_watermarks`` — last, so an hour whose run died half
+   way still looks stale and is redone.
+
+Running an hour again replaces it with the same result: re-runs never double or drop rows.
+
+``stale_hours`` finds the hours whose raw rows changed since they were computed (late data), or
+that were computed with other SQL or another bulk filter, or never; ``run_window`` computes a
+window's hours and then those stale hours of its look-back. Hours whose raw rows are all gone
+(expired after 90 days) are never recomputed: the rollups keep the history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Callable, Mapping
+
+from ccab.warehouse import Warehouse, WarehouseError
+
+SQL_DIR = Path(__file__).with_name("sql")
+HOUR = timedelta(hours=1)
+DEFAULT_BULK_MIN_BYTES = 1 << 20
+DEFAULT_LOOKBACK = timedelta(hours=24)
+
+#: stage -> target tables swapped per hour, in the order they are swapped
+SWAPS: tuple[tuple[str, str], ...] = (
+    ("cohort_prefix_hourly_stage", "cohort_prefix_hourly"),
+    ("cohort_hourly_stage", "cohort_hourly"),
+    ("cohort_heatmap_hourly_stage", "cohort_heatmap_hourly"),
+)
+SCRATCH = "cohort_connections_stage"
+#: (sql file, stage table it fills), in dependency order
+STEPS: tuple[tuple[str, str], ...] = (
+    ("prefix_classes.sql", "cohort_prefix_hourly_stage"),
+    ("connections.sql", "cohort_connections_stage"),
+    ("connection_metrics.sql", "cohort_hourly_stage"),
+    ("sample_metrics.sql", "cohort_hourly_stage"),
+    ("request_metrics.sql", "cohort_hourly_stage"),
+    ("heatmap.sql", "cohort_heatmap_hourly_stage"),
+)
+
+
+class CohortJobError(RuntimeError):
+    """A step of the cohort job failed; the message names the hour and the step."""
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Settings of the cohort job.
+
+    Parameters
+    ----------
+    bulk_min_bytes : int
+        Bulk filter: requests with ``body_bytes_sent`` below it have no goodput value, and
+        connections with ``bytes_acked`` below it are not in the 'bulk' segment. Changing it makes
+        every hour in a look-back stale (their watermark records the filter they used).
+    lookback : timedelta
+        How far before a window ``run_window`` looks for hours with late data.
+    """
+
+    bulk_min_bytes: int = DEFAULT_BULK_MIN_BYTES
+    lookback: timedelta = DEFAULT_LOOKBACK
+
+    def __post_init__(self):
+        if self.bulk_min_bytes < 0:
+            raise ValueError(f"bulk_min_bytes must be >= 0, got {self.bulk_min_bytes}")
+        if self.lookback < timedelta(0) or self.lookback % HOUR:
+            raise ValueError(f"lookback must be a whole number of hours >= 0, got {self.lookback}")
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The raw rows an hour depends on: row counts and newest ``_loaded_at`` per source."""
+
+    tcp_rows: int
+    tcp_max_loaded_at: str
+    http_rows: int
+    http_max_loaded_at: str
+    own_rows: int  # rows whose event time is in the hour itself (tcp + http)
+
+
+@dataclass(frozen=True)
+class Watermark:
+    fingerprint: Fingerprint
+    bulk_min_bytes: int
+    code_version: str
+
+
+@dataclass
+class HourResult:
+    hour: datetime
+    reason: str
+    skipped: bool = False
+    connections: int = 0
+    rollup_rows: int = 0
+    heatmap_rows: int = 0
+    prefixes: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class WindowReport:
+    start: datetime
+    end: datetime
+    hours: list[HourResult] = field(default_factory=list)
+
+    @property
+    def computed(self) -> list[HourResult]:
+        return [h for h in self.hours if not h.skipped]
+
+    def summary(self) -> str:
+        late = [h for h in self.computed if h.reason != "requested"]
+        skipped = [h for h in self.hours if h.skipped]
+        return (f"{len(self.computed)} hour(s) computed ({len(late)} from the look-back), "
+                f"{len(skipped)} without raw rows skipped, "
+                f"{sum(h.connections for h in self.computed):,} connections, "
+                f"{sum(h.rollup_rows for h in self.computed):,} rollup rows")
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def utc_hour(value: datetime) -> datetime:
+    """``value`` as an aware UTC datetime on an hour boundary; naive means UTC."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    value = value.astimezone(timezone.utc)
+    if value != value.replace(minute=0, second=0, microsecond=0):
+        raise ValueError(f"{value.isoformat()} is not on an hour boundary (cohort hours are UTC hours)")
+    return value
+
+
+def hours_between(start: datetime, end: datetime) -> list[datetime]:
+    """The hours in ``[start, end)``; both must be on hour boundaries."""
+    start, end = utc_hour(start), utc_hour(end)
+    if end < start:
+        raise ValueError(f"window end {end.isoformat()} is before its start {start.isoformat()}")
+    out, h = [], start
+    while h < end:
+        out.append(h)
+        h += HOUR
+    return out
+
+
+def sql_time(value: datetime) -> str:
+    """A UTC datetime as ClickHouse reads a ``DateTime('UTC')`` parameter."""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def partition_id(hour: datetime) -> str:
+    """Partition id of ``hour`` in the hourly-partitioned tables (unix seconds)."""
+    return str(int(utc_hour(hour).timestamp()))
+
+
+def code_version(sql_dir: Path = SQL_DIR) -> str:
+    """Hash of the job's SQL: an hour computed by other SQL is stale."""
+    h = hashlib.sha256()
+    for p in sorted(sql_dir.glob("*.sql")):
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def fingerprint_of(hour: datetime, rows: Mapping[tuple[str, datetime], tuple[int, str]]) -> Fingerprint:
+    """Combine per-(source, hour) ``(rows, max_loaded_at)`` into the fingerprint of ``hour``.
+
+    A connection belongs to the hour of its last sample, so ``hour`` also depends on the next
+    hour's tcp samples; requests depend on their own hour only.
+    """
+    empty = (0, "1970-01-01 00:00:00")
+    tcp = [rows.get(("tcp", hour), empty), rows.get(("tcp", hour + HOUR), empty)]
+    http = rows.get(("http", hour), empty)
+    return Fingerprint(
+        tcp_rows=sum(r for r, _ in tcp),
+        tcp_max_loaded_at=max(m for _, m in tcp),
+        http_rows=http[0],
+        http_max_loaded_at=http[1],
+        own_rows=tcp[0][0] + http[0],
+    )
+
+
+def stale_reason(fp: Fingerprint, wm: Watermark | None, bulk_min_bytes: int, version: str) -> str | None:
+    """Why an hour must be recomputed, or None when its rollup is current.
+
+    Hours without raw rows of their own are never stale (nothing to compute, and a rollup whose
+    raw rows expired must be kept).
+    """
+    if fp.own_rows == 0:
+        return None
+    if wm is None:
+        return "never computed"
+    if (wm.fingerprint.tcp_rows, wm.fingerprint.tcp_max_loaded_at, wm.fingerprint.http_rows,
+            wm.fingerprint.http_max_loaded_at) != (fp.tcp_rows, fp.tcp_max_loaded_at, fp.http_rows,
+                                                   fp.http_max_loaded_at):
+        return "late data"
+    if wm.bulk_min_bytes != bulk_min_bytes:
+        return "bulk filter changed"
+    if wm.code_version != version:
+        return "job SQL changed"
+    return None
+
+
+# --------------------------------------------------------------------------- warehouse I/O
+
+
+def _shorten(text: str, limit: int = 1500) -> str:
+    """ClickHouse repeats the whole expanded query in its errors; keep the head and the tail."""
+    return text if len(text) <= limit else f"{text[:limit // 2]} [...] {text[-limit // 2:]}"
+
+
+def read_sql(name: str) -> str:
+    return (SQL_DIR / name).read_text()
+
+
+def _columns(wh: Warehouse, table: str) -> list[str]:
+    res = wh.query("SELECT name FROM system.columns WHERE database = currentDatabase() AND table = {t:String} "
+                   "AND default_kind NOT IN ('ALIAS', 'MATERIALIZED') ORDER BY position", params={"t": table})
+    if not res.rows:
+        raise CohortJobError(f"table {table} does not exist: run `ccab db migrate` (migration 0003_cohort_rollups)")
+    return [r[0] for r in res.rows]
+
+
+def source_rows(wh: Warehouse, start: datetime, end: datetime) -> dict[tuple[str, datetime], tuple[int, str]]:
+    """Per (source, hour) in ``[start, end)``: raw row count and newest ``_loaded_at``."""
+    res = wh.query(read_sql("source_fingerprints.sql"),
+                   params={"range_start": sql_time(start), "range_end": sql_time(end)})
+    out = {}
+    for source, hour, rows, max_loaded in res.rows:
+        h = datetime.strptime(hour, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        out[(source, h)] = (int(rows), str(max_loaded))
+    return out
+
+
+def watermarks(wh: Warehouse, start: datetime, end: datetime) -> dict[datetime, Watermark]:
+    """The newest watermark of each hour in ``[start, end)``."""
+    res = wh.query(
+        """SELECT hour, tcp_rows, tcp_max_loaded_at, http_rows, http_max_loaded_at, bulk_min_bytes, code_version
+           FROM cohort_watermarks FINAL
+           WHERE hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}""",
+        params={"a": sql_time(start), "b": sql_time(end)})
+    out = {}
+    for hour, tcp_rows, tcp_max, http_rows, http_max, bulk, version in res.rows:
+        h = datetime.strptime(hour, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        out[h] = Watermark(Fingerprint(int(tcp_rows), str(tcp_max), int(http_rows), str(http_max), -1),
+                           int(bulk), version)
+    return out
+
+
+def stale_hours(wh: Warehouse, start: datetime, end: datetime, cfg: JobConfig | None = None) -> dict[datetime, str]:
+    """Hours in ``[start, end)`` whose rollup is not current, with the reason."""
+    cfg = cfg or JobConfig()
+    hours = hours_between(start, end)
+    if not hours:
+        return {}
+    rows = source_rows(wh, hours[0], hours[-1] + 2 * HOUR)
+    marks = watermarks(wh, hours[0], hours[-1] + HOUR)
+    version = code_version()
+    out = {}
+    for h in hours:
+        why = stale_reason(fingerprint_of(h, rows), marks.get(h), cfg.bulk_min_bytes, version)
+        if why:
+            out[h] = why
+    return out
+
+
+def _count(wh: Warehouse, table: str, pid: str) -> int:
+    return int(wh.query(f"SELECT count() FROM {table} WHERE _partition_id = {{p:String}}", params={"p": pid}).scalar())
+
+
+def rollup_hour(wh: Warehouse, hour: datetime, cfg: JobConfig | None = None, reason: str = "requested") -> HourResult:
+    """Recompute one hour of the cohort rollups (idempotent; see the module docstring).
+
+    Raises
+    ------
+    CohortJobError
+        A statement failed; the message names the hour and the step. The hour's rollup is then
+        either the old or the new version per table and its watermark is not updated, so the next
+        run (or an Airflow retry) redoes it.
+    """
+    cfg = cfg or JobConfig()
+    hour = utc_hour(hour)
+    t0 = time.perf_counter()
+    pid = partition_id(hour)
+    label = hour.strftime("%Y-%m-%dT%H:00Z")
+    step = "start"
+    try:
+        step = "read the raw-row fingerprint"
+        fp = fingerprint_of(hour, source_rows(wh, hour, hour + 2 * HOUR))
+        if fp.own_rows == 0:
+            return HourResult(hour, reason, skipped=True, seconds=time.perf_counter() - t0)
+        stages = [s for s, _ in SWAPS] + [SCRATCH]
+        step = "clear the stage tables"
+        for table in stages:
+            wh.command(f"ALTER TABLE {table} DROP PARTITION ID '{pid}'")
+        params = {"hour_start": sql_time(hour), "bulk_min_bytes": cfg.bulk_min_bytes}
+        for sql_file, table in STEPS:
+            step = f"{sql_file} -> {table}"
+            cols = ", ".join(_columns(wh, table))
+            wh.command(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM (\n{read_sql(sql_file)}\n)",
+                       params=params)
+        counts = {}
+        for stage, target in SWAPS:
+            step = f"swap {stage} -> {target}"
+            counts[target] = _count(wh, stage, pid)
+            if counts[target]:
+                wh.command(f"ALTER TABLE {target} REPLACE PARTITION ID '{pid}' FROM {stage}")
+            else:  # REPLACE from an empty partition is refused; the hour now has no rows here
+                wh.command(f"ALTER TABLE {target} DROP PARTITION ID '{pid}'")
+        connections = _count(wh, SCRATCH, pid)
+        step = "clear the stage tables"
+        for table in stages:
+            wh.command(f"ALTER TABLE {table} DROP PARTITION ID '{pid}'")
+        step = "write the watermark"
+        wh.command(
+            """INSERT INTO cohort_watermarks (hour, computed_seq, tcp_rows, tcp_max_loaded_at, http_rows,
+                   http_max_loaded_at, bulk_min_bytes, code_version, rollup_rows, heatmap_rows, connections)
+               SELECT {hour:DateTime('UTC')}, toUnixTimestamp64Nano(now64(9)), {tcp_rows:UInt64},
+                   {tcp_max:DateTime('UTC')}, {http_rows:UInt64}, {http_max:DateTime('UTC')}, {bulk:UInt64},
+                   {version:String}, {rollup_rows:UInt64}, {heatmap_rows:UInt64}, {connections:UInt64}""",
+            params={"hour": sql_time(hour), "tcp_rows": fp.tcp_rows, "tcp_max": fp.tcp_max_loaded_at,
+                    "http_rows": fp.http_rows, "http_max": fp.http_max_loaded_at, "bulk": cfg.bulk_min_bytes,
+                    "version": code_version(), "rollup_rows": counts["cohort_hourly"],
+                    "heatmap_rows": counts["cohort_heatmap_hourly"], "connections": connections})
+    except WarehouseError as exc:
+        raise CohortJobError(
+            f"cohort job, hour {label}, step '{step}' failed: {_shorten(str(exc))}\n"
+            "The hour keeps its previous rollup and watermark; fix the cause and re-run it "
+            f"(`ccab analyze --from {label} --to {(hour + HOUR).strftime('%Y-%m-%dT%H:00Z')}`)."
+        ) from exc
+    return HourResult(hour, reason, connections=connections, rollup_rows=counts["cohort_hourly"],
+                      heatmap_rows=counts["cohort_heatmap_hourly"], prefixes=counts["cohort_prefix_hourly"],
+                      seconds=time.perf_counter() - t0)
+
+
+def run_window(wh: Warehouse, start: datetime, end: datetime, cfg: JobConfig | None = None, *,
+               recompute_requested: bool = True, lookback: bool = True,
+               on_hour: Callable[[HourResult, int, int], None] | None = None) -> WindowReport:
+    """Compute the hours of ``[start, end)``, then the stale hours of the look-back before it.
+
+    Parameters
+    ----------
+    recompute_requested : bool
+        True: every hour of the window is recomputed (what a scheduled interval or an explicit
+        ``ccab analyze`` wants). False: only its stale hours.
+    lookback : bool
+        Also recompute stale hours in ``[start - cfg.lookback, start)`` (late data).
+    on_hour : callable, optional
+        Called after each hour with ``(result, done, total)`` (progress bars).
+    """
+    cfg = cfg or JobConfig()
+    window = hours_between(start, end)
+    todo: dict[datetime, str] = {}
+    if lookback and cfg.lookback:
+        todo.update(stale_hours(wh, utc_hour(start) - cfg.lookback, utc_hour(start), cfg))
+    if recompute_requested:
+        todo.update({h: "requested" for h in window})
+    else:
+        todo.update(stale_hours(wh, start, end, cfg))
+    report = WindowReport(utc_hour(start), utc_hour(end))
+    for i, h in enumerate(sorted(todo), start=1):
+        res = rollup_hour(wh, h, cfg, reason=todo[h])
+        report.hours.append(res)
+        if on_hour:
+            on_hour(res, i, len(todo))
+    return report
+
+
+def refresh_late(wh: Warehouse, before: datetime, cfg: JobConfig | None = None,
+                 on_hour: Callable[[HourResult, int, int], None] | None = None) -> WindowReport:
+    """Recompute the stale hours of ``[before - cfg.lookback, before)`` (the late-data pass)."""
+    cfg = cfg or JobConfig()
+    before = utc_hour(before)
+    todo = stale_hours(wh, before - cfg.lookback, before, cfg)
+    report = WindowReport(before - cfg.lookback, before)
+    for i, h in enumerate(sorted(todo), start=1):
+        res = rollup_hour(wh, h, cfg, reason=todo[h])
+        report.hours.append(res)
+        if on_hour:
+            on_hour(res, i, len(todo))
+    return report
+

@@ -1,0 +1,72 @@
+-- request_metrics: nginx goodput of one hour, summarised (-> cohort_hourly_stage).
+-- Grain: one row per hour x cohort x segment x metric (metric = 'goodput_bps').
+-- Source grain: one value per bulk request (http_requests with body_bytes_sent >= the bulk
+-- filter, 1 MiB by default): smaller bodies fit in the socket buffer and $request_time ends
+-- when the last byte is written, not acknowledged, so their "goodput" measures nothing.
+-- goodput_bps = body_bytes_sent * 8 / (request_time_ms / 1000); a request with
+-- request_time_ms <= 0 has no value (n_missing). ratio_num / ratio_den = body bits / seconds.
+-- Cohort keys: the request's host, arm and the host's default cc when the line was read;
+-- cc_version is not on the wire for requests, so it is taken from the same host's connections
+-- with that cc in the hour (cohort_connections_stage; 0 when there are none). Segments: 'all', the prefix's RTT class
+-- (from the hour's tcp samples; 'rtt:unknown' when the prefix had none), and the response size
+-- class 'size:<4MiB', 'size:4-16MiB', 'size:16MiB+' (a property of the request, pre-treatment).
+-- Parameters: hour_start DateTime('UTC'), bulk_min_bytes UInt64.
+WITH
+bulk_requests AS (
+    SELECT pop, rollout_id, arm, kernel, cc, host, peer_prefix, body_bytes_sent, request_time_ms,
+           if(sample_rate > 0, 1 / sample_rate, 0)                              AS weight
+    FROM http_requests
+    WHERE ts >= {hour_start:DateTime('UTC')}
+      AND ts < {hour_start:DateTime('UTC')} + INTERVAL 1 HOUR
+      AND body_bytes_sent >= {bulk_min_bytes:UInt64}
+),
+classes AS (
+    SELECT pop, peer_prefix, rtt_class
+    FROM cohort_prefix_hourly_stage
+    WHERE hour = {hour_start:DateTime('UTC')}
+),
+versions AS (
+    SELECT pop, host, cc, max(cc_version) AS cc_version
+    FROM cohort_connections_stage
+    WHERE hour = {hour_start:DateTime('UTC')}
+    GROUP BY pop, host, cc
+),
+computed AS (
+    SELECT r.pop AS pop, r.rollout_id AS rollout_id, r.arm AS arm, r.kernel AS kernel, r.cc AS cc,
+           r.host AS host, r.weight AS weight,
+           v.cc_version                                                         AS cc_version,
+           if(r.request_time_ms > 0,
+              r.body_bytes_sent * 8 / (r.request_time_ms / 1000), NULL)          AS value,
+           toFloat64(r.body_bytes_sent * 8)                                     AS num,
+           r.request_time_ms / 1000                                             AS den,
+           ['all',
+            if(p.rtt_class = '', 'rtt:unknown', p.rtt_class),
+            multiIf(r.body_bytes_sent < 4194304,  'size:<4MiB',
+                    r.body_bytes_sent < 16777216, 'size:4-16MiB',
+                                                  'size:16MiB+')]               AS segments
+    FROM bulk_requests AS r
+    LEFT JOIN classes AS p ON p.pop = r.pop AND p.peer_prefix = r.peer_prefix
+    LEFT JOIN versions AS v ON v.pop = r.pop AND v.host = r.host AND v.cc = r.cc
+),
+classified AS (
+    SELECT *,
+           value IS NOT NULL AND isFinite(value) AND value >= 0                 AS valid,
+           toInt32(floor(log2(if(valid AND value > 0, assumeNotNull(value), 1)) * 128)) AS bin
+    FROM computed
+)
+SELECT {hour_start:DateTime('UTC')}                                           AS hour,
+       pop, rollout_id, arm, kernel, cc, cc_version, host, segment,
+       'goodput_bps'                                                          AS metric,
+       countIf(valid)                                                         AS n,
+       countIf(valid AND value = 0)                                           AS n_zero,
+       countIf(NOT valid)                                                     AS n_missing,
+       toUInt64(0)                                                            AS n_above_50pct,
+       sumIf(assumeNotNull(value), valid)                                     AS value_sum,
+       sumIf(assumeNotNull(value) * assumeNotNull(value), valid)              AS value_sum_sq,
+       sumIf(num, valid)                                                      AS ratio_num,
+       sumIf(den, valid)                                                      AS ratio_den,
+       sumIf(weight, valid)                                                   AS weight_sum,
+       sumMapIf(map(bin, toUInt64(1)), valid AND value > 0)                   AS hist
+FROM classified
+ARRAY JOIN segments AS segment
+GROUP BY pop, rollout_id, arm, kernel, cc, cc_version, host, segment

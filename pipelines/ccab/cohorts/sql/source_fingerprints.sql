@@ -1,0 +1,21 @@
+-- source_fingerprints: what raw rows exist per hour (the late-data check's input).
+-- Grain: one row per source table x hour in [range_start, range_end).
+-- rows + max(_loaded_at) change whenever rows are added to (or removed from) the hour.
+-- Parameters: range_start, range_end DateTime('UTC').
+WITH
+tcp AS (
+    SELECT 'tcp' AS source, toStartOfHour(ts) AS hour, count() AS rows, max(_loaded_at) AS max_loaded_at
+    FROM tcp_samples
+    WHERE ts >= {range_start:DateTime('UTC')} AND ts < {range_end:DateTime('UTC')}
+    GROUP BY hour
+),
+http AS (
+    SELECT 'http' AS source, toStartOfHour(ts) AS hour, count() AS rows, max(_loaded_at) AS max_loaded_at
+    FROM http_requests
+    WHERE ts >= {range_start:DateTime('UTC')} AND ts < {range_end:DateTime('UTC')}
+    GROUP BY hour
+)
+SELECT source, toDateTime(hour, 'UTC') AS hour, rows, max_loaded_at FROM tcp
+UNION ALL
+SELECT source, toDateTime(hour, 'UTC') AS hour, rows, max_loaded_at FROM http
+ORDER BY source, hour

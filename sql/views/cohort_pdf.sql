@@ -1,0 +1,60 @@
+-- cohort_pdf: probability density of one metric per arm over a window (log-x PDF).
+-- Grain: one row per arm x bin (bins_per_octave bins per factor of 2: 1, 2, 4, ..., 128), plus one
+-- row per arm for the exact zeros (bin = -2147483648, value_lo = value_hi = 0, density NULL).
+-- share = values in the bin / all values of the arm (zeros included), so an arm's shares sum to 1;
+-- density_per_decade = share / log10(value_hi / value_lo), what a log-x PDF plots.
+-- Parameters: pop, rollout_id ('' = all), metric, segment, t_from, t_to (DateTime, UTC),
+--             bins_per_octave (UInt8, a power of two <= 128).
+WITH
+cohort_rows AS (
+    SELECT arm, cc, n, n_zero, hist
+    FROM cohort_hourly
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND metric = {metric:String}
+      AND segment = {segment:String}
+      AND hour >= {t_from:DateTime('UTC')}
+      AND hour < {t_to:DateTime('UTC')}
+      AND throwIf(128 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be a power of two <= 128') = 0
+),
+per_arm AS (
+    SELECT arm,
+           arrayStringConcat(arraySort(groupUniqArray(cc)), '+')              AS ccs,
+           sum(n)                                                            AS n_values,
+           sum(n_zero)                                                       AS n_zero_values,
+           sumMap(hist)                                                      AS merged_hist
+    FROM cohort_rows
+    GROUP BY arm
+),
+fine AS (
+    SELECT arm, ccs, n_values, b.1 AS fine_bin, b.2 AS bin_count
+    FROM per_arm
+    ARRAY JOIN arrayZip(mapKeys(merged_hist), mapValues(merged_hist)) AS b
+),
+coarse AS (
+    SELECT arm, ccs, n_values,
+           toInt32(floor(fine_bin * {bins_per_octave:UInt8} / 128))           AS bin,
+           sum(bin_count)                                                    AS bin_values
+    FROM fine
+    GROUP BY arm, ccs, n_values, bin
+),
+zeros AS (
+    SELECT arm, ccs, n_values, toInt32(-2147483648) AS bin, n_zero_values AS bin_values
+    FROM per_arm
+    WHERE n_zero_values > 0
+),
+binned AS (
+    SELECT * FROM coarse
+    UNION ALL
+    SELECT * FROM zeros
+)
+SELECT arm,
+       ccs                                                                   AS cc,
+       bin,
+       if(bin = -2147483648, 0., exp2(bin / {bins_per_octave:UInt8}))        AS value_lo,
+       if(bin = -2147483648, 0., exp2((bin + 1) / {bins_per_octave:UInt8}))  AS value_hi,
+       bin_values                                                            AS values,
+       bin_values / n_values                                                 AS share,
+       if(bin = -2147483648, NULL, share / log10(value_hi / value_lo))       AS density_per_decade
+FROM binned
+ORDER BY arm, bin
