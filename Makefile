@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export CCAB_DATA_DIR ?= $(CURDIR)/.ccab
 PY := .venv/bin/python
 
-.PHONY: setup demo test test-python test-go bench clean help
+.PHONY: setup demo test test-python test-go test-fuzz bench clean help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -14,10 +14,13 @@ setup:  ## install everything (venv, Go binaries, Kafka jars); idempotent
 demo: setup  ## run the main job end to end on the embedded engines
 	@scripts/demo.sh
 
-test: setup test-go test-python  ## set everything up and run all tests
+test: setup test-go test-fuzz test-python  ## set everything up and run all tests
 
 test-go:
-	@if [ -f go.mod ]; then go test ./...; fi
+	go test -count=1 ./...
+
+test-fuzz:  ## each Go fuzz target for FUZZTIME (default 10s)
+	@scripts/fuzz.sh
 
 test-python:
 	@$(PY) -m pytest -q

@@ -23,6 +23,27 @@ java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head
 [ "${java_major:-0}" -ge 17 ] || die "Java 17+ is required for Kafka 4.x, found '${java_major:-none}'"
 command -v mvn >/dev/null 2>&1 || die "Maven is required once, to fetch the Kafka jars from Maven Central (apt-get install maven)"
 
+# --- Debian packages the real-component tests need ------------------------------------------------
+# nginx (real access logs), ip/tc (network namespaces, tbf bottlenecks), curl (a real client).
+# Installed without starting the packaged nginx service: tests run their own nginx in namespaces.
+need=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 || need+=(iproute2)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    step "debian packages: ${need[*]}"
+    policy=/usr/sbin/policy-rc.d
+    created_policy=0
+    if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' > "$policy"; chmod +x "$policy"; created_policy=1; fi
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
+      || { [ $created_policy = 1 ] && rm -f "$policy"; die "apt-get install ${need[*]} failed"; }
+    [ $created_policy = 1 ] && rm -f "$policy"
+  else
+    printf 'setup: warning: %s not installed and not root with apt-get: the tests that need them will be skipped\n' "${need[*]}" >&2
+  fi
+fi
+
 # --- Python venv --------------------------------------------------------------------------------
 stamp=.venv/.ccab-setup-stamp
 want=$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)
