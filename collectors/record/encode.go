@@ -1,32 +1,45 @@
 package record
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 )
 
 // Encoder writes records as JSON lines (one object per line, fields in contract order).
 type Encoder struct {
-	enc *json.Encoder
+	w   io.Writer
+	buf []byte
 }
 
 // NewEncoder returns an Encoder writing to w. Callers that care about throughput pass a
 // buffered writer and flush it themselves.
 func NewEncoder(w io.Writer) *Encoder {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	return &Encoder{enc: enc}
+	return &Encoder{w: w}
 }
 
-// Encode writes one record (a *TCPSample or *HTTPRequest) followed by a newline.
+// Encode writes one record (a *TCPSample or *HTTPRequest) followed by a newline. Nothing
+// is written when the record cannot be encoded.
 func (e *Encoder) Encode(rec any) error {
-	switch rec.(type) {
-	case *TCPSample, *HTTPRequest, TCPSample, HTTPRequest:
+	var err error
+	b := e.buf[:0]
+	switch r := rec.(type) {
+	case *TCPSample:
+		b, err = AppendTCP(b, r)
+	case *HTTPRequest:
+		b, err = AppendHTTP(b, r)
+	case TCPSample:
+		b, err = AppendTCP(b, &r)
+	case HTTPRequest:
+		b, err = AppendHTTP(b, &r)
 	default:
 		return fmt.Errorf("record: cannot encode %T", rec)
 	}
-	if err := e.enc.Encode(rec); err != nil {
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	e.buf = b
+	if _, err := e.w.Write(b); err != nil {
 		return fmt.Errorf("record: encode: %w", err)
 	}
 	return nil

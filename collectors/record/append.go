@@ -1,0 +1,225 @@
+package record
+
+import (
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// AppendHTTP appends r as one JSON object (no newline) to dst: the same bytes as
+// encoding/json with HTML escaping off, keys in contract order, written with strconv.Append*
+// and constant key text instead of reflection. On error (a float that is not finite) dst
+// is returned unchanged.
+func AppendHTTP(dst []byte, r *HTTPRequest) ([]byte, error) {
+	b := append(dst, `{"schema":`...)
+	b = appendString(b, r.Schema)
+	b = append(b, `,"ts_ms":`...)
+	b = strconv.AppendInt(b, r.TsMs, 10)
+	b = appendHost(b, r.Pop, r.Host, r.Kernel, r.Arm, r.RolloutID)
+	b = append(b, `,"cc":`...)
+	b = appendString(b, r.CC)
+	b = append(b, `,"peer_prefix":`...)
+	b = appendString(b, r.PeerPrefix)
+	b = appendOptInt(append(b, `,"conn_serial":`...), r.ConnSerial)
+	b = appendOptInt(append(b, `,"conn_requests":`...), r.ConnRequests)
+	b = append(b, `,"method":`...)
+	b = appendString(b, r.Method)
+	b = appendOptInt(append(b, `,"status":`...), r.Status)
+	b = appendOptInt(append(b, `,"bytes_sent":`...), r.BytesSent)
+	b = appendOptInt(append(b, `,"body_bytes_sent":`...), r.BodyBytesSent)
+	b = append(b, `,"request_time_ms":`...)
+	var err error
+	if b, err = appendOptFloat(b, r.RequestTimeMs, "request_time_ms"); err != nil {
+		return dst, err
+	}
+	b = appendOptInt(append(b, `,"tcpinfo_rtt_us":`...), r.TcpinfoRTTUs)
+	b = appendOptInt(append(b, `,"tcpinfo_rttvar_us":`...), r.TcpinfoRTTVarUs)
+	b = appendOptInt(append(b, `,"tcpinfo_snd_cwnd":`...), r.TcpinfoSndCwnd)
+	b = appendOptInt(append(b, `,"tcpinfo_rcv_space":`...), r.TcpinfoRcvSpace)
+	b = append(b, `,"sample_rate":`...)
+	if b, err = appendFloatField(b, float64(r.SampleRate), "sample_rate"); err != nil {
+		return dst, err
+	}
+	return append(b, '}'), nil
+}
+
+// AppendTCP appends s as one JSON object (no newline) to dst, like AppendHTTP.
+func AppendTCP(dst []byte, s *TCPSample) ([]byte, error) {
+	b := append(dst, `{"schema":`...)
+	b = appendString(b, s.Schema)
+	b = append(b, `,"ts_ms":`...)
+	b = strconv.AppendInt(b, s.TsMs, 10)
+	b = appendHost(b, s.Pop, s.Host, s.Kernel, s.Arm, s.RolloutID)
+	b = append(b, `,"cc":`...)
+	b = appendString(b, s.CC)
+	b = appendOptInt(append(b, `,"cc_version":`...), s.CCVersion)
+	b = append(b, `,"sock_id":`...)
+	b = appendString(b, s.SockID)
+	b = append(b, `,"peer_prefix":`...)
+	b = appendString(b, s.PeerPrefix)
+	b = append(b, `,"local_port":`...)
+	b = strconv.AppendInt(b, s.LocalPort, 10)
+	b = append(b, `,"state":`...)
+	b = appendString(b, s.State)
+
+	b = appendOptInt(append(b, `,"rtt_us":`...), s.RTTUs)
+	b = appendOptInt(append(b, `,"rttvar_us":`...), s.RTTVarUs)
+	b = appendOptInt(append(b, `,"min_rtt_us":`...), s.MinRTTUs)
+	b = appendOptInt(append(b, `,"rto_ms":`...), s.RTOMs)
+	b = appendOptInt(append(b, `,"mss":`...), s.MSS)
+	b = appendOptInt(append(b, `,"cwnd":`...), s.Cwnd)
+	b = appendOptInt(append(b, `,"ssthresh":`...), s.Ssthresh)
+
+	b = appendOptInt(append(b, `,"unacked":`...), s.Unacked)
+	b = appendOptInt(append(b, `,"sacked":`...), s.Sacked)
+	b = appendOptInt(append(b, `,"lost":`...), s.Lost)
+	b = appendOptInt(append(b, `,"retrans_out":`...), s.RetransOut)
+	b = appendOptInt(append(b, `,"total_retrans":`...), s.TotalRetrans)
+	b = appendOptInt(append(b, `,"reordering":`...), s.Reordering)
+
+	b = appendOptInt(append(b, `,"bytes_sent":`...), s.BytesSent)
+	b = appendOptInt(append(b, `,"bytes_acked":`...), s.BytesAcked)
+	b = appendOptInt(append(b, `,"bytes_retrans":`...), s.BytesRetrans)
+	b = appendOptInt(append(b, `,"bytes_received":`...), s.BytesReceived)
+	b = appendOptInt(append(b, `,"segs_out":`...), s.SegsOut)
+	b = appendOptInt(append(b, `,"segs_in":`...), s.SegsIn)
+	b = appendOptInt(append(b, `,"data_segs_out":`...), s.DataSegsOut)
+	b = appendOptInt(append(b, `,"data_segs_in":`...), s.DataSegsIn)
+
+	b = appendOptInt(append(b, `,"delivery_rate_bps":`...), s.DeliveryRateBps)
+	b = appendOptInt(append(b, `,"pacing_rate_bps":`...), s.PacingRateBps)
+	b = appendOptInt(append(b, `,"delivered":`...), s.Delivered)
+	b = append(b, `,"app_limited":`...)
+	switch {
+	case s.AppLimited == nil:
+		b = append(b, "null"...)
+	case *s.AppLimited:
+		b = append(b, "true"...)
+	default:
+		b = append(b, "false"...)
+	}
+
+	b = appendOptInt(append(b, `,"busy_ms":`...), s.BusyMs)
+	b = appendOptInt(append(b, `,"rwnd_limited_ms":`...), s.RwndLimitedMs)
+	b = appendOptInt(append(b, `,"sndbuf_limited_ms":`...), s.SndbufLimitedMs)
+
+	b = appendOptInt(append(b, `,"notsent_bytes":`...), s.NotsentBytes)
+	b = append(b, `,"send_q_bytes":`...)
+	b = strconv.AppendInt(b, s.SendQBytes, 10)
+	b = append(b, `,"recv_q_bytes":`...)
+	b = strconv.AppendInt(b, s.RecvQBytes, 10)
+	b = appendOptInt(append(b, `,"snd_wnd":`...), s.SndWnd)
+	b = appendOptInt(append(b, `,"rcv_space":`...), s.RcvSpace)
+
+	b = appendOptInt(append(b, `,"lastsnd_ms":`...), s.LastsndMs)
+	b = appendOptInt(append(b, `,"lastrcv_ms":`...), s.LastrcvMs)
+	b = appendOptInt(append(b, `,"lastack_ms":`...), s.LastackMs)
+
+	b = appendOptInt(append(b, `,"bbr_bw_bps":`...), s.BBRBwBps)
+	b = appendOptInt(append(b, `,"bbr_min_rtt_us":`...), s.BBRMinRTTUs)
+	var err error
+	if b, err = appendOptFloat(append(b, `,"bbr_pacing_gain":`...), s.BBRPacingGain, "bbr_pacing_gain"); err != nil {
+		return dst, err
+	}
+	if b, err = appendOptFloat(append(b, `,"bbr_cwnd_gain":`...), s.BBRCwndGain, "bbr_cwnd_gain"); err != nil {
+		return dst, err
+	}
+	b = append(b, `,"sample_rate":`...)
+	if b, err = appendFloatField(b, float64(s.SampleRate), "sample_rate"); err != nil {
+		return dst, err
+	}
+	return append(b, '}'), nil
+}
+
+func appendHost(b []byte, pop, host, kernel, arm, rolloutID string) []byte {
+	b = append(b, `,"pop":`...)
+	b = appendString(b, pop)
+	b = append(b, `,"host":`...)
+	b = appendString(b, host)
+	b = append(b, `,"kernel":`...)
+	b = appendString(b, kernel)
+	b = append(b, `,"arm":`...)
+	b = appendString(b, arm)
+	b = append(b, `,"rollout_id":`...)
+	return appendString(b, rolloutID)
+}
+
+func appendOptInt(b []byte, v *int64) []byte {
+	if v == nil {
+		return append(b, "null"...)
+	}
+	return strconv.AppendInt(b, *v, 10)
+}
+
+func appendOptFloat(b []byte, v *Float, field string) ([]byte, error) {
+	if v == nil {
+		return append(b, "null"...), nil
+	}
+	return appendFloatField(b, float64(*v), field)
+}
+
+func appendFloatField(b []byte, x float64, field string) ([]byte, error) {
+	out, err := AppendFloat(b, x)
+	if err != nil {
+		return b, fmt.Errorf("record: encode %s: %w", field, err)
+	}
+	return out, nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string exactly as encoding/json does with HTML escaping
+// off: `"` and `\` and control characters escaped (\b \f \n \r \t by name, others \u00XX),
+// invalid UTF-8 bytes as \ufffd, U+2028 and U+2029 as \u2028 and \u2029, everything else
+// as it is.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
