@@ -7,7 +7,9 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
 	"net/netip"
+	"strconv"
 )
 
 // Prefix lengths kept for client addresses (CONTRACTS.md: peer_prefix).
@@ -24,15 +26,26 @@ func PeerPrefix(a netip.Addr) string {
 		return ""
 	}
 	a = a.Unmap().WithZone("")
-	bits := IPv6PrefixBits
 	if a.Is4() {
-		bits = IPv4PrefixBits
+		// The same text as netip.Prefix.String, built in one allocation.
+		var buf [len("255.255.255.0/24")]byte
+		return string(AppendPeerPrefix4(buf[:0], a.As4()))
 	}
-	p, err := a.Prefix(bits)
+	p, err := a.Prefix(IPv6PrefixBits)
 	if err != nil {
 		return ""
 	}
 	return p.String()
+}
+
+// AppendPeerPrefix4 appends the /24 of the IPv4 address a ("203.0.113.0/24") to b.
+func AppendPeerPrefix4(b []byte, a [4]byte) []byte {
+	b = strconv.AppendUint(b, uint64(a[0]), 10)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, uint64(a[1]), 10)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, uint64(a[2]), 10)
+	return append(b, ".0/24"...)
 }
 
 // SockKey holds what keys the connection hash: a fleet-wide secret salt and the host's boot
@@ -42,18 +55,55 @@ type SockKey struct {
 	BootID string
 }
 
-// SockID returns an opaque, stable id for the connection local↔peer: the hex of the first 8
-// bytes of HMAC-SHA256(salt, "ccab-sock/1" | boot id | local | peer). IPv4-mapped addresses are
-// unmapped first, so ss text and netlink give the same id for the same socket.
-func (k SockKey) SockID(local, peer netip.AddrPort) string {
-	mac := hmac.New(sha256.New, []byte(k.Salt))
-	for _, part := range []string{"ccab-sock/1", k.BootID, canon(local), canon(peer)} {
-		mac.Write([]byte(part))
-		mac.Write([]byte{0})
-	}
-	return hex.EncodeToString(mac.Sum(nil)[:8])
+// SockIDer computes sock_id: a SockKey (one HMAC per call) or a *SockHasher (reused).
+type SockIDer interface {
+	SockID(local, peer netip.AddrPort) string
 }
 
-func canon(ap netip.AddrPort) string {
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
+// SockID returns an opaque, stable id for the connection local↔peer: the hex of the first 8
+// bytes of HMAC-SHA256(salt, "ccab-sock/1" | boot id | local | peer). IPv4-mapped addresses are
+// unmapped first, so ss text and netlink give the same id for the same socket. It sets up a
+// new HMAC on every call; for many sockets use a SockHasher.
+func (k SockKey) SockID(local, peer netip.AddrPort) string {
+	return k.Hasher().SockID(local, peer)
+}
+
+// Hasher returns a SockHasher for k.
+func (k SockKey) Hasher() *SockHasher {
+	return &SockHasher{mac: hmac.New(sha256.New, []byte(k.Salt)), bootID: k.BootID}
+}
+
+// SockHasher computes SockKey.SockID with one keyed HMAC that it resets between calls, and
+// scratch buffers it reuses: one allocation per id (the returned string). Not safe for
+// concurrent use.
+type SockHasher struct {
+	mac    hash.Hash
+	bootID string
+	buf    []byte
+	sum    [sha256.Size]byte
+}
+
+// SockID is SockKey.SockID.
+func (h *SockHasher) SockID(local, peer netip.AddrPort) string {
+	h.mac.Reset()
+	b := append(h.buf[:0], "ccab-sock/1"...)
+	b = append(b, 0)
+	b = append(b, h.bootID...)
+	b = append(b, 0)
+	b = appendCanon(b, local)
+	b = append(b, 0)
+	b = appendCanon(b, peer)
+	b = append(b, 0)
+	h.buf = b
+	h.mac.Write(b)
+	sum := h.mac.Sum(h.sum[:0])
+	var out [16]byte
+	hex.Encode(out[:], sum[:8])
+	return string(out[:])
+}
+
+// appendCanon appends local or peer as the HMAC reads it: "addr:port", "[v6]:port", an
+// IPv4-mapped address unmapped.
+func appendCanon(b []byte, ap netip.AddrPort) []byte {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).AppendTo(b)
 }

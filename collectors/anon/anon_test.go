@@ -1,6 +1,9 @@
 package anon
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/netip"
 	"strings"
 	"testing"
@@ -50,4 +53,68 @@ func TestSockID(t *testing.T) {
 			t.Errorf("changing the %s does not change the id", name)
 		}
 	}
+}
+
+// The reusable hasher gives SockKey.SockID's ids: the HMAC of the parts written one by one
+// with a zero byte after each, as the first version computed it.
+func TestSockHasherMatchesHMAC(t *testing.T) {
+	ref := func(k SockKey, local, peer netip.AddrPort) string {
+		mac := hmac.New(sha256.New, []byte(k.Salt))
+		for _, part := range []string{"ccab-sock/1", k.BootID,
+			netip.AddrPortFrom(local.Addr().Unmap(), local.Port()).String(),
+			netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port()).String()} {
+			mac.Write([]byte(part))
+			mac.Write([]byte{0})
+		}
+		return hex.EncodeToString(mac.Sum(nil)[:8])
+	}
+	k := SockKey{Salt: "fleet-secret", BootID: "00000000-0000-4000-8000-000000000000"}
+	h := k.Hasher()
+	for _, tc := range [][2]string{
+		{"10.77.0.1:9002", "10.77.0.2:53098"},
+		{"[::ffff:10.77.0.1]:443", "[::ffff:203.0.113.9]:1"},
+		{"[2001:db8::1]:443", "[2001:db8:85a3::8a2e:370:7334]:65535"},
+		{"[fe80::1%eth0]:22", "[fe80::2%eth0]:40000"},
+		{"0.0.0.0:0", "255.255.255.255:65535"},
+	} {
+		l, p := netip.MustParseAddrPort(tc[0]), netip.MustParseAddrPort(tc[1])
+		want := ref(k, l, p)
+		for i := 0; i < 3; i++ { // the hasher is reused
+			if got := h.SockID(l, p); got != want {
+				t.Errorf("SockHasher.SockID(%s, %s) = %s, want %s", l, p, got, want)
+			}
+		}
+		if got := k.SockID(l, p); got != want {
+			t.Errorf("SockKey.SockID(%s, %s) = %s, want %s", l, p, got, want)
+		}
+	}
+}
+
+func TestPeerPrefix4MatchesNetip(t *testing.T) {
+	for _, s := range []string{"0.0.0.0", "1.2.3.4", "255.255.255.255", "10.0.100.9", "::ffff:1.2.3.4"} {
+		a := netip.MustParseAddr(s)
+		p, _ := a.Unmap().Prefix(24)
+		if got := PeerPrefix(a); got != p.String() {
+			t.Errorf("PeerPrefix(%s) = %s, want %s", s, got, p.String())
+		}
+	}
+}
+
+func BenchmarkSockID(b *testing.B) {
+	k := SockKey{Salt: "s", BootID: "00000000-0000-4000-8000-000000000000"}
+	l := netip.MustParseAddrPort("10.77.0.1:443")
+	p := netip.MustParseAddrPort("198.51.100.7:53098")
+	b.Run("key", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			k.SockID(l, p)
+		}
+	})
+	b.Run("hasher", func(b *testing.B) {
+		h := k.Hasher()
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			h.SockID(l, p)
+		}
+	})
 }

@@ -149,7 +149,7 @@ func (s *Socket) Sample() (r record.TCPSample, ok bool) {
 // Record completes the socket's sample into a tcp_sample/1 record: the client's prefix, the
 // salted connection id (the same as parse-ss gives the same socket) and the host fields.
 // The raw addresses go no further.
-func (s *Socket) Record(key anon.SockKey, meta record.Meta) (record.TCPSample, bool) {
+func (s *Socket) Record(key anon.SockIDer, meta record.Meta) (record.TCPSample, bool) {
 	r, ok := s.Sample()
 	if !ok {
 		return record.TCPSample{}, false

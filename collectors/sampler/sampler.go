@@ -95,7 +95,7 @@ type Sampler struct {
 	cfg       Config
 	states    netlink.StateSet
 	ports     map[uint16]bool
-	key       anon.SockKey
+	key       *anon.SockHasher // Tick and Run are not concurrent: one hasher
 	hashSeed  uint64
 	threshold uint64 // hash < threshold: in the sample
 	spaces    []*space
@@ -173,7 +173,7 @@ func newSampler(cfg Config, open func(name string) (dumper, error)) (*Sampler, e
 	s := &Sampler{
 		cfg:       cfg,
 		states:    states,
-		key:       anon.SockKey{Salt: cfg.Salt, BootID: cfg.BootID},
+		key:       anon.SockKey{Salt: cfg.Salt, BootID: cfg.BootID}.Hasher(),
 		hashSeed:  seedHash(cfg.Salt),
 		threshold: rateThreshold(cfg.SampleRate),
 		tracked:   map[trackKey]*trackedConn{},

@@ -7,7 +7,7 @@ import (
 
 // Record completes the socket's sample into a tcp_sample/1 record: the client's prefix, the
 // salted connection id and the host fields. The raw addresses go no further.
-func (s Socket) Record(key anon.SockKey, meta record.Meta) record.TCPSample {
+func (s Socket) Record(key anon.SockIDer, meta record.Meta) record.TCPSample {
 	r := s.Sample
 	meta.StampTCP(&r)
 	r.PeerPrefix = anon.PeerPrefix(s.Peer.Addr())

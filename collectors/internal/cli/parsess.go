@@ -54,7 +54,7 @@ func runParseSS(ctx context.Context, env Env, args []string) int {
 	if *salt == "" {
 		fmt.Fprintf(env.Stderr, "%s: warning: --salt is empty; sock_id can then be recomputed from a guessed 4-tuple\n", cmd)
 	}
-	key := anon.SockKey{Salt: *salt, BootID: *bootID}
+	key := anon.SockKey{Salt: *salt, BootID: *bootID}.Hasher()
 
 	out := bufio.NewWriter(env.Stdout)
 	enc := record.NewEncoder(out)
