@@ -16,7 +16,7 @@ import (
 
 // FuzzParseNginx fuzzes the log_format compiler and the line parser together: no panic,
 // errors are *ParseError, accepted lines encode as valid JSON and carry only a prefix of the
-// client address.
+// client address, and records and errors are the reference parser's (reference_test.go).
 func FuzzParseNginx(f *testing.F) {
 	vec, err := os.ReadFile(filepath.Join(testvectors.Dir(f), "nginx_ccab_json.log"))
 	if err != nil {
@@ -44,8 +44,15 @@ func FuzzParseNginx(f *testing.F) {
 	f.Add(`[$time_iso8601] [$remote_addr:$remote_port]`, `[2019-04-26T09:47:40+00:00] [2001:db8::1:443]`)
 	f.Fuzz(func(t *testing.T, spec, line string) {
 		p, err := NewParser(spec, "")
+		ref, rerr := newRefParser(spec, "")
+		if errText(err) != errText(rerr) {
+			t.Fatalf("NewParser(%q): %v; reference: %v", spec, err, rerr)
+		}
 		if err != nil {
 			return
+		}
+		if d := sameAsReference(p, ref, line); d != "" {
+			t.Fatalf("spec %q, line %q: %s", spec, line, d)
 		}
 		r, err := p.Parse(line)
 		if err != nil {

@@ -1,8 +1,6 @@
 package nginxlog
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -66,47 +64,51 @@ func (p *Parser) Missing() []string {
 
 // Parse parses one line (without its newline). Host fields of the record are left empty.
 func (p *Parser) Parse(line string) (record.HTTPRequest, error) {
-	var get lookup
-	var err error
-	if p.m == nil {
-		if get, err = jsonLookup(line); err != nil {
-			return record.HTTPRequest{}, &ParseError{Reason: ReasonBadJSON, Err: err}
-		}
-	} else if get, err = p.m.match(line); err != nil {
-		return record.HTTPRequest{}, &ParseError{Reason: ReasonNoMatch, Err: err}
-	}
-	r, err := buildRequest(get)
-	if err != nil {
-		return record.HTTPRequest{}, &ParseError{Reason: ReasonBadValue, Err: err}
+	return p.ParseBytes([]byte(line))
+}
+
+// ParseBytes is Parse on a byte slice, which it does not keep: the record holds no
+// reference to line. A Parser is safe for concurrent use.
+func (p *Parser) ParseBytes(line []byte) (record.HTTPRequest, error) {
+	var r record.HTTPRequest
+	if err := p.parse(line, &r, new(recordInts), nil); err != nil {
+		return record.HTTPRequest{}, err
 	}
 	return r, nil
 }
 
-// jsonLookup decodes one JSON object. String values are taken unquoted, numbers as their
-// text (so decimals stay exact), null as "" (not found).
-func jsonLookup(line string) (lookup, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(line), &obj); err != nil {
-		return nil, fmt.Errorf("not a JSON object: %w", err)
-	}
-	return func(v string) (string, bool, error) {
-		raw, ok := obj[v]
-		if !ok {
-			return "", false, nil
-		}
-		raw = bytes.TrimSpace(raw)
-		switch {
-		case bytes.Equal(raw, []byte("null")):
-			return "", true, nil
-		case len(raw) > 0 && raw[0] == '"':
-			var s string
-			if err := json.Unmarshal(raw, &s); err != nil {
-				return "", true, fmt.Errorf("%s: %w", v, err)
+// Scratch is memory that ParseInto reuses from one line to the next: the record's numbers,
+// and the text of recently seen client prefixes. One per goroutine.
+type Scratch struct {
+	ints     recordInts
+	prefixes prefixCache
+}
+
+// ParseInto parses line into *r (all of it: fields the line does not set are zeroed)
+// without allocating, except for a client prefix not seen lately and an unusual line. r's
+// nullable numbers point into s, so r is valid until the next ParseInto with s; encode it
+// (record.AppendHTTP) or copy it before.
+func (p *Parser) ParseInto(line []byte, r *record.HTTPRequest, s *Scratch) error {
+	s.ints = recordInts{}
+	return p.parse(line, r, &s.ints, &s.prefixes)
+}
+
+func (p *Parser) parse(line []byte, r *record.HTTPRequest, store *recordInts, pc *prefixCache) error {
+	*r = record.HTTPRequest{}
+	var f fields
+	if p.m == nil {
+		if !scanJSONLine(line, &f) {
+			f = fields{}
+			if err := jsonFields(line, &f); err != nil {
+				return &ParseError{Reason: ReasonBadJSON, Err: err}
 			}
-			return s, true, nil
-		case len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9'):
-			return string(raw), true, nil
 		}
-		return "", true, fmt.Errorf("%s: want a string or a number, got %.20s", v, raw)
-	}, nil
+	} else if !p.m.match(line, &f) {
+		return &ParseError{Reason: ReasonNoMatch, Err: p.m.diagnose(string(line))}
+	}
+	if err := buildRequest(&f, r, store, pc); err != nil {
+		*r = record.HTTPRequest{}
+		return &ParseError{Reason: ReasonBadValue, Err: err}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package nginxlog
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -21,11 +22,37 @@ func isNumericVar(v string) bool {
 	return false
 }
 
-// matcher is a compiled text format.
+// Value alphabets of a variable in a compiled text format (the groups of the regular
+// expression compile builds).
+const (
+	classDefault uint8 = iota // ([^"]*?): default escaping writes " as \x22
+	classJSON                 // ((?:[^"\\]|\\.)*?): escape=json
+	classNone                 // (.*?): escape=none
+	classNumeric              // (-|[0-9.]*): numeric variables
+)
+
+// tseg is one segment of a compiled text format.
+type tseg struct {
+	lit   []byte // literal text; nil for a variable
+	id    varID  // the variable's slot in fields; numVars when not read (or a repeat)
+	class uint8
+	kind  valueKind
+}
+
+// matcher is a compiled text format: the anchored regular expression re (one group per
+// variable, in the variable's alphabet, lazy: the shortest value after which the rest
+// still matches), and the same segments laid out for firstFit, which reads the common line
+// in one pass without it. re also checks the format at compile time, and matches the lines
+// of formats whose literals the byte matcher does not compare alike (U+FFFD, which the
+// regexp also matches against an invalid byte).
 type matcher struct {
 	f     Format
 	re    *regexp.Regexp
 	index map[string]int // variable name → submatch number of its first occurrence
+	segs  []tseg
+	fast  bool
+	lead  []byte // firstFit's plan
+	steps []step
 }
 
 func compile(f Format) (*matcher, error) {
@@ -33,55 +60,197 @@ func compile(f Format) (*matcher, error) {
 	b.WriteString("^")
 	index := map[string]int{}
 	group := 0
+	kind := kindEscDefault
+	switch f.Escape {
+	case EscapeJSON:
+		kind = kindEscJSON
+	case EscapeNone:
+		kind = kindEscNone
+	}
+	m := &matcher{f: f, index: index, fast: true}
 	for _, s := range f.Segs {
 		if s.Var == "" {
 			b.WriteString(regexp.QuoteMeta(s.Lit))
+			m.segs = append(m.segs, tseg{lit: []byte(s.Lit), id: numVars})
+			if strings.Contains(s.Lit, "\uFFFD") || s.Lit == "" {
+				m.fast = false
+			}
 			continue
 		}
 		group++
+		ts := tseg{id: numVars, kind: kind}
 		if _, dup := index[s.Var]; !dup {
 			index[s.Var] = group
+			if id, ok := lookupVar([]byte(s.Var)); ok {
+				ts.id = id
+			}
 		}
 		switch {
 		case isNumericVar(s.Var):
 			b.WriteString(`(-|[0-9.]*)`)
+			ts.class, ts.kind = classNumeric, kindRaw
 		case f.Escape == EscapeJSON:
 			b.WriteString(`((?:[^"\\]|\\.)*?)`)
+			ts.class = classJSON
 		case f.Escape == EscapeNone:
 			b.WriteString(`(.*?)`)
+			ts.class = classNone
 		default:
 			b.WriteString(`([^"]*?)`)
+			ts.class = classDefault
 		}
+		m.segs = append(m.segs, ts)
 	}
 	b.WriteString("$")
 	re, err := regexp.Compile(b.String())
 	if err != nil {
 		return nil, fmt.Errorf("log_format %s: compile: %w", f.Name, err)
 	}
-	return &matcher{f: f, re: re, index: index}, nil
+	m.re = re
+	m.lead, m.steps = plan(m.segs)
+	return m, nil
 }
 
 // has reports whether the format logs variable v.
 func (m *matcher) has(v string) bool { _, ok := m.index[v]; return ok }
 
-// match returns a lookup of the line's variable values, unescaped.
-func (m *matcher) match(line string) (lookup, error) {
-	loc := m.re.FindStringSubmatchIndex(line)
-	if loc == nil {
-		return nil, m.diagnose(line)
+// match fills f with the line's values (still escaped); false when the line does not
+// match.
+func (m *matcher) match(line []byte, f *fields) bool {
+	if !m.fast {
+		return m.matchRegexp(line, f)
 	}
-	return func(v string) (string, bool, error) {
-		g, ok := m.index[v]
-		if !ok || loc[2*g] < 0 {
-			return "", false, nil
+	if m.firstFit(line, f) {
+		return true
+	}
+	*f = fields{}
+	return m.matchRegexp(line, f)
+}
+
+// step is one variable of a compiled text format, for firstFit: the variable and the
+// literal after it.
+type step struct {
+	tseg
+	next  []byte // the literal after the variable; nil when the variable ends the format
+	first byte   // next[0]
+	stop  byte   // the first byte the value cannot hold (classDefault: ", classNone: \n)
+}
+
+// plan lays the segments out for firstFit: the leading literal, then one step per variable.
+func plan(segs []tseg) (lead []byte, steps []step) {
+	i := 0
+	if len(segs) > 0 && segs[0].lit != nil {
+		lead, i = segs[0].lit, 1
+	}
+	for ; i < len(segs); i += 2 {
+		st := step{tseg: segs[i], stop: '"'}
+		if st.class == classNone {
+			st.stop = '\n'
 		}
-		raw := line[loc[2*g]:loc[2*g+1]]
-		val, err := unescape(raw, m.f.Escape)
-		if err != nil {
-			return "", true, fmt.Errorf("$%s: %w", v, err)
+		if i+1 < len(segs) {
+			st.next = segs[i+1].lit
+			st.first = st.next[0]
 		}
-		return val, true, nil
-	}, nil
+		steps = append(steps, st)
+	}
+	return lead, steps
+}
+
+// numericByte is the alphabet of [0-9.].
+func numericByte(c byte) bool { return c >= '0' && c <= '9' || c == '.' }
+
+// firstFit matches the line in one pass, giving each variable its first candidate value
+// (the one a backtracking search — and the regexp's leftmost-first submatches — try first)
+// after which the next literal follows. When it reaches the end of the line, the regexp
+// would have taken the same path; when it does not (a line that does not match, or one
+// where a value holds the literal that follows it), the regexp decides.
+func (m *matcher) firstFit(line []byte, f *fields) bool {
+	if !bytes.HasPrefix(line, m.lead) {
+		return false
+	}
+	pos := len(m.lead)
+	n := len(line)
+	for k := range m.steps {
+		st := &m.steps[k]
+		end := -1
+		switch st.class {
+		case classNumeric:
+			if pos < n && line[pos] == '-' {
+				end = pos + 1
+			} else {
+				end = pos
+				for end < n && numericByte(line[end]) {
+					end++
+				}
+			}
+			if st.next != nil && !bytes.HasPrefix(line[end:], st.next) {
+				return false
+			}
+		case classDefault, classNone:
+			limit := n
+			if i := bytes.IndexByte(line[pos:], st.stop); i >= 0 {
+				if st.next == nil {
+					return false
+				}
+				limit = pos + i + 1 // the literal may start with the stop byte
+			}
+			if st.next == nil {
+				end = n
+				break
+			}
+			for e := pos; e < limit; e++ {
+				i := bytes.IndexByte(line[e:limit], st.first)
+				if i < 0 {
+					return false
+				}
+				e += i
+				if len(st.next) == 1 || bytes.HasPrefix(line[e:], st.next) {
+					end = e
+					break
+				}
+			}
+			if end < 0 {
+				return false
+			}
+		case classJSON:
+			for e := pos; ; {
+				if st.next == nil && e == n || st.next != nil && e < n && line[e] == st.first && bytes.HasPrefix(line[e:], st.next) {
+					end = e
+					break
+				}
+				if e >= n || line[e] == '"' || line[e] == '\\' && (e+1 >= n || line[e+1] == '\n') {
+					return false
+				}
+				if line[e] == '\\' {
+					e++
+				}
+				e++
+			}
+		}
+		if st.id != numVars {
+			f.v[st.id] = value{b: line[pos:end], kind: st.kind}
+		}
+		pos = end + len(st.next)
+	}
+	return pos == n
+}
+
+func (m *matcher) matchRegexp(line []byte, f *fields) bool {
+	loc := m.re.FindSubmatchIndex(line)
+	if loc == nil {
+		return false
+	}
+	g := 0
+	for _, s := range m.segs {
+		if s.lit != nil {
+			continue
+		}
+		g++
+		if s.id != numVars && loc[2*g] >= 0 {
+			f.v[s.id] = value{b: line[loc[2*g]:loc[2*g+1]], kind: s.kind}
+		}
+	}
+	return true
 }
 
 // diagnose explains a line that does not match: it follows the format, taking each

@@ -1,0 +1,358 @@
+package nginxlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+)
+
+// JSON access-log lines are read in one pass by scanJSONLine: keys are compared with the
+// variable names a record reads, other values are skipped (and checked, so that only valid
+// JSON is accepted), and read values are kept as slices of the line. Anything the scanner
+// does not handle — a line that is not valid JSON, an escaped key, a read variable holding
+// true/false/an object/an array, very deep nesting — goes to jsonFields, the general path
+// (encoding/json into a map), which decides, and words the error. Both give the same
+// fields for every line the scanner accepts (FuzzJSONScanner checks that).
+
+// maxJSONDepth bounds the nesting the scanner follows before it leaves a line to the
+// general path.
+const maxJSONDepth = 64
+
+// scanJSONLine reads the JSON object line into f; ok is false when the general path must
+// decide. As with a map, a repeated key's last value counts.
+func scanJSONLine(line []byte, f *fields) bool {
+	i := skipWS(line, 0)
+	if i >= len(line) || line[i] != '{' {
+		return false
+	}
+	i = skipWS(line, i+1)
+	if i < len(line) && line[i] == '}' {
+		return skipWS(line, i+1) == len(line)
+	}
+	expect := vMsec
+	for {
+		if i >= len(line) || line[i] != '"' {
+			return false
+		}
+		ks := i + 1
+		// The ccab log_format's keys come in a known order: try the expected one first.
+		id, known := expect, true
+		if name := varName(expect); expect == numVars || !bytes.HasPrefix(line[ks:], []byte(name)) ||
+			ks+len(name) >= len(line) || line[ks+len(name)] != '"' {
+			j := ks
+			for j < len(line) && keyByte[line[j]] {
+				j++
+			}
+			if j >= len(line) || line[j] != '"' {
+				return false // an escaped key (or a bad one): the general path compares it unescaped
+			}
+			id, known = lookupVar(line[ks:j])
+			i = j + 1
+		} else {
+			i = ks + len(name) + 1
+		}
+		expect = numVars
+		if known {
+			expect = ccabNext(id)
+		}
+		i = skipWS(line, i)
+		if i >= len(line) || line[i] != ':' {
+			return false
+		}
+		i = skipWS(line, i+1)
+		if i >= len(line) {
+			return false
+		}
+		switch c := line[i]; {
+		case c == '"':
+			end, esc, high, ok := scanString(line, i)
+			if !ok {
+				return false
+			}
+			if known {
+				content := line[i+1 : end-1]
+				if esc || high && !utf8.Valid(content) {
+					f.v[id] = value{b: line[i:end], kind: kindJSONString}
+				} else {
+					f.v[id] = value{b: content, kind: kindRaw}
+				}
+			}
+			i = end
+		case c == '-' || c >= '0' && c <= '9':
+			end, ok := scanNumber(line, i)
+			if !ok {
+				return false
+			}
+			if known {
+				f.v[id] = value{b: line[i:end], kind: kindRaw}
+			}
+			i = end
+		case c == 'n':
+			if !bytes.HasPrefix(line[i:], []byte("null")) {
+				return false
+			}
+			if known {
+				f.v[id] = value{kind: kindNull}
+			}
+			i += 4
+		default:
+			if known {
+				return false // true/false/object/array where a value is read: the general path words the error
+			}
+			end, ok := skipValue(line, i, 0)
+			if !ok {
+				return false
+			}
+			i = end
+		}
+		i = skipWS(line, i)
+		if i >= len(line) {
+			return false
+		}
+		switch line[i] {
+		case ',':
+			i = skipWS(line, i+1)
+		case '}':
+			return skipWS(line, i+1) == len(line)
+		default:
+			return false
+		}
+	}
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// ccabNext is the key after id in the ccab log_format of shared/notes/nginx.md.
+func ccabNext(id varID) varID {
+	switch id {
+	case vMsec:
+		return vRemoteAddr
+	case vRemoteAddr:
+		return vConnection
+	case vConnection:
+		return vConnectionRequests
+	case vConnectionRequests:
+		return vRequestMethod
+	case vRequestMethod:
+		return vStatus
+	case vStatus:
+		return vBytesSent
+	case vBytesSent:
+		return vBodyBytesSent
+	case vBodyBytesSent:
+		return vRequestTime
+	case vRequestTime:
+		return vTcpinfoRTT
+	case vTcpinfoRTT:
+		return vTcpinfoRTTVar
+	case vTcpinfoRTTVar:
+		return vTcpinfoSndCwnd
+	case vTcpinfoSndCwnd:
+		return vTcpinfoRcvSpace
+	}
+	return numVars
+}
+
+// Byte classes of the scanner.
+var (
+	keyByte  = byteSet(func(c byte) bool { return c >= 0x20 && c != '"' && c != '\\' }) // key bytes read as they are
+	strPlain = byteSet(func(c byte) bool { return c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf })
+)
+
+func byteSet(in func(byte) bool) (t [256]bool) {
+	for c := 0; c < 256; c++ {
+		t[c] = in(byte(c))
+	}
+	return t
+}
+
+// scanString checks the JSON string starting at the quote b[i] and returns the index after
+// its closing quote, whether it holds escapes, and whether it holds bytes ≥ 0x80.
+func scanString(b []byte, i int) (end int, esc, high, ok bool) {
+	j := i + 1
+	for {
+		for j < len(b) && strPlain[b[j]] {
+			j++
+		}
+		if j >= len(b) {
+			return 0, false, false, false
+		}
+		switch c := b[j]; {
+		case c == '"':
+			return j + 1, esc, high, true
+		case c == '\\':
+			esc = true
+			if j+1 >= len(b) {
+				return 0, false, false, false
+			}
+			switch b[j+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				j += 2
+			case 'u':
+				if j+6 > len(b) || !isHex(b[j+2]) || !isHex(b[j+3]) || !isHex(b[j+4]) || !isHex(b[j+5]) {
+					return 0, false, false, false
+				}
+				j += 6
+			default:
+				return 0, false, false, false
+			}
+		case c < 0x20:
+			return 0, false, false, false
+		default: // ≥ 0x80
+			high = true
+			j++
+		}
+	}
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// scanNumber checks the JSON number at b[i] (-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)
+// and returns the index after it.
+func scanNumber(b []byte, i int) (int, bool) {
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	default:
+		return 0, false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		start := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return 0, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		start := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return 0, false
+		}
+	}
+	return i, true
+}
+
+// skipValue checks the JSON value at b[i] and returns the index after it.
+func skipValue(b []byte, i, depth int) (int, bool) {
+	if i >= len(b) {
+		return 0, false
+	}
+	switch c := b[i]; {
+	case c == '"':
+		end, _, _, ok := scanString(b, i)
+		return end, ok
+	case c == '-' || c >= '0' && c <= '9':
+		return scanNumber(b, i)
+	case c == 't':
+		return literal(b, i, "true")
+	case c == 'f':
+		return literal(b, i, "false")
+	case c == 'n':
+		return literal(b, i, "null")
+	case c == '{' || c == '[':
+		if depth >= maxJSONDepth {
+			return 0, false
+		}
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		i = skipWS(b, i+1)
+		if i < len(b) && b[i] == closer {
+			return i + 1, true
+		}
+		for {
+			if c == '{' {
+				if i >= len(b) || b[i] != '"' {
+					return 0, false
+				}
+				end, _, _, ok := scanString(b, i)
+				if !ok {
+					return 0, false
+				}
+				i = skipWS(b, end)
+				if i >= len(b) || b[i] != ':' {
+					return 0, false
+				}
+				i = skipWS(b, i+1)
+			}
+			end, ok := skipValue(b, i, depth+1)
+			if !ok {
+				return 0, false
+			}
+			i = skipWS(b, end)
+			if i >= len(b) {
+				return 0, false
+			}
+			switch b[i] {
+			case ',':
+				i = skipWS(b, i+1)
+			case closer:
+				return i + 1, true
+			default:
+				return 0, false
+			}
+		}
+	}
+	return 0, false
+}
+
+func literal(b []byte, i int, lit string) (int, bool) {
+	if !bytes.HasPrefix(b[i:], []byte(lit)) {
+		return 0, false
+	}
+	return i + len(lit), true
+}
+
+// jsonFields is the general path for JSON lines: encoding/json decodes the whole object
+// into a map; string values are decoded when read, numbers kept as their text (so decimals
+// stay exact), null is "carried, empty".
+func jsonFields(line []byte, f *fields) error {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(line, &obj); err != nil {
+		return fmt.Errorf("not a JSON object: %w", err)
+	}
+	for id := varID(0); id < numVars; id++ {
+		raw, ok := obj[varName(id)]
+		if !ok {
+			continue
+		}
+		raw = bytes.TrimSpace(raw)
+		switch {
+		case bytes.Equal(raw, []byte("null")):
+			f.v[id] = value{kind: kindNull}
+		case len(raw) > 0 && raw[0] == '"':
+			f.v[id] = value{b: raw, kind: kindJSONString}
+		case len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9'):
+			f.v[id] = value{b: raw, kind: kindRaw}
+		default:
+			f.v[id] = value{b: raw, kind: kindJSONOther}
+		}
+	}
+	return nil
+}
