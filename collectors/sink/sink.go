@@ -38,6 +38,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -145,6 +146,35 @@ type Sink struct {
 	inSpool    *PosSet
 
 	safeMs atomic.Int64
+
+	// hot-path caches, owned by the loop goroutine
+	keyBytes   []byte                 // cfg.Key: shared, read-only, by every record
+	streamText string                 // the last stream header, and its bytes
+	streamB    []byte                 //
+	byTopic    map[string]*topicCount // the per-topic counters
+}
+
+// pmsgSlab is how many pmsgs accept allocates at once (below 32 KiB: a small-object size
+// class rather than a large allocation).
+const pmsgSlab = 64
+
+// topicCount holds the counters of one topic, so that the loop does not look the label up
+// for every record.
+type topicCount struct {
+	received, produced, replayed, spooled prometheus.Counter
+}
+
+func (s *Sink) topic(t string) *topicCount {
+	if c, ok := s.byTopic[t]; ok {
+		return c
+	}
+	c := &topicCount{received: s.m.RecordsReceived.WithLabelValues(t), produced: s.m.RecordsProduced.WithLabelValues(t),
+		replayed: s.m.RecordsReplayed.WithLabelValues(t), spooled: s.m.RecordsSpooled.WithLabelValues(t)}
+	if s.byTopic == nil {
+		s.byTopic = map[string]*topicCount{}
+	}
+	s.byTopic[t] = c
+	return c
 }
 
 type pbatch struct {
@@ -159,6 +189,12 @@ type pmsg struct {
 	chunk  *replayChunk
 	idx    int
 	kafkaT int64
+
+	// The Kafka record of this message, in the same allocation (a pmsg is produced at
+	// most once: a failed live record goes to the spool, and replay makes new pmsgs).
+	rec kgo.Record
+	hdr [2]kgo.RecordHeader
+	pos [20]byte
 }
 
 type replayChunk struct {
@@ -348,16 +384,27 @@ func (s *Sink) accept(b Batch, now time.Time) {
 		return
 	}
 	pb := &pbatch{done: b.Done, remaining: len(b.Msgs)}
+	var pms []pmsg // allocated in slabs: a batch's records complete together
 	for i := range b.Msgs {
-		pm := &pmsg{msg: b.Msgs[i], pb: pb}
-		s.m.RecordsReceived.WithLabelValues(pm.msg.Topic).Inc()
+		if len(pms) == 0 {
+			pms = make([]pmsg, min(len(b.Msgs)-i, pmsgSlab))
+		}
+		pm := &pms[0]
+		pms = pms[1:]
+		pm.msg, pm.pb = b.Msgs[i], pb
+		s.topic(pm.msg.Topic).received.Inc()
 		if s.inSpool.Has(pm.msg.Stream, pm.msg.Pos) {
 			s.m.RecordsDuplicate.WithLabelValues("spool").Inc()
 			s.complete(pm)
 			continue
 		}
 		if !s.spooling && s.inflight >= s.cfg.MaxInflight {
-			s.enterSpool("backpressure")
+			// Acknowledgements that already arrived make room: only a client that really
+			// holds MaxInflight records sends new ones to the spool.
+			s.processResults(now)
+			if !s.spooling && s.inflight >= s.cfg.MaxInflight {
+				s.enterSpool("backpressure")
+			}
 		}
 		if !s.spooling {
 			if s.inKafka.Has(pm.msg.Stream, pm.msg.Pos) {
@@ -374,16 +421,24 @@ func (s *Sink) accept(b Batch, now time.Time) {
 
 func (s *Sink) produce(pm *pmsg, now time.Time) {
 	ms := now.UnixMilli()
-	rec := &kgo.Record{
+	if s.keyBytes == nil {
+		s.keyBytes = []byte(s.cfg.Key)
+	}
+	if pm.msg.Stream != s.streamText || s.streamB == nil {
+		s.streamText, s.streamB = pm.msg.Stream, []byte(pm.msg.Stream)
+	}
+	pm.hdr = [2]kgo.RecordHeader{
+		{Key: HeaderStream, Value: s.streamB},
+		{Key: HeaderPos, Value: strconv.AppendInt(pm.pos[:0], pm.msg.Pos, 10)},
+	}
+	pm.rec = kgo.Record{
 		Topic:     pm.msg.Topic,
-		Key:       []byte(s.cfg.Key),
+		Key:       s.keyBytes,
 		Value:     pm.msg.Value,
 		Timestamp: now,
-		Headers: []kgo.RecordHeader{
-			{Key: HeaderStream, Value: []byte(pm.msg.Stream)},
-			{Key: HeaderPos, Value: strconv.AppendInt(nil, pm.msg.Pos, 10)},
-		},
+		Headers:   pm.hdr[:],
 	}
+	rec := &pm.rec
 	if s.inflight == 0 {
 		s.lastProgress = now
 	}
@@ -456,7 +511,7 @@ func (s *Sink) processResults(now time.Time) {
 			c.inflight--
 			switch reason, permanent := classify(r.err); {
 			case r.err == nil:
-				s.m.RecordsReplayed.WithLabelValues(pm.msg.Topic).Inc()
+				s.topic(pm.msg.Topic).replayed.Inc()
 				c.state[pm.idx] = 1
 				c.remaining--
 			case permanent:
@@ -474,7 +529,7 @@ func (s *Sink) processResults(now time.Time) {
 		}
 		switch reason, permanent := classify(r.err); {
 		case r.err == nil:
-			s.m.RecordsProduced.WithLabelValues(pm.msg.Topic).Inc()
+			s.topic(pm.msg.Topic).produced.Inc()
 			s.complete(pm)
 		case permanent:
 			s.m.ProduceErrors.WithLabelValues(reason).Inc()
@@ -561,7 +616,7 @@ func (s *Sink) appendTo(sp *Spool, pms *[]*pmsg) {
 		}
 	} else {
 		for _, pm := range *pms {
-			s.m.RecordsSpooled.WithLabelValues(pm.msg.Topic).Inc()
+			s.topic(pm.msg.Topic).spooled.Inc()
 		}
 		s.pendingSync = append(s.pendingSync, *pms...)
 	}

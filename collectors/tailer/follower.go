@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/ccab-dev/ccab/collectors/nginxlog"
@@ -79,9 +78,13 @@ func (fo *follower) boundaryOK(off int64) bool {
 }
 
 // batch collects the records of consecutive lines; end is the offset after the last line.
+// The records' JSON is appended to arena (their Values are slices of it): a few chunks per
+// batch instead of one allocation per record. The sink owns the chunks once the batch is
+// submitted.
 type batch struct {
-	msgs []sink.Message
-	end  int64
+	msgs  []sink.Message
+	arena []byte
+	end   int64
 }
 
 // readFollower reads fo from its offset to the end of the file.
@@ -187,12 +190,11 @@ func (fo *follower) line(meta record.Meta, line []byte, end int64, b *batch) {
 	t := fo.t
 	t.m.LogLinesRead.Inc()
 	line = bytes.TrimSuffix(line, []byte{'\r'})
-	text := string(line)
-	if strings.TrimSpace(text) == "" {
+	if len(bytes.TrimSpace(line)) == 0 {
 		return
 	}
-	r, err := t.parser.Parse(text)
-	if err != nil {
+	r := &t.rec
+	if err := t.parser.ParseInto(line, r, &t.scratch); err != nil {
 		reason := "error"
 		var pe *nginxlog.ParseError
 		if errors.As(err, &pe) {
@@ -201,14 +203,29 @@ func (fo *follower) line(meta record.Meta, line []byte, end int64, b *batch) {
 		t.m.ParseErrors.WithLabelValues(reason).Inc()
 		return
 	}
-	meta.StampHTTP(&r)
-	v, err := t.encode(&r)
+	meta.StampHTTP(r)
+	if cap(b.arena)-len(b.arena) < arenaHeadroom {
+		b.arena = make([]byte, 0, arenaChunk)
+	}
+	start := len(b.arena)
+	arena, err := record.AppendHTTP(b.arena, r)
 	if err != nil {
 		t.m.ParseErrors.WithLabelValues("encode").Inc()
 		return
 	}
+	b.arena = arena
+	// A full slice expression: the sink owns the value, and nothing appends into it.
+	v := arena[start:len(arena):len(arena)]
 	b.msgs = append(b.msgs, sink.Message{Topic: t.cfg.Topic, Value: v, Stream: fo.stream, Pos: end})
 }
+
+// Records are encoded into chunks of arenaChunk bytes (the largest size class of Go's
+// small-object allocator), a new chunk when fewer than arenaHeadroom bytes are left. A
+// longer record grows its chunk (append copies it), which is only slower.
+const (
+	arenaChunk    = 32 << 10
+	arenaHeadroom = 1 << 10
+)
 
 // submit hands b to the sink; its span is committed once the sink reports it durable.
 func (fo *follower) submit(ctx context.Context, b *batch) error {
@@ -233,7 +250,7 @@ func (fo *follower) submit(ctx context.Context, b *batch) error {
 	}
 	t.mu.Unlock()
 	msgs := b.msgs
-	b.msgs = nil
+	b.msgs, b.arena = nil, nil
 	err := t.out.Submit(ctx, sink.Batch{Msgs: msgs, Done: func() {
 		t.mu.Lock()
 		sp.done = true
@@ -278,14 +295,4 @@ func (fo *follower) flushPartial(ctx context.Context, meta record.Meta) error {
 	fo.line(meta, line, fo.readOff, &b)
 	b.end = fo.readOff
 	return fo.submit(ctx, &b)
-}
-
-// encode returns r as one line of JSON (without the newline).
-func (t *Tailer) encode(r *record.HTTPRequest) ([]byte, error) {
-	var buf bytes.Buffer
-	buf.Grow(512)
-	if err := record.NewEncoder(&buf).Encode(r); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }

@@ -124,6 +124,8 @@ type Tailer struct {
 	lastCkpt  time.Time
 	ckptDirty bool
 	readBuf   []byte
+	rec       record.HTTPRequest // parsed into, one line at a time (Poll runs on one goroutine)
+	scratch   nginxlog.Scratch
 }
 
 type fileID struct{ dev, ino uint64 }

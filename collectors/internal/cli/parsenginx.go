@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -53,41 +54,46 @@ func runParseNginx(ctx context.Context, env Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "%s: warning: the format does not log %s; they will be null\n", cmd, strings.Join(m, ", "))
 	}
 
-	out := bufio.NewWriter(env.Stdout)
-	enc := record.NewEncoder(out)
+	out := bufio.NewWriterSize(env.Stdout, 256<<10)
 	sk := newSkips(cmd, env.Stderr)
 	records := 0
 	lr := lines.NewReader(env.Stdin, lines.DefaultMaxLen)
 	var readErr error
+	var r record.HTTPRequest
+	var scratch nginxlog.Scratch
+	var buf []byte
 	for ctx.Err() == nil {
-		l, err := lr.Next()
+		l, err := lr.NextBytes()
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				readErr = err
 			}
 			break
 		}
-		where := "line " + strconv.Itoa(l.Num)
 		if l.TooLong {
-			sk.add(where, "line_too_long", 1, fmt.Errorf("line longer than %d bytes", lines.DefaultMaxLen))
+			sk.add("line "+strconv.Itoa(l.Num), "line_too_long", 1, fmt.Errorf("line longer than %d bytes", lines.DefaultMaxLen))
 			continue
 		}
-		if strings.TrimSpace(l.Text) == "" {
+		if len(bytes.TrimSpace(l.Text)) == 0 {
 			continue
 		}
-		r, err := p.Parse(l.Text)
-		if err != nil {
+		if err := p.ParseInto(l.Text, &r, &scratch); err != nil {
 			reason := "error"
 			var pe *nginxlog.ParseError
 			if errors.As(err, &pe) {
 				reason = string(pe.Reason)
 			}
-			sk.add(where, reason, 1, err)
+			sk.add("line "+strconv.Itoa(l.Num), reason, 1, err)
 			continue
 		}
 		meta.StampHTTP(&r)
-		if err := enc.Encode(&r); err != nil {
-			fmt.Fprintf(env.Stderr, "%s: %s: %v\n", cmd, where, err)
+		if buf, err = record.AppendHTTP(buf[:0], &r); err != nil {
+			fmt.Fprintf(env.Stderr, "%s: line %d: %v\n", cmd, l.Num, err)
+			return ExitFailure
+		}
+		buf = append(buf, '\n')
+		if _, err := out.Write(buf); err != nil {
+			fmt.Fprintf(env.Stderr, "%s: line %d: record: encode: %v\n", cmd, l.Num, err)
 			return ExitFailure
 		}
 		records++

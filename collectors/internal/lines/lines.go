@@ -39,32 +39,58 @@ type Line struct {
 // Next returns the next line, or io.EOF after the last one. Any other error is the
 // underlying reader's.
 func (r *Reader) Next() (Line, error) {
+	l, err := r.NextBytes()
+	if err != nil {
+		return Line{}, err
+	}
+	return Line{Num: l.Num, Text: string(l.Text), TooLong: l.TooLong}, nil
+}
+
+// BytesLine is a Line whose text is only valid until the next call on the Reader.
+type BytesLine struct {
+	Num     int
+	Text    []byte
+	TooLong bool
+}
+
+// NextBytes is Next without copying the line: Text points into the Reader's buffers and
+// is overwritten by the next call.
+func (r *Reader) NextBytes() (BytesLine, error) {
 	r.buf = r.buf[:0]
 	tooLong := false
+	direct := true // the line is one chunk of the bufio buffer: no copy
+	var text []byte
 	for {
 		chunk, err := r.br.ReadSlice('\n')
-		if len(r.buf)+len(chunk) > r.maxLen {
+		switch {
+		case direct && err == nil && len(chunk) <= r.maxLen:
+			text = chunk
+		case len(r.buf)+len(chunk) > r.maxLen:
 			if room := r.maxLen - len(r.buf); room > 0 {
 				r.buf = append(r.buf, chunk[:room]...)
 			}
 			tooLong = true
-		} else {
+		default:
 			r.buf = append(r.buf, chunk...)
 		}
+		direct = false
 		switch {
 		case err == nil:
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF):
 			if len(r.buf) == 0 && !tooLong {
-				return Line{}, io.EOF
+				return BytesLine{}, io.EOF
 			}
 		default:
-			return Line{}, err
+			return BytesLine{}, err
+		}
+		if text == nil {
+			text = r.buf
 		}
 		r.num++
-		text := bytes.TrimSuffix(r.buf, []byte("\n"))
+		text = bytes.TrimSuffix(text, []byte("\n"))
 		text = bytes.TrimSuffix(text, []byte("\r"))
-		return Line{Num: r.num, Text: string(text), TooLong: tooLong}, nil
+		return BytesLine{Num: r.num, Text: text, TooLong: tooLong}, nil
 	}
 }

@@ -34,3 +34,27 @@ func TestReaderLongerThanBuffer(t *testing.T) {
 		t.Fatalf("second line = %+v", l)
 	}
 }
+
+// NextBytes gives the lines Next gives, whether or not a line fits the read buffer.
+func TestNextBytesMatchesNext(t *testing.T) {
+	in := "a\r\n\nb\n" + strings.Repeat("x", 100) + "\n" + strings.Repeat("y", 70<<10) + "\r\n" +
+		strings.Repeat("w", 10) + "\n" + strings.Repeat("v", 9) + "\nc"
+	for _, max := range []int{10, 11, 0} {
+		a := NewReader(strings.NewReader(in), max)
+		b := NewReader(strings.NewReader(in), max)
+		for {
+			want, err1 := a.Next()
+			got, err2 := b.NextBytes()
+			if !errors.Is(err1, err2) && err1 != err2 {
+				t.Fatalf("max %d: errors %v and %v", max, err1, err2)
+			}
+			if err1 != nil {
+				break
+			}
+			if got.Num != want.Num || string(got.Text) != want.Text || got.TooLong != want.TooLong {
+				t.Fatalf("max %d: NextBytes = %d %.20q %v, Next = %d %.20q %v", max, got.Num, got.Text, got.TooLong,
+					want.Num, want.Text, want.TooLong)
+			}
+		}
+	}
+}
