@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -457,5 +458,68 @@ func TestRequestMarshal(t *testing.T) {
 	a := withPorts[nlmsgHdrLen+inetDiagReqV2Len:]
 	if le.Uint16(a[2:]) != reqBytecode || int(le.Uint16(a)) != len(a) || le.Uint32(withPorts) != uint32(len(withPorts)) {
 		t.Errorf("bytecode attribute % x", a)
+	}
+}
+
+// A min RTT of ~0U µs means "no sample yet", for BBR's (BBRINFO) as for tcp_info's: null.
+// The ss parser reads what ss prints for the same values (ms, %g) to the same fields.
+func TestNoMinRTTSample(t *testing.T) {
+	base := withAttr(t, sender(t, "cubic"), attrCong, append([]byte("bbr"), 0))
+	for _, tc := range []struct {
+		name       string
+		bbrMinRTT  uint32 // BBRINFO min_rtt, µs
+		infoMinRTT uint32 // tcp_info min_rtt, µs
+		wantBBR    any    // nil: null
+		wantMin    any
+		ssDiffers  bool // ss prints it as it prints ~0U (4.29497e+06), so its parser says null
+	}{
+		{"real samples", 15000, 14000, int64(15000), int64(14000), false},
+		{"bbr ~0U: no sample yet", 0xFFFFFFFF, 14000, nil, int64(14000), false},
+		{"both ~0U", 0xFFFFFFFF, 0xFFFFFFFF, nil, nil, false},
+		// No socket has a 71-minute RTT; netlink tells it from ~0U, ss text cannot.
+		{"one below ~0U is a value", 0xFFFFFFFE, 0xFFFFFFFE, int64(0xFFFFFFFE), int64(0xFFFFFFFE), true},
+		{"bbr 0 is printed by ss (mrtt:0): 0; tcp_info 0 is hidden: null", 0, 0, int64(0), nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := bbrPayload(20, 0)
+			binary.LittleEndian.PutUint32(p[8:], tc.bbrMinRTT)
+			m := withAttr(t, base, attrBBR, p)
+			s, err := Decode(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			binary.LittleEndian.PutUint32(s.Info.b[offMinRTT:], tc.infoMinRTT)
+			r, _ := s.Sample()
+			got := func(p *int64) any {
+				if p == nil {
+					return nil
+				}
+				return *p
+			}
+			if got(r.BBRMinRTTUs) != tc.wantBBR || got(r.MinRTTUs) != tc.wantMin {
+				t.Errorf("netlink: bbr_min_rtt_us %v, min_rtt_us %v; want %v, %v", got(r.BBRMinRTTUs), got(r.MinRTTUs), tc.wantBBR, tc.wantMin)
+			}
+			// ss prints both in ms with C's %g (6 significant digits); minrtt only when non-zero.
+			ms := func(us uint32) string { return strconv.FormatFloat(float64(us)/1000, 'g', 6, 64) }
+			text := "ESTAB 0 0 10.0.0.1:443 10.0.0.9:50000 ts sack bbr rtt:15/1 mss:1448 cwnd:10 bytes_sent:1 bytes_retrans:0 " +
+				"bbr:(bw:10Mbps,mrtt:" + ms(tc.bbrMinRTT) + ",pacing_gain:2.88672,cwnd_gain:2)"
+			if tc.infoMinRTT != 0 {
+				text += " minrtt:" + ms(tc.infoMinRTT)
+			}
+			sc := ss.NewScanner(strings.NewReader(text + "\n"))
+			if !sc.Scan() {
+				t.Fatal("no ss entry")
+			}
+			sock, err := ss.ParseEntry(sc.Entry(), ss.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// ss's 6 digits round a value; what matters is null versus a value.
+			agree := (sock.Sample.BBRMinRTTUs == nil) == (r.BBRMinRTTUs == nil) && (sock.Sample.MinRTTUs == nil) == (r.MinRTTUs == nil)
+			if agree == tc.ssDiffers {
+				t.Errorf("ss %q: bbr_min_rtt_us %v, min_rtt_us %v; netlink %v, %v", text,
+					got(sock.Sample.BBRMinRTTUs), got(sock.Sample.MinRTTUs), got(r.BBRMinRTTUs), got(r.MinRTTUs))
+			}
+		})
 	}
 }

@@ -25,6 +25,7 @@ import (
 //     rtt_us/rttvar_us (no RTT sample yet), min_rtt_us (also ~0U), mss, cwnd, ssthresh (also
 //     ≥ 0xFFFF, "infinite"), lastsnd_ms/lastrcv_ms/lastack_ms, pacing_rate_bps (also ~0,
 //     unlimited), bbr_pacing_gain/bbr_cwnd_gain;
+//   - bbr_min_rtt_us is null at ~0U (BBR has no min RTT sample yet), as min_rtt_us;
 //   - rwnd_limited_ms and sndbuf_limited_ms are 0 when busy is 0 (ss prints them only
 //     inside the busy block); sacked is 0 for a listener (ss hides it there).
 //
@@ -48,7 +49,9 @@ func (s *Socket) Sample() (r record.TCPSample, ok bool) {
 	}
 	if b := s.BBR; b != nil {
 		r.BBRBwBps = num(bitsPerSecond(b.BW))
-		r.BBRMinRTTUs = num(int64(b.MinRTT))
+		if b.MinRTT != ^uint32(0) { // ~0U: BBR has no min RTT sample yet
+			r.BBRMinRTTUs = num(int64(b.MinRTT))
+		}
 		if b.PacingGain != 0 {
 			r.BBRPacingGain = record.F(float64(b.PacingGain) / 256)
 		}

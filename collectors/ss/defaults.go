@@ -37,7 +37,8 @@ const (
 //   - app_limited absent is false on a kernel that has it (4.9+);
 //   - fields that are not counters stay null when absent: rtt/rttvar and minrtt (no RTT
 //     sample yet), mss, cwnd, ssthresh ("infinite"), pacing_rate (0 or unlimited ~0, ss hides
-//     both), lastsnd/lastrcv/lastack (as in the shared vectors), the bbr_* fields, cc_version.
+//     both), lastsnd/lastrcv/lastack (as in the shared vectors), the bbr_* fields, cc_version;
+//   - minrtt and BBR's mrtt at ~0U µs (4.29497e+06 ms: no RTT sample yet) become null.
 func (b *builder) applyDefaults() {
 	s := &b.s
 	zero := func(dst **int64, g generation) {
@@ -75,8 +76,12 @@ func (b *builder) applyDefaults() {
 	if s.RTOMs == nil {
 		s.RTOMs = record.Int(hiddenRTOMs)
 	}
-	// minrtt:4294967.295 is tcpi_min_rtt = ~0U: the kernel has no RTT sample yet.
-	if s.MinRTTUs != nil && *s.MinRTTUs == 0xFFFFFFFF {
+	// minrtt:4.29497e+06 (4294967.295) is tcpi_min_rtt = ~0U: the kernel has no RTT sample
+	// yet; likewise BBR's mrtt.
+	if s.MinRTTUs != nil && noRTTSampleUs(*s.MinRTTUs) {
 		s.MinRTTUs = nil
+	}
+	if s.BBRMinRTTUs != nil && noRTTSampleUs(*s.BBRMinRTTUs) {
+		s.BBRMinRTTUs = nil
 	}
 }

@@ -77,3 +77,11 @@ func parseRate(v string) (int64, error) {
 	}
 	return bps, nil
 }
+
+// noRTTSampleUs reports a min RTT that is really "no sample yet": tcpi_min_rtt and BBR's
+// min_rtt_us start at ~0U µs, which ss prints (ms, %g) as 4.29497e+06, or 4294967.295 at
+// full precision. Anything that prints as either (µs in [4294965000, 4294975000), some 71.6
+// minutes, far above any real RTT) is the sentinel.
+func noRTTSampleUs(us int64) bool {
+	return us >= 4294965000 && us < 4294975000
+}
