@@ -155,7 +155,7 @@ def load_files(wh: Warehouse, paths: list[Path], max_record_bytes: int = DEFAULT
                     batch.partitions.append(0)
                     batch.offsets.append(lineno)
                     pending_bytes[name] += len(line)
-                    if len(batch) >= min(batch_rows, MAX_BATCH_ROWS) or pending_bytes[name] >= MAX_BATCH_BYTES // 2:
+                    if len(batch) >= min(batch_rows, MAX_BATCH_ROWS) or pending_bytes[name] >= MAX_BATCH_BYTES:
                         flush(name)
             for name in list(pending):
                 flush(name)
@@ -303,7 +303,7 @@ class Loader:
         msgs: list = []
         size = 0
         deadline = None
-        while len(msgs) < self.batch_rows and size < MAX_BATCH_BYTES // 2 and not self._stop:
+        while len(msgs) < self.batch_rows and size < MAX_BATCH_BYTES and not self._stop:
             timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
             got = self.consumer.consume(num_messages=min(50_000, self.batch_rows - len(msgs)), timeout=timeout)
             for m in got:
