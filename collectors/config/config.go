@@ -43,6 +43,7 @@ type Config struct {
 	Once             bool     `json:"-"`      // --once: Reps = 1
 	Nginx            Nginx    `json:"nginx"`
 	TCPInfo          TCPInfo  `json:"tcp_info"`
+	SSReplay         SSReplay `json:"ss_replay"`
 	Kafka            Kafka    `json:"kafka"`
 	Queue            Queue    `json:"queue"`
 	Spool            Spool    `json:"spool"`
@@ -74,6 +75,17 @@ type TCPInfo struct {
 	Namespaces    []string `json:"namespaces"`
 	MinBytesAcked int64    `json:"min_bytes_acked"`
 	MaxPerTick    int      `json:"max_per_tick"`
+}
+
+// SSReplay configures the replay of recorded `ss -tinHOe` snapshots (collectors/ssreplay):
+// a directory of <ts_ms>.txt files, such as `ccab sim --raw` writes per host. On when Dir
+// is set. sock_id is keyed by tcp_info.salt, as for the netlink sampler.
+type SSReplay struct {
+	Dir              string   `json:"dir"`
+	Interval         Duration `json:"interval"`           // between looks for new snapshots (without --once)
+	SampleRate       float64  `json:"sample_rate"`        // fraction of each snapshot's sockets kept; 1: all
+	SourceSampleRate float64  `json:"source_sample_rate"` // rate at which the files' sockets were selected upstream
+	State            string   `json:"state"`              // state of sockets printed without a State column
 }
 
 // Kafka configures the producer.
@@ -128,7 +140,8 @@ func Default() Config {
 			RotateGrace: D(5 * time.Second), CheckpointInterval: D(5 * time.Second),
 			StartAt: tailer.StartBeginning, MaxLineBytes: 1 << 20, BatchLines: 1024,
 		},
-		TCPInfo: TCPInfo{Enabled: false, Interval: D(10 * time.Second), SampleRate: 1, MaxPerTick: 20000},
+		TCPInfo:  TCPInfo{Enabled: false, Interval: D(10 * time.Second), SampleRate: 1, MaxPerTick: 20000},
+		SSReplay: SSReplay{Interval: D(10 * time.Second), SampleRate: 1, SourceSampleRate: 1, State: "ESTAB"},
 		Kafka: Kafka{
 			Brokers: []string{"127.0.0.1:9092"}, TopicTCP: "ccab.tcp.v1", TopicHTTP: "ccab.http.v1",
 			ClientID: "ccab-collector", Linger: D(10 * time.Millisecond), MaxInflight: 20000,
@@ -279,6 +292,13 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&c.TCPInfo.MinBytesAcked, "tcp-info-min-bytes-acked", c.TCPInfo.MinBytesAcked, "only connections with at least this many bytes acked (0: any)")
 	fs.IntVar(&c.TCPInfo.MaxPerTick, "tcp-info-max-per-tick", c.TCPInfo.MaxPerTick, "records per tick at most")
 
+	fs.StringVar(&c.SSReplay.Dir, "ss-replay-dir", c.SSReplay.Dir, "replay the `dir` of ss -tinHOe snapshots <ts_ms>.txt (e.g. ccab sim --raw's ss/<host>) as tcp_sample/1 records")
+	fs.Var(&c.SSReplay.Interval, "ss-replay-interval", "how often the replay directory is checked for new snapshots (without --once)")
+	fs.Float64Var(&c.SSReplay.SampleRate, "ss-replay-sample-rate", c.SSReplay.SampleRate, "fraction of each snapshot's connections replayed, in (0, 1] (1: all)")
+	fs.Float64Var(&c.SSReplay.SourceSampleRate, "ss-replay-source-sample-rate", c.SSReplay.SourceSampleRate,
+		"probability with which the snapshots' sockets were already selected (the simulator's sampling.tcp_sample_rate); records carry it × --ss-replay-sample-rate")
+	fs.StringVar(&c.SSReplay.State, "ss-replay-state", c.SSReplay.State, "state of sockets printed without a State column (ss … state established)")
+
 	fs.Var(listValue{&c.Kafka.Brokers}, "kafka-brokers", "comma-separated `host:port` seed brokers")
 	fs.StringVar(&c.Kafka.TopicTCP, "topic-tcp", c.Kafka.TopicTCP, "topic of tcp_sample/1 records")
 	fs.StringVar(&c.Kafka.TopicHTTP, "topic-http", c.Kafka.TopicHTTP, "topic of http_request/1 records")
@@ -399,8 +419,14 @@ func (c *Config) Validate() error {
 		return errors.New("kafka.brokers is empty")
 	case c.Kafka.TopicHTTP == "" || c.Kafka.TopicTCP == "":
 		return errors.New("kafka topics must not be empty")
-	case !c.Nginx.Enabled && !c.TCPInfo.Enabled:
-		return errors.New("nothing to collect: both nginx.enabled and tcp_info.enabled are false")
+	case !c.Nginx.Enabled && !c.TCPInfo.Enabled && c.SSReplay.Dir == "":
+		return errors.New("nothing to collect: nginx.enabled and tcp_info.enabled are false and ss_replay.dir is empty")
+	case c.SSReplay.Dir != "" && !(c.SSReplay.SampleRate > 0 && c.SSReplay.SampleRate <= 1):
+		return fmt.Errorf("ss_replay.sample_rate %v is not in (0, 1]", c.SSReplay.SampleRate)
+	case c.SSReplay.Dir != "" && !(c.SSReplay.SourceSampleRate > 0 && c.SSReplay.SourceSampleRate <= 1):
+		return fmt.Errorf("ss_replay.source_sample_rate %v is not in (0, 1]", c.SSReplay.SourceSampleRate)
+	case c.SSReplay.Dir != "" && c.SSReplay.Interval <= 0:
+		return errors.New("ss_replay.interval must be positive")
 	case c.Spool.Full != string(sink.FullShed) && c.Spool.Full != string(sink.FullBlock):
 		return fmt.Errorf("spool.full %q is neither shed nor block", c.Spool.Full)
 	case c.Reps < 0:

@@ -38,6 +38,12 @@ type Metrics struct {
 	SocketsSampled prometheus.Counter
 	DumpDuration   prometheus.Histogram
 
+	// ss snapshot replay (collectors/ssreplay)
+	ReplayFiles   *prometheus.CounterVec // result: read, stale, bad_name
+	ReplayRecords prometheus.Counter
+	ReplaySkipped *prometheus.CounterVec // reason: the ss parser's, or rate
+	ReplayErrors  *prometheus.CounterVec // op: readdir, read
+
 	// nginx tailer
 	LogLinesRead       prometheus.Counter
 	LogBytesRead       prometheus.Counter
@@ -91,6 +97,13 @@ func New() *Metrics {
 		SocketsSeen:    f.counter("sockets_seen_total", "Sockets seen in netlink dumps."),
 		SocketsSampled: f.counter("sockets_sampled_total", "Sockets turned into tcp_sample/1 records."),
 		DumpDuration:   f.histogram("dump_duration_seconds", "Duration of one netlink dump.", durBuckets),
+
+		ReplayFiles: f.counterVec("replay_files_total", "ss snapshot files of the replay directory, by result: read, "+
+			"stale (appeared after a newer one was read: not read), bad_name (no tick in the name: not read).", "result"),
+		ReplayRecords: f.counter("replay_records_total", "tcp_sample/1 records made from replayed ss snapshots."),
+		ReplaySkipped: f.counterVec("replay_skipped_total", "Replayed ss lines that gave no record, by reason "+
+			"(the ss parser's, or rate: not in the replay's own sample).", "reason"),
+		ReplayErrors: f.counterVec("replay_errors_total", "ss replay I/O errors, by operation (readdir, read: a snapshot that could not be read to its end).", "op"),
 
 		LogLinesRead:       f.counter("log_lines_read_total", "Complete access-log lines read (including lines that failed to parse)."),
 		LogBytesRead:       f.counter("log_bytes_read_total", "Access-log bytes read."),

@@ -60,3 +60,22 @@ func rateThreshold(rate float64) uint64 {
 	}
 	return uint64(rate * (1 << 64))
 }
+
+// Selection is the sampler's deterministic choice of connections, for other sources of
+// tcp_sample/1 records (the ss snapshot replay): with the same salt and rate it keeps the
+// same 4-tuples as a Sampler.
+type Selection struct {
+	seed      uint64
+	threshold uint64
+}
+
+// NewSelection returns the selection of a fraction rate (in (0, 1]) of connections, keyed
+// by salt.
+func NewSelection(salt string, rate float64) Selection {
+	return Selection{seed: seedHash(salt), threshold: rateThreshold(rate)}
+}
+
+// Keep reports whether the connection local↔peer is in the selection.
+func (s Selection) Keep(local, peer netip.AddrPort) bool {
+	return s.threshold == math.MaxUint64 || tupleHash(s.seed, local, peer) < s.threshold
+}

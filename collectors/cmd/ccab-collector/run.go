@@ -3,8 +3,8 @@ package main
 // `ccab-collector run`: the long-running collector. It only wires the components:
 //
 //	nginx tailer ─┐
-//	              ├─► sink (bounded queue → Kafka | disk spool) ─► Kafka
-//	tcp_info ─────┘
+//	tcp_info ─────┼─► sink (bounded queue → Kafka | disk spool) ─► Kafka
+//	ss replay ────┘
 //
 // plus /metrics and the host stamp (config.Host). Shutdown on SIGTERM/SIGINT (or after
 // --reps polls): stop the sources, let the sink deliver or spool everything, then write
@@ -19,6 +19,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -31,7 +33,7 @@ import (
 )
 
 func runCommand() cli.Command {
-	return cli.Command{Name: "run", Summary: "tail nginx logs (and sample tcp_info) into Kafka, spooling to disk when it is away", Run: runMain}
+	return cli.Command{Name: "run", Summary: "tail nginx logs, sample tcp_info and replay ss snapshots into Kafka, spooling to disk when it is away", Run: runMain}
 }
 
 func runMain(ctx context.Context, env cli.Env, args []string) int {
@@ -51,6 +53,7 @@ func runMain(ctx context.Context, env cli.Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "run: %v\n", err)
 		return cli.ExitUsage
 	}
+	tuneGC(env.Getenv, log)
 	if err := collect(ctx, cfg, env.Stdout, log); err != nil {
 		log.Error("collector stopped", "err", err)
 		return cli.ExitFailure
@@ -71,6 +74,29 @@ func newLogger(cfg config.Config, w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("log format %q is neither text nor json", cfg.LogFormat)
+}
+
+// GC defaults of `run`. Most of what the collector allocates is records on their way to
+// Kafka: short-lived, with a small live heap. Collecting at 400% growth instead of Go's
+// 100% takes about a third off the CPU time of a busy tailer; the soft memory limit makes
+// the collector collect harder before it nears systemd's MemoryMax (512M in the unit).
+// GOGC and GOMEMLIMIT in the environment override both.
+const (
+	defaultGCPercent   = 400
+	defaultMemoryLimit = 384 << 20
+)
+
+func tuneGC(getenv func(string) string, log *slog.Logger) {
+	gogc, limit := getenv("GOGC"), getenv("GOMEMLIMIT")
+	if gogc == "" {
+		debug.SetGCPercent(defaultGCPercent)
+		gogc = strconv.Itoa(defaultGCPercent)
+	}
+	if limit == "" {
+		debug.SetMemoryLimit(defaultMemoryLimit)
+		limit = strconv.Itoa(defaultMemoryLimit)
+	}
+	log.Debug("garbage collector", "gogc", gogc, "gomemlimit", limit)
 }
 
 // lateOutput lets the tailer be made (it loads its checkpoint, which the sink needs) before
@@ -118,6 +144,13 @@ func collect(ctx context.Context, cfg config.Config, stdout io.Writer, log *slog
 	}
 	tcp, err := newTCPInfo(cfg, m, log.With("component", "sampler"))
 	if err != nil {
+		return err
+	}
+	replay, err := newSSReplay(cfg, m, log.With("component", "ss_replay"))
+	if err != nil {
+		if tcp != nil {
+			tcp.close()
+		}
 		return err
 	}
 
@@ -174,7 +207,7 @@ func collect(ctx context.Context, cfg config.Config, stdout io.Writer, log *slog
 	// Sources run until ctx is done or their reps are over.
 	srcCtx, stopSrc := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	running := 0
 	if tl != nil {
 		running++
@@ -190,6 +223,14 @@ func collect(ctx context.Context, cfg config.Config, stdout io.Writer, log *slog
 		go func() {
 			defer wg.Done()
 			errs <- tcp.run(srcCtx, cfg.Reps, host, sk)
+		}()
+	}
+	if replay != nil {
+		running++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- replay.run(srcCtx, cfg.Reps, host, sk)
 		}()
 	}
 	var firstErr error

@@ -111,3 +111,86 @@ func TestRunUsageErrors(t *testing.T) {
 		t.Fatalf("-h: exit %d", code)
 	}
 }
+
+// The demo's run: a simulated host's ss snapshots and access log through the real collector
+// in one --once run, records on stdout, every snapshot read and the process clean after.
+func TestRunOnceReplaysSnapshotsAndLog(t *testing.T) {
+	dir := t.TempDir()
+	snaps := filepath.Join(dir, "ss")
+	if err := os.Mkdir(snaps, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const line = "0      0      192.0.2.14:443 100.64.%d.%d:%d timer:(on,208ms,0) uid:33 ino:1 sk:1 cgroup:/x <-> ts sack bbr wscale:10,9 rto:204 " +
+		"rtt:20/5 mss:1448 cwnd:%d bytes_sent:%d bytes_acked:1000 segs_out:9 segs_in:5 data_segs_out:8 bbr:(bw:2919472bps,mrtt:%s,pacing_gain:1,cwnd_gain:2) " +
+		"send 4341401bps pacing_rate 2890280bps delivery_rate 2626216bps busy:10ms rcv_space:14480 minrtt:19.5"
+	want := 0
+	for k := 0; k < 5; k++ {
+		var b strings.Builder
+		for i := 0; i <= k; i++ {
+			mrtt := "19.5"
+			if k == 0 {
+				mrtt = "4.29497e+06"
+			}
+			fmt.Fprintf(&b, line+"\n", k, i+1, 40000+i, 10+i, 5000*(k+1), mrtt)
+			want++
+		}
+		os.WriteFile(filepath.Join(snaps, fmt.Sprintf("%d.txt", 1763640000000+10000*k)), []byte(b.String()), 0o644)
+	}
+	log := filepath.Join(dir, "access.log")
+	writeLog(t, log, 7)
+	state := filepath.Join(dir, "state.json")
+	os.WriteFile(state, []byte(`{"rollout_id":"r1","arm":"bbr1","cc":"bbr","generation":1}`), 0o644)
+	base := runtime.NumGoroutine()
+	var out, errb bytes.Buffer
+	code := runMain(context.Background(), testEnv(&out, &errb), []string{"--once", "--output", "stdout",
+		"--state-dir", filepath.Join(dir, "state"), "--metrics-addr", "", "--rollout-state-file", state,
+		"--host", "edge-tst1-05", "--pop", "tst1", "--kernel", "6.1.0", "--nginx-paths", log,
+		"--ss-replay-dir", snaps, "--ss-replay-source-sample-rate", "0.5", "--tcp-info-salt", "s"})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var tcp, http int
+	lastTs := int64(0)
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		switch {
+		case strings.Contains(l, `"schema":"tcp_sample/1"`):
+			tcp++
+			var ts int64
+			fmt.Sscanf(l[strings.Index(l, `"ts_ms":`)+len(`"ts_ms":`):], "%d", &ts)
+			if ts < lastTs {
+				t.Errorf("ts_ms %d after %d: snapshots out of order", ts, lastTs)
+			}
+			lastTs = ts
+			for _, w := range []string{`"host":"edge-tst1-05"`, `"arm":"bbr1"`, `"rollout_id":"r1"`, `"kernel":"6.1.0"`, `"sample_rate":0.5}`, `"cc":"bbr"`} {
+				if !strings.Contains(l, w) {
+					t.Errorf("record lacks %s: %s", w, l)
+				}
+			}
+			if ts == 1763640000000 && !strings.Contains(l, `"bbr_min_rtt_us":null`) {
+				t.Errorf("mrtt 4.29497e+06 is not null: %s", l)
+			}
+		case strings.Contains(l, `"schema":"http_request/1"`):
+			http++
+		default:
+			t.Errorf("unexpected line %q", l)
+		}
+	}
+	if tcp != want || http != 7 {
+		t.Fatalf("%d tcp_sample records (want %d), %d http_request (want 7)\n%s", tcp, want, http, errb.String())
+	}
+	goroutinesSettle(t, base)
+
+	// ss replay alone (nginx off); a missing directory is a configuration error.
+	out.Reset()
+	if code := runMain(context.Background(), testEnv(&out, &errb), []string{"--once", "--output", "stdout",
+		"--state-dir", filepath.Join(dir, "state2"), "--metrics-addr", "", "--rollout-state-file", state,
+		"--nginx-enabled=false", "--ss-replay-dir", snaps}); code != 0 || strings.Count(out.String(), "\n") != want {
+		t.Fatalf("replay only: exit %d, %d records", code, strings.Count(out.String(), "\n"))
+	}
+	errb.Reset()
+	if code := runMain(context.Background(), testEnv(&out, &errb), []string{"--once", "--output", "stdout",
+		"--state-dir", filepath.Join(dir, "state3"), "--metrics-addr", "", "--nginx-enabled=false",
+		"--ss-replay-dir", filepath.Join(dir, "nope")}); code != cli.ExitFailure || !strings.Contains(errb.String(), "nope") {
+		t.Fatalf("missing replay dir: exit %d: %s", code, errb.String())
+	}
+}
