@@ -110,7 +110,8 @@ def describe_schedule(dag) -> str:
 
 
 def intervals(dag, start: datetime, end: datetime, step: timedelta = timedelta(minutes=5)) -> list[tuple[datetime, datetime]]:
-    """The DAG's data intervals inside ``[start, end]`` (by asking its timetable, as dag.test does)."""
+    """The DAG's data intervals that end in ``(start, end]``, in order (found by asking its
+    timetable for a manual run's interval, exactly as ``dag.test()`` does)."""
     from airflow.serialization.encoders import coerce_to_core_timetable
     from airflow.sdk import timezone as af_tz
 
@@ -120,7 +121,7 @@ def intervals(dag, start: datetime, end: datetime, step: timedelta = timedelta(m
     while t <= end:
         iv = core.infer_manual_data_interval(run_after=af_tz.coerce_datetime(t))
         s, e = iv.start.astimezone(timezone.utc), iv.end.astimezone(timezone.utc)
-        if e == t and s >= start:
+        if e == t:
             found[s] = e
         t += step
     return sorted(found.items())
@@ -128,7 +129,7 @@ def intervals(dag, start: datetime, end: datetime, step: timedelta = timedelta(m
 
 def test_intervals(dag_id: str, start: datetime, end: datetime,
                    log: Callable[[str], None] = lambda _m: None) -> list[RunResult]:
-    """``dag.test()`` once per data interval of ``dag_id`` in ``[start, end]``, in order.
+    """``dag.test()`` once per data interval of ``dag_id`` that ends in ``(start, end]``, in order.
 
     The logical date of each run is its interval's end: for a ``CronDataIntervalTimetable`` a
     manual run's interval is the last complete one before its logical date.

@@ -26,15 +26,20 @@ every rollout, since an hour is the unit that is swapped in.
 """
 
 
-def parse_hour(text: str, name: str) -> datetime:
-    """Parse an ISO date or date-time (``Z`` or an offset; naive = UTC) on a UTC hour boundary."""
+def parse_time(text: str, name: str) -> datetime:
+    """Parse an ISO date or date-time (``Z`` or an offset; naive = UTC) into an aware UTC datetime."""
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ValueError(f"{name}: {text!r} is not an ISO date or date-time (e.g. 2025-11-20T13:00Z)") from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
-    value = value.astimezone(timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+def parse_hour(text: str, name: str) -> datetime:
+    """Parse an ISO date or date-time on a UTC hour boundary (see :func:`parse_time`)."""
+    value = parse_time(text, name)
     if value != value.replace(minute=0, second=0, microsecond=0):
         raise ValueError(f"{name}: {text!r} is not on a UTC hour boundary; cohorts are whole hours "
                          f"(e.g. {value:%Y-%m-%dT%H}:00Z)")
@@ -75,10 +80,11 @@ def register(sub) -> None:
     dsub = d.add_subparsers(dest="dags_command", metavar="ACTION", required=True)
     ls = dsub.add_parser("list", help="import every DAG file and list the DAGs (exit 1 on import errors)")
     ls.set_defaults(func=run_dags_list)
-    t = dsub.add_parser("test", help="run a DAG with dag.test() for each schedule interval in [--from, --to)")
+    t = dsub.add_parser("test", help="run a DAG with dag.test() for each data interval ending in (--from, --to]")
     t.add_argument("dag_id", metavar="DAG_ID", help="e.g. ccab_cohorts_hourly, ccab_compare, ccab_daily_report")
-    t.add_argument("--from", dest="t_from", required=True, metavar="ISO", help="start of the first interval")
-    t.add_argument("--to", dest="t_to", required=True, metavar="ISO", help="end of the last interval")
+    t.add_argument("--from", dest="t_from", required=True, metavar="ISO",
+                   help="run the intervals that end after this time ...")
+    t.add_argument("--to", dest="t_to", required=True, metavar="ISO", help="... and at or before this one")
     t.set_defaults(func=run_dags_test)
 
 
@@ -210,7 +216,7 @@ def run_dags_test(args: argparse.Namespace) -> int:
     from ccab.cohorts import airflow_local
 
     try:
-        start, end = parse_hour(args.t_from, "--from"), parse_hour(args.t_to, "--to")
+        start, end = parse_time(args.t_from, "--from"), parse_time(args.t_to, "--to")
     except ValueError as exc:
         return _fail("dags test", str(exc))
     airflow_local.configure()

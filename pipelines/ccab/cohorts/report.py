@@ -43,14 +43,14 @@ def summary_markdown(wh: Warehouse, sel: data.Selection) -> str:
     out = [f"# Cohort summary — {sel.label()}", "",
            "Quantiles from the merged 1/128-octave histograms (zeros included); units as in the header.", ""]
     for m in METRICS:
-        rows = data.quantile_rows(wh, sel, m.name)
+        rows = [r for r in data.quantile_rows(wh, sel, m.name) if r["n"]]
         if not rows:
             continue
         out += [f"## {m.name} [{m.unit}] — per {m.grain}", "",
                 "| arm | cc | hosts | n | zeros | p10 | p50 | p90 | p99 | mean | ratio |",
                 "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
-            out.append(f"| {r['arm']} | {r['cc']} | {r['hosts']} | {r['n']:,} | {_fmt(r['zero_share'] * 100)}% | "
+            out.append(f"| {r['arm']} | {r['cc']} | {r['hosts']} | {r['n']:,} | {_fmt(r['zero_share'], 0.01)}% | "
                        + " | ".join(_fmt(r[k], m.scale) for k in ("p10", "p50", "p90", "p99", "mean"))
                        + f" | {_fmt(r['ratio'], m.scale) if r['ratio'] is not None else '–'} |")
         out.append("")

@@ -3,20 +3,26 @@
 -- x metric. Source grain: one value per connection (cohort_connections_stage: its last sample).
 -- Segments: 'all', the prefix's RTT class ('rtt:...'), and 'bulk' (bytes_acked >= bulk filter).
 -- Metrics (units in the names): retrans_pct (100 x bytes_retrans / bytes_sent), inflight_bytes
--- (Send-Q - notsent), rtt_us (srtt), min_rtt_us (the kernel's generic tcpi_min_rtt, every cc),
--- bbr_min_rtt_us (BBR's own mrtt, BBR sockets only: never compare it with min_rtt_us),
--- delivery_rate_bps, rwnd_limited_pct and sndbuf_limited_pct (100 x *_limited_ms / busy_ms).
+-- (Send-Q - notsent, mean over busy samples), rtt_us (srtt), min_rtt_us (the kernel's generic
+-- tcpi_min_rtt, every cc), bbr_min_rtt_us (BBR's own mrtt, BBR sockets only: never compare it
+-- with min_rtt_us), delivery_rate_bps, rwnd_limited_pct and sndbuf_limited_pct
+-- (100 x *_limited_ms / busy_ms).
 -- Bins: floor(log2(value) * 128) for value > 0; zeros only in n_zero (see 0003_cohort_rollups.sql).
+-- How: one aggregation at the finest split (cohort x metric x RTT class x bulk), then the
+-- segments are merged from it with GROUPING SETS (exact: every column is a sum or a sumMap).
+-- The big aggregation groups by a 64-bit hash of the cohort's keys (fixed-width keys hash ~2x
+-- faster than seven strings) and carries the keys with any(); a collision between two of an
+-- hour's few thousand cohorts has a probability of ~1e-12.
 -- Parameters: hour_start DateTime('UTC').
 WITH
 connections AS (
     SELECT *,
-           arrayConcat(['all', rtt_class], if(is_bulk, ['bulk'], []))           AS segments
+           cityHash64(pop, rollout_id, arm, kernel, cc, cc_version, host)       AS cohort_id
     FROM cohort_connections_stage
     WHERE hour = {hour_start:DateTime('UTC')}
 ),
 metric_values AS (
-    SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segments, weight,
+    SELECT cohort_id, hour, pop, rollout_id, arm, kernel, cc, cc_version, host, rtt_class, is_bulk, weight,
            m.1 AS metric, m.2 AS value, m.3 AS num, m.4 AS den
     FROM connections
     ARRAY JOIN [
@@ -35,18 +41,41 @@ classified AS (
            value IS NOT NULL AND isFinite(value) AND value >= 0                 AS valid,
            toInt32(floor(log2(if(valid AND value > 0, assumeNotNull(value), 1)) * 128)) AS bin
     FROM metric_values
+),
+finest AS (
+    SELECT cohort_id, metric, rtt_class, is_bulk,
+           any(hour) AS hour, any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm,
+           any(kernel) AS kernel, any(cc) AS cc, any(cc_version) AS cc_version, any(host) AS host,
+           countIf(valid)                                                     AS n_values,
+           countIf(valid AND value = 0)                                       AS n_zero_values,
+           countIf(NOT valid)                                                 AS n_missing_values,
+           countIf(valid AND value > 50 AND endsWith(metric, '_pct'))         AS n_above_values,
+           sumIf(assumeNotNull(value), valid)                                 AS value_total,
+           sumIf(assumeNotNull(value) * assumeNotNull(value), valid)          AS value_sq_total,
+           sumIf(num, valid)                                                  AS num_total,
+           sumIf(den, valid)                                                  AS den_total,
+           sumIf(weight, valid)                                               AS weight_total,
+           sumMapIf(map(bin, toUInt64(1)), valid AND value > 0)               AS bins
+    FROM classified
+    GROUP BY cohort_id, metric, rtt_class, is_bulk
 )
-SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric,
-       countIf(valid)                                                         AS n,
-       countIf(valid AND value = 0)                                           AS n_zero,
-       countIf(NOT valid)                                                     AS n_missing,
-       countIf(valid AND value > 50 AND endsWith(metric, '_pct'))             AS n_above_50pct,
-       sumIf(assumeNotNull(value), valid)                                     AS value_sum,
-       sumIf(assumeNotNull(value) * assumeNotNull(value), valid)              AS value_sum_sq,
-       sumIf(num, valid)                                                      AS ratio_num,
-       sumIf(den, valid)                                                      AS ratio_den,
-       sumIf(weight, valid)                                                   AS weight_sum,
-       sumMapIf(map(bin, toUInt64(1)), valid AND value > 0)                   AS hist
-FROM classified
-ARRAY JOIN segments AS segment
-GROUP BY hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric
+SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
+       multiIf(grouping(rtt_class) = 0, rtt_class, grouping(is_bulk) = 0, 'bulk', 'all') AS segment,
+       metric,
+       sum(n_values)                                                          AS n,
+       sum(n_zero_values)                                                     AS n_zero,
+       sum(n_missing_values)                                                  AS n_missing,
+       sum(n_above_values)                                                    AS n_above_50pct,
+       sum(value_total)                                                       AS value_sum,
+       sum(value_sq_total)                                                    AS value_sum_sq,
+       sum(num_total)                                                         AS ratio_num,
+       sum(den_total)                                                         AS ratio_den,
+       sum(weight_total)                                                      AS weight_sum,
+       sumMap(bins)                                                           AS hist
+FROM finest
+GROUP BY GROUPING SETS (
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, metric),
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, metric, rtt_class),
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, metric, is_bulk)
+)
+HAVING grouping(is_bulk) = 1 OR is_bulk

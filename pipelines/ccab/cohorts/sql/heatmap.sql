@@ -7,20 +7,16 @@
 -- counted in cohort_hourly.n_missing of that metric).
 -- Parameters: hour_start DateTime('UTC').
 WITH
-connections AS (
-    SELECT *,
-           if(is_bulk, ['all', 'bulk'], ['all'])                                AS segments
-    FROM cohort_connections_stage
-    WHERE hour = {hour_start:DateTime('UTC')}
-),
 pairs AS (
-    SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segments,
+    SELECT cityHash64(pop, rollout_id, arm, kernel, cc, cc_version, host)       AS cohort_id,
+           hour, pop, rollout_id, arm, kernel, cc, cc_version, host, is_bulk,
            p.1 AS pair, p.2 AS x, p.3 AS y
-    FROM connections
+    FROM cohort_connections_stage
     ARRAY JOIN [
         ('rtt_us:retrans_pct',    toFloat64(rtt_us), CAST(retrans_pct    AS Nullable(Float64))),
         ('rtt_us:inflight_bytes', toFloat64(rtt_us), CAST(inflight_bytes AS Nullable(Float64)))
     ] AS p
+    WHERE hour = {hour_start:DateTime('UTC')}
 ),
 binned AS (
     SELECT *,
@@ -28,9 +24,23 @@ binned AS (
            multiIf(y = 0, -2147483648, toInt32(floor(log2(assumeNotNull(y)) * 8))) AS y_bin
     FROM pairs
     WHERE y IS NOT NULL AND isFinite(y) AND y >= 0 AND isFinite(x) AND x >= 0
+),
+cells AS (
+    -- grouped by a 64-bit hash of the cohort keys, carried with any() (see connection_metrics.sql)
+    SELECT cohort_id, pair, x_bin, y_bin, is_bulk,
+           any(hour) AS hour, any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm,
+           any(kernel) AS kernel, any(cc) AS cc, any(cc_version) AS cc_version, any(host) AS host,
+           count()                                                            AS cell_connections
+    FROM binned
+    GROUP BY cohort_id, pair, x_bin, y_bin, is_bulk
 )
-SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, pair, x_bin, y_bin,
-       count()                                                                AS connections
-FROM binned
-ARRAY JOIN segments AS segment
-GROUP BY hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, pair, x_bin, y_bin
+SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
+       if(grouping(is_bulk) = 0, 'bulk', 'all')                               AS segment,
+       pair, x_bin, y_bin,
+       sum(cell_connections)                                                  AS connections
+FROM cells
+GROUP BY GROUPING SETS (
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, pair, x_bin, y_bin),
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, pair, x_bin, y_bin, is_bulk)
+)
+HAVING grouping(is_bulk) = 1 OR is_bulk

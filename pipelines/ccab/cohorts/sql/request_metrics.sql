@@ -10,6 +10,7 @@
 -- with that cc in the hour (cohort_connections_stage; 0 when there are none). Segments: 'all', the prefix's RTT class
 -- (from the hour's tcp samples; 'rtt:unknown' when the prefix had none), and the response size
 -- class 'size:<4MiB', 'size:4-16MiB', 'size:16MiB+' (a property of the request, pre-treatment).
+-- How: one aggregation per cohort x RTT class x size class, segments merged (GROUPING SETS).
 -- Parameters: hour_start DateTime('UTC'), bulk_min_bytes UInt64.
 WITH
 bulk_requests AS (
@@ -35,15 +36,15 @@ computed AS (
     SELECT r.pop AS pop, r.rollout_id AS rollout_id, r.arm AS arm, r.kernel AS kernel, r.cc AS cc,
            r.host AS host, r.weight AS weight,
            v.cc_version                                                         AS cc_version,
+           cityHash64(r.pop, r.rollout_id, r.arm, r.kernel, r.cc, v.cc_version, r.host) AS cohort_id,
            if(r.request_time_ms > 0,
               r.body_bytes_sent * 8 / (r.request_time_ms / 1000), NULL)          AS value,
            toFloat64(r.body_bytes_sent * 8)                                     AS num,
            r.request_time_ms / 1000                                             AS den,
-           ['all',
-            if(p.rtt_class = '', 'rtt:unknown', p.rtt_class),
-            multiIf(r.body_bytes_sent < 4194304,  'size:<4MiB',
-                    r.body_bytes_sent < 16777216, 'size:4-16MiB',
-                                                  'size:16MiB+')]               AS segments
+           if(p.rtt_class = '', 'rtt:unknown', p.rtt_class)                     AS rtt_class,
+           multiIf(r.body_bytes_sent < 4194304,  'size:<4MiB',
+                   r.body_bytes_sent < 16777216, 'size:4-16MiB',
+                                                 'size:16MiB+')                 AS size_class
     FROM bulk_requests AS r
     LEFT JOIN classes AS p ON p.pop = r.pop AND p.peer_prefix = r.peer_prefix
     LEFT JOIN versions AS v ON v.pop = r.pop AND v.host = r.host AND v.cc = r.cc
@@ -53,20 +54,40 @@ classified AS (
            value IS NOT NULL AND isFinite(value) AND value >= 0                 AS valid,
            toInt32(floor(log2(if(valid AND value > 0, assumeNotNull(value), 1)) * 128)) AS bin
     FROM computed
+),
+finest AS (
+    SELECT cohort_id, rtt_class, size_class,
+           any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm, any(kernel) AS kernel,
+           any(cc) AS cc, any(cc_version) AS cc_version, any(host) AS host,
+           countIf(valid)                                                     AS n_values,
+           countIf(valid AND value = 0)                                       AS n_zero_values,
+           countIf(NOT valid)                                                 AS n_missing_values,
+           sumIf(assumeNotNull(value), valid)                                 AS value_total,
+           sumIf(assumeNotNull(value) * assumeNotNull(value), valid)          AS value_sq_total,
+           sumIf(num, valid)                                                  AS num_total,
+           sumIf(den, valid)                                                  AS den_total,
+           sumIf(weight, valid)                                               AS weight_total,
+           sumMapIf(map(bin, toUInt64(1)), valid AND value > 0)               AS bins
+    FROM classified
+    GROUP BY cohort_id, rtt_class, size_class
 )
 SELECT {hour_start:DateTime('UTC')}                                           AS hour,
-       pop, rollout_id, arm, kernel, cc, cc_version, host, segment,
+       pop, rollout_id, arm, kernel, cc, cc_version, host,
+       multiIf(grouping(rtt_class) = 0, rtt_class, grouping(size_class) = 0, size_class, 'all') AS segment,
        'goodput_bps'                                                          AS metric,
-       countIf(valid)                                                         AS n,
-       countIf(valid AND value = 0)                                           AS n_zero,
-       countIf(NOT valid)                                                     AS n_missing,
+       sum(n_values)                                                          AS n,
+       sum(n_zero_values)                                                     AS n_zero,
+       sum(n_missing_values)                                                  AS n_missing,
        toUInt64(0)                                                            AS n_above_50pct,
-       sumIf(assumeNotNull(value), valid)                                     AS value_sum,
-       sumIf(assumeNotNull(value) * assumeNotNull(value), valid)              AS value_sum_sq,
-       sumIf(num, valid)                                                      AS ratio_num,
-       sumIf(den, valid)                                                      AS ratio_den,
-       sumIf(weight, valid)                                                   AS weight_sum,
-       sumMapIf(map(bin, toUInt64(1)), valid AND value > 0)                   AS hist
-FROM classified
-ARRAY JOIN segments AS segment
-GROUP BY pop, rollout_id, arm, kernel, cc, cc_version, host, segment
+       sum(value_total)                                                       AS value_sum,
+       sum(value_sq_total)                                                    AS value_sum_sq,
+       sum(num_total)                                                         AS ratio_num,
+       sum(den_total)                                                         AS ratio_den,
+       sum(weight_total)                                                      AS weight_sum,
+       sumMap(bins)                                                           AS hist
+FROM finest
+GROUP BY GROUPING SETS (
+    (pop, rollout_id, arm, kernel, cc, cc_version, host),
+    (pop, rollout_id, arm, kernel, cc, cc_version, host, rtt_class),
+    (pop, rollout_id, arm, kernel, cc, cc_version, host, size_class)
+)

@@ -4,10 +4,13 @@
 -- shows; Dropbox's in-flight PDFs are of this kind). Segments: 'all' and the prefix's RTT class.
 -- Metrics: inflight_bytes_per_sample (Send-Q - notsent), rtt_us_per_sample (srtt).
 -- Cohort keys come from each sample itself (its arm at sampling time).
+-- How: one aggregation per cohort x metric x RTT class, then 'all' merged from it (GROUPING SETS);
+-- the big aggregation groups by a 64-bit hash of the cohort keys (see connection_metrics.sql).
 -- Parameters: hour_start DateTime('UTC').
 WITH
 samples AS (
-    SELECT pop, rollout_id, arm, kernel, cc, ifNull(cc_version, 0) AS cc_version, host, peer_prefix,
+    SELECT cityHash64(pop, rollout_id, arm, kernel, cc, cc_version, host)       AS cohort_id,
+           pop, rollout_id, arm, kernel, cc, ifNull(cc_version, 0) AS cc_version, host, peer_prefix,
            if(sample_rate > 0, 1 / sample_rate, 0)                              AS weight,
            toInt64(send_q_bytes) - toInt64(notsent_bytes)                       AS inflight_bytes,
            rtt_us
@@ -20,41 +23,59 @@ classes AS (
     FROM cohort_prefix_hourly_stage
     WHERE hour = {hour_start:DateTime('UTC')}
 ),
-segmented AS (
-    SELECT s.pop AS pop, s.rollout_id AS rollout_id, s.arm AS arm, s.kernel AS kernel, s.cc AS cc,
+classed AS (
+    SELECT s.cohort_id AS cohort_id, s.pop AS pop, s.rollout_id AS rollout_id, s.arm AS arm, s.kernel AS kernel, s.cc AS cc,
            s.cc_version AS cc_version, s.host AS host, s.weight AS weight,
            s.inflight_bytes AS inflight_bytes, s.rtt_us AS rtt_us,
-           ['all', if(p.rtt_class = '', 'rtt:unknown', p.rtt_class)]            AS segments
+           if(p.rtt_class = '', 'rtt:unknown', p.rtt_class)                     AS rtt_class
     FROM samples AS s
     LEFT JOIN classes AS p ON p.pop = s.pop AND p.peer_prefix = s.peer_prefix
 ),
 metric_values AS (
-    SELECT pop, rollout_id, arm, kernel, cc, cc_version, host, segments, weight,
+    SELECT cohort_id, pop, rollout_id, arm, kernel, cc, cc_version, host, rtt_class, weight,
            m.1 AS metric, m.2 AS value
-    FROM segmented
+    FROM classed
     ARRAY JOIN [
-        ('inflight_bytes_per_sample', CAST(inflight_bytes AS Nullable(Float64))),
-        ('rtt_us_per_sample',         CAST(rtt_us         AS Nullable(Float64)))
+        ('inflight_bytes_per_sample', toFloat64(inflight_bytes)),
+        ('rtt_us_per_sample',         toFloat64(rtt_us))
     ] AS m
 ),
 classified AS (
     SELECT *,
-           value IS NOT NULL AND isFinite(value) AND value >= 0                 AS valid,
-           toInt32(floor(log2(if(valid AND value > 0, assumeNotNull(value), 1)) * 128)) AS bin
+           isFinite(value) AND value >= 0                                       AS valid,
+           toInt32(floor(log2(if(valid AND value > 0, value, 1)) * 128))        AS bin
     FROM metric_values
+),
+finest AS (
+    SELECT cohort_id, metric, rtt_class,
+           any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm, any(kernel) AS kernel,
+           any(cc) AS cc, any(cc_version) AS cc_version, any(host) AS host,
+           countIf(valid)                                                     AS n_values,
+           countIf(valid AND value = 0)                                       AS n_zero_values,
+           countIf(NOT valid)                                                 AS n_missing_values,
+           sumIf(value, valid)                                                AS value_total,
+           sumIf(value * value, valid)                                        AS value_sq_total,
+           sumIf(weight, valid)                                               AS weight_total,
+           sumMapIf(map(bin, toUInt64(1)), valid AND value > 0)               AS bins
+    FROM classified
+    GROUP BY cohort_id, metric, rtt_class
 )
 SELECT {hour_start:DateTime('UTC')}                                           AS hour,
-       pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric,
-       countIf(valid)                                                         AS n,
-       countIf(valid AND value = 0)                                           AS n_zero,
-       countIf(NOT valid)                                                     AS n_missing,
+       pop, rollout_id, arm, kernel, cc, cc_version, host,
+       if(grouping(rtt_class) = 0, rtt_class, 'all')                          AS segment,
+       metric,
+       sum(n_values)                                                          AS n,
+       sum(n_zero_values)                                                     AS n_zero,
+       sum(n_missing_values)                                                  AS n_missing,
        toUInt64(0)                                                            AS n_above_50pct,
-       sumIf(assumeNotNull(value), valid)                                     AS value_sum,
-       sumIf(assumeNotNull(value) * assumeNotNull(value), valid)              AS value_sum_sq,
+       sum(value_total)                                                       AS value_sum,
+       sum(value_sq_total)                                                    AS value_sum_sq,
        toFloat64(0)                                                           AS ratio_num,
        toFloat64(0)                                                           AS ratio_den,
-       sumIf(weight, valid)                                                   AS weight_sum,
-       sumMapIf(map(bin, toUInt64(1)), valid AND value > 0)                   AS hist
-FROM classified
-ARRAY JOIN segments AS segment
-GROUP BY pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric
+       sum(weight_total)                                                      AS weight_sum,
+       sumMap(bins)                                                           AS hist
+FROM finest
+GROUP BY GROUPING SETS (
+    (pop, rollout_id, arm, kernel, cc, cc_version, host, metric),
+    (pop, rollout_id, arm, kernel, cc, cc_version, host, metric, rtt_class)
+)

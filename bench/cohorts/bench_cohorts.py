@@ -1,0 +1,267 @@
+"""bench/cohorts: the hourly cohort job vs a pandas baseline computing the same histograms, one run.
+
+Data: `ccab sim bench/cohorts/scenario.yaml` (a canary-tyo1-like PoP sampled every second, ~13
+tcp samples per connection) gives ~1M tcp samples over 4 hours. The 10M-sample warehouse holds
+that simulation 10 times over as 10 disjoint sets of hosts (host names suffixed `-r0`..`-r9`,
+sock_ids likewise): a 210-host PoP with 10x the connections, same hours.
+
+Ours: `ccab.cohorts.job.run_window` over those hours — everything the hourly DAG does (prefix
+classes, per-connection grain, 11 metrics x segments, heatmaps, REPLACE PARTITION swaps,
+watermarks), reading the raw table in the embedded ClickHouse (chdb).
+Peer: pandas on the same rows (read from a Parquet export, not timed) computing the same
+per-cohort-hour log2 histograms of the tcp metrics (prefix classes, last sample per connection,
+8 connection metrics and 2 per-sample metrics x segments) with vectorised numpy — a subset of
+our job's work. The bench checks both produce identical histograms, then prints the times, the
+ratio, and how each scales from 1M to 10M samples (linear = 10x).
+
+Usage: bench/cohorts/run.sh [--connections N] [--replicas 1,10] [--workdir DIR] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import shutil
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ccab import cli, migrate
+from ccab.cohorts.job import run_window
+from ccab.migrate import REPO_ROOT
+from ccab.warehouse import ChdbWarehouse
+
+SCENARIO = REPO_ROOT / "bench" / "cohorts" / "scenario.yaml"
+START = datetime(2025, 11, 20, 0, tzinfo=timezone.utc)
+HOURS = 5  # 4 simulated hours + the hour a few connections spill into
+HOUR_MS = 3_600_000
+MIB = 1 << 20
+ZERO = -(2**31)
+CONN_METRICS = ("retrans_pct", "inflight_bytes", "rtt_us", "min_rtt_us", "bbr_min_rtt_us", "delivery_rate_bps",
+                "rwnd_limited_pct", "sndbuf_limited_pct")
+SAMPLE_METRICS = ("inflight_bytes_per_sample", "rtt_us_per_sample")
+#: the steps of the hourly job that compute what the peer computes (the rest: goodput, heatmaps)
+SAME_WORK_STEPS = ("prefix_classes.sql", "connections.sql", "connection_metrics.sql", "sample_metrics.sql")
+PEER_COLUMNS = ("ts_ms", "pop", "host", "sock_id", "rollout_id", "arm", "kernel", "cc", "cc_version", "peer_prefix",
+                "bytes_sent", "bytes_acked", "bytes_retrans", "busy_ms", "rwnd_limited_ms", "sndbuf_limited_ms",
+                "send_q_bytes", "notsent_bytes", "rtt_us", "min_rtt_us", "bbr_min_rtt_us", "delivery_rate_bps")
+
+
+def simulate(workdir: Path, connections: int, keep: bool) -> Path:
+    out = workdir / f"sim-{connections}"
+    if keep and (out / "truth.json").exists():
+        print(f"reusing {out}")
+        return out
+    t0 = time.perf_counter()
+    code = cli.main(["sim", str(SCENARIO), "--out", str(out), "--connections", str(connections), "--no-progress"])
+    if code:
+        sys.exit(f"ccab sim failed with exit code {code}")
+    print(f"simulated {connections:,} connections in {time.perf_counter() - t0:.0f}s -> {out}")
+    return out
+
+
+def _columns(wh, table: str) -> list[str]:
+    return [r[0] for r in wh.query(
+        "SELECT name FROM system.columns WHERE database = currentDatabase() AND table = {t:String} "
+        "AND default_kind = '' AND NOT startsWith(name, '_') ORDER BY position", params={"t": table}).rows]
+
+
+def build_warehouse(path: Path, sim: Path, replicas: int) -> ChdbWarehouse:
+    """A fresh warehouse holding the simulation ``replicas`` times over (disjoint host sets)."""
+    shutil.rmtree(path, ignore_errors=True)
+    wh = ChdbWarehouse(path)
+    migrate.migrate(wh, log=lambda _m: None)
+    for table, name in (("tcp_samples", "ccab.tcp.v1.jsonl"), ("http_requests", "ccab.http.v1.jsonl")):
+        cols = _columns(wh, table)
+        exprs = [f"concat({c}, '-r', toString(replica))" if c in ("host", "sock_id") else c for c in cols]
+        wh.command(
+            f"INSERT INTO {table} ({', '.join(cols)}, _topic, _partition, _offset) "
+            f"SELECT {', '.join(exprs)}, 'bench', 0, rowNumberInAllBlocks() "
+            f"FROM file('{sim / name}', JSONEachRow) ARRAY JOIN range({replicas}) AS replica "
+            "SETTINGS input_format_skip_unknown_fields = 1, max_partitions_per_insert_block = 1000")
+    return wh
+
+
+COHORT = ["hour", "pop", "rollout_id", "arm", "kernel", "cc", "cc_version", "host"]
+SEGMENTS = ["all", "bulk", "rtt:0-20ms", "rtt:20-50ms", "rtt:50-100ms", "rtt:100-200ms", "rtt:200ms+"]
+
+
+def peer_histograms(df: pd.DataFrame, bulk_min: int = MIB) -> pd.DataFrame:
+    """The pandas peer: one row per (cohort-hour, segment, metric, bin) with its count (bin ZERO
+    counts the zeros) — cohort_hourly's histograms and zero counts, for the tcp metrics.
+
+    Same definitions as the job (docs/cohorts/README.md): a connection is its last sample (hour
+    of that sample), in flight is its mean over busy samples in that hour, prefix RTT class from
+    the lower median of the hour's samples' min RTT.
+    """
+    df["hour"] = df["ts_ms"] // HOUR_MS
+    df["cc_version"] = df["cc_version"].fillna(0).astype("int64")
+    df["inflight"] = df["send_q_bytes"].astype("int64") - df["notsent_bytes"].astype("int64")
+    pk = ["hour", "pop", "peer_prefix"]
+    med = df.groupby(pk, observed=True, sort=False)["min_rtt_us"].quantile(0.5, interpolation="lower")
+    cls = pd.Series(np.searchsorted([20000, 50000, 100000, 200000], med.to_numpy(), side="right"), index=med.index)
+    df["rtt_class"] = cls.reindex(pd.MultiIndex.from_frame(df[pk])).to_numpy()
+
+    conn = df.groupby(["pop", "host", "sock_id"], observed=True, sort=False).ngroup().to_numpy()
+    df["conn"] = conn
+    last_idx = df.groupby("conn", sort=False)["ts_ms"].idxmax()
+    last = df.loc[last_idx.to_numpy()].set_index("conn")
+    last_hour = last["hour"].reindex(conn).to_numpy()
+    busy = df[(df["hour"].to_numpy() == last_hour) & (df["inflight"].to_numpy() > 0)]
+    busy_mean = busy.groupby("conn")["inflight"].mean().reindex(last.index).fillna(0.0)
+
+    sent = last["bytes_sent"].to_numpy(dtype=float)
+    busy_ms = last["busy_ms"].to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        conn_values = {
+            "retrans_pct": np.where(sent > 0, 100 * last["bytes_retrans"].to_numpy(dtype=float) / sent, np.nan),
+            "inflight_bytes": busy_mean.to_numpy(dtype=float),
+            "rtt_us": last["rtt_us"].to_numpy(dtype=float),
+            "min_rtt_us": last["min_rtt_us"].to_numpy(dtype=float),
+            "bbr_min_rtt_us": last["bbr_min_rtt_us"].to_numpy(dtype=float),
+            "delivery_rate_bps": last["delivery_rate_bps"].to_numpy(dtype=float),
+            "rwnd_limited_pct": np.where(busy_ms > 0, 100 * last["rwnd_limited_ms"].to_numpy(dtype=float) / busy_ms, np.nan),
+            "sndbuf_limited_pct": np.where(busy_ms > 0, 100 * last["sndbuf_limited_ms"].to_numpy(dtype=float) / busy_ms, np.nan),
+        }
+    parts: list[pd.DataFrame] = []
+
+    def count(metric: str, values: np.ndarray, cohorts: pd.DataFrame, segs: list[np.ndarray]) -> None:
+        grouped = cohorts.groupby(COHORT, observed=True, sort=False)
+        code = grouped.ngroup().to_numpy()
+        # with sort=False, ngroup numbers groups in order of first appearance, as drop_duplicates keeps them
+        labels = cohorts[COHORT].drop_duplicates().reset_index(drop=True)
+        valid = np.isfinite(values) & (values >= 0)
+        b = np.full(values.shape, ZERO, dtype=np.int64)
+        pos = valid & (values > 0)
+        b[pos] = np.floor(np.log2(values[pos]) * 128).astype(np.int64)
+        for seg in segs:
+            m = valid & (seg >= 0)
+            key = (code[m] * 8 + seg[m]) * (1 << 33) + (b[m] - ZERO)
+            keys, counts = np.unique(key, return_counts=True)
+            cohort_seg, bin_off = np.divmod(keys, 1 << 33)
+            cohort_code, seg_code = np.divmod(cohort_seg, 8)
+            part = labels.iloc[cohort_code].reset_index(drop=True)
+            part["segment"] = np.asarray(SEGMENTS)[seg_code]
+            part["metric"] = metric
+            part["bin"] = bin_off + ZERO
+            part["count"] = counts
+            parts.append(part)
+
+    conn_segments = [np.zeros(len(last), dtype=np.int64),
+                     np.where(last["bytes_acked"].to_numpy() >= bulk_min, 1, -1),
+                     2 + last["rtt_class"].to_numpy(dtype=np.int64)]
+    last_cohorts = last[COHORT].reset_index(drop=True)
+    for metric, values in conn_values.items():
+        count(metric, values, last_cohorts, conn_segments)
+    sample_cohorts = df[COHORT]
+    sample_segments = [np.zeros(len(df), dtype=np.int64), 2 + df["rtt_class"].to_numpy(dtype=np.int64)]
+    count("inflight_bytes_per_sample", df["inflight"].to_numpy(dtype=float), sample_cohorts, sample_segments)
+    count("rtt_us_per_sample", df["rtt_us"].to_numpy(dtype=float), sample_cohorts, sample_segments)
+    return pd.concat(parts, ignore_index=True)
+
+
+def job_histograms(wh, path: Path) -> pd.DataFrame:
+    """cohort_hourly's histograms and zero counts of the tcp metrics, one row per cell (as the peer's)."""
+    metrics = ", ".join(f"'{m}'" for m in CONN_METRICS + SAMPLE_METRICS)
+    path.unlink(missing_ok=True)
+    wh.command(f"""
+        INSERT INTO FUNCTION file('{path}', Parquet)
+        SELECT intDiv(toUnixTimestamp(hour), 3600) AS hour, pop, rollout_id, arm, kernel, cc,
+               toInt64(cc_version) AS cc_version, host, segment, metric, toInt64(b) AS bin, sum(c) AS count
+        FROM (
+            SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric, k AS b, v AS c
+            FROM cohort_hourly ARRAY JOIN mapKeys(hist) AS k, mapValues(hist) AS v WHERE metric IN ({metrics})
+            UNION ALL
+            SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric, {ZERO} AS b, n_zero AS c
+            FROM cohort_hourly WHERE metric IN ({metrics})
+        )
+        GROUP BY ALL HAVING count > 0""")
+    return pd.read_parquet(path)
+
+
+def same_cells(a: pd.DataFrame, b: pd.DataFrame) -> tuple[bool, str]:
+    cols = COHORT + ["segment", "metric", "bin", "count"]
+    a = a[cols].astype({c: str for c in ("pop", "rollout_id", "arm", "kernel", "cc", "host", "segment", "metric")})
+    b = b[cols].astype({c: str for c in ("pop", "rollout_id", "arm", "kernel", "cc", "host", "segment", "metric")})
+    a = a.astype({"hour": "int64", "cc_version": "int64", "bin": "int64", "count": "int64"})
+    b = b.astype({"hour": "int64", "cc_version": "int64", "bin": "int64", "count": "int64"})
+    a = a.sort_values(cols).reset_index(drop=True)
+    b = b.sort_values(cols).reset_index(drop=True)
+    if len(a) == len(b) and a.equals(b):
+        return True, f"{len(a):,} (cohort-hour, segment, metric, bin) cells, {int(a['count'].sum()):,} values"
+    merged = a.merge(b, how="outer", on=cols[:-1], suffixes=("_peer", "_job"), indicator=True)
+    diff = merged[(merged["_merge"] != "both") | (merged["count_peer"] != merged["count_job"])]
+    return False, f"{len(diff)} cells differ, e.g.\n{diff.head(5).to_string()}"
+
+
+def run_size(workdir: Path, sim: Path, replicas: int) -> dict:
+    path = workdir / f"warehouse-x{replicas}"
+    t0 = time.perf_counter()
+    wh = build_warehouse(path, sim, replicas)
+    samples = int(wh.query("SELECT count() FROM tcp_samples").scalar())
+    print(f"\n== {samples:,} tcp samples (x{replicas}); loaded in {time.perf_counter() - t0:.0f}s")
+
+    t0 = time.perf_counter()
+    report = run_window(wh, START, START + timedelta(hours=HOURS), lookback=False)
+    job_s = time.perf_counter() - t0
+    same_work_s = sum(s for h in report.hours for f, s in h.step_seconds.items() if f in SAME_WORK_STEPS)
+    print(f"ours, whole hourly job (ClickHouse): {job_s:7.1f} s  {samples / job_s:11,.0f} samples/s   ({report.summary()})")
+    print(f"ours, the peer's share of it:        {same_work_s:7.1f} s  {samples / same_work_s:11,.0f} samples/s   "
+          f"({' + '.join(SAME_WORK_STEPS)})")
+
+    export = workdir / f"export-x{replicas}.parquet"
+    export.unlink(missing_ok=True)
+    wh.command(f"INSERT INTO FUNCTION file('{export}', Parquet) SELECT {', '.join(PEER_COLUMNS)} FROM tcp_samples")
+    expected = job_histograms(wh, workdir / f"job-hist-x{replicas}.parquet")
+    wh.close()
+    df = pd.read_parquet(export)
+    for c in ("pop", "host", "sock_id", "rollout_id", "arm", "kernel", "cc", "peer_prefix"):
+        df[c] = df[c].astype("category")
+    gc.collect()
+    t0 = time.perf_counter()
+    got = peer_histograms(df)
+    peer_s = time.perf_counter() - t0
+    print(f"peer, pandas + numpy (same cells):   {peer_s:7.1f} s  {samples / peer_s:11,.0f} samples/s")
+    same, detail = same_cells(got, expected)
+    print(f"same histograms: {'yes' if same else 'NO'} ({detail})")
+    print(f"ratio pandas / ours: whole job {peer_s / job_s:.2f}x, same work {peer_s / same_work_s:.2f}x "
+          "(> 1: ours is faster)")
+    del df, got
+    export.unlink(missing_ok=True)
+    (workdir / f"job-hist-x{replicas}.parquet").unlink(missing_ok=True)
+    if not same:
+        sys.exit(1)
+    return {"samples": samples, "job_s": job_s, "same_work_s": same_work_s, "peer_s": peer_s}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--connections", type=int, default=74_000,
+                   help="connections to simulate (~13.6 samples each; default %(default)s -> ~1M samples)")
+    p.add_argument("--replicas", default="1,10", help="sizes to run, as multiples of the simulation (default %(default)s)")
+    p.add_argument("--workdir", type=Path, default=REPO_ROOT / "bench" / "out" / "cohorts")
+    p.add_argument("--keep", action="store_true", help="keep (and reuse) the simulation output")
+    args = p.parse_args(argv)
+    replicas = [int(x) for x in args.replicas.split(",")]
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    sim = simulate(args.workdir, args.connections, args.keep)
+    results = [run_size(args.workdir, sim, r) for r in replicas]
+    if len(results) >= 2:
+        a, b = results[0], results[-1]
+        k = b["samples"] / a["samples"]
+        print(f"\nscaling {a['samples']:,} -> {b['samples']:,} samples ({k:.1f}x): "
+              f"ours {b['job_s'] / a['job_s']:.1f}x time (same work {b['same_work_s'] / a['same_work_s']:.1f}x), "
+              f"pandas {b['peer_s'] / a['peer_s']:.1f}x time (linear = {k:.1f}x)")
+    for r in replicas:
+        shutil.rmtree(args.workdir / f"warehouse-x{r}", ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(sim, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
