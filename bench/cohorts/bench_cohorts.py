@@ -222,6 +222,8 @@ def run_size(workdir: Path, sim: Path, replicas: int) -> dict:
     for c in ("pop", "host", "sock_id", "rollout_id", "arm", "kernel", "cc", "peer_prefix"):
         df[c] = df[c].astype("category")
     gc.collect()
+    print(f"peer input: {len(PEER_COLUMNS)} columns in RAM, {df.memory_usage(deep=True).sum() / 2**30:.2f} GiB "
+          "(ours reads them from compressed columns on disk)")
     t0 = time.perf_counter()
     got = peer_histograms(df)
     peer_s = time.perf_counter() - t0

@@ -6,6 +6,8 @@ anything imports ``airflow`` in this process. It points Airflow at
 - ``AIRFLOW_HOME``: the environment's, else ``$CCAB_DATA_DIR/airflow`` (a SQLite metadata DB);
 - ``dags/`` of this repository as the dags folder, no example DAGs;
 - a 1-second retry delay (production keeps Airflow's default of 300 s: the DAGs do not set one),
+- log level WARNING unless ``AIRFLOW__LOGGING__LOGGING_LEVEL`` says otherwise (task failures
+  still print their traceback),
 
 runs ``airflow db migrate`` once per home and creates the pool ``clickhouse`` (1 slot).
 ``dag.test()`` then runs each task in this very process — which is what lets a task open the
@@ -59,6 +61,7 @@ def environment(home: Path, dags_folder: Path = DAGS_DIR) -> dict[str, str]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
         "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING"),
     }
 
 
@@ -140,6 +143,10 @@ def test_intervals(dag_id: str, start: datetime, end: datetime,
         errors = "; ".join(f"{p}: {e}" for p, e in bag.import_errors.items())
         raise AirflowLocalError(f"no DAG {dag_id!r} in {DAGS_DIR} (found: {', '.join(sorted(bag.dags)) or 'none'})"
                                 + (f"; import errors: {errors}" if errors else ""))
+    import warnings
+
+    # Airflow 3.3's in-process execution API pulls in starlette's test client, which warns on import
+    warnings.filterwarnings("ignore", message=".*starlette.testclient.*")
     out = []
     for s, e in intervals(dag, start, end):
         log(f"dag.test {dag_id} [{s:%Y-%m-%d %H:%M}, {e:%Y-%m-%d %H:%M})")

@@ -23,6 +23,8 @@ from ccab.warehouse import Warehouse
 
 HEATMAPS = (("rtt_us:retrans_pct", "heatmap_rtt_retrans.png"), ("rtt_us:inflight_bytes", "heatmap_rtt_inflight.png"))
 FIGURE_METRICS = ("retrans_pct", "inflight_bytes_per_sample", "rtt_us", "min_rtt_us", "goodput_bps")
+#: 4 bins per factor of 2 (19%): finer bins alias on in-flight bytes, which are MSS multiples
+PDF_BINS_PER_OCTAVE = 4
 
 
 def report_dir(day: datetime) -> Path:
@@ -47,11 +49,11 @@ def summary_markdown(wh: Warehouse, sel: data.Selection) -> str:
         if not rows:
             continue
         out += [f"## {m.name} [{m.unit}] — per {m.grain}", "",
-                "| arm | cc | hosts | n | zeros | p10 | p50 | p90 | p99 | mean | ratio |",
-                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                "| arm | cc | hosts | n | zeros | p10 | p50 | p90 | p99 | p50 of values > 0 | mean | ratio |",
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
             out.append(f"| {r['arm']} | {r['cc']} | {r['hosts']} | {r['n']:,} | {_fmt(r['zero_share'], 0.01)}% | "
-                       + " | ".join(_fmt(r[k], m.scale) for k in ("p10", "p50", "p90", "p99", "mean"))
+                       + " | ".join(_fmt(r[k], m.scale) for k in ("p10", "p50", "p90", "p99", "p50_nonzero", "mean"))
                        + f" | {_fmt(r['ratio'], m.scale) if r['ratio'] is not None else '–'} |")
         out.append("")
     return "\n".join(out)
@@ -66,14 +68,16 @@ def render_report(wh: Warehouse, start: datetime, end: datetime, out_dir: Path) 
         for pair, name in HEATMAPS:
             sel = data.Selection(start, end, pop, rollout, "bulk")
             rows = data.heatmap_rows(wh, sel, pair, 4)
-            written.append(render.save_png(render.heatmap_figure(rows, pair, f"{pair} — {sel.label()}", 4), base / name))
+            written.append(render.save_png(render.heatmap_figure(rows, pair, f"{pair} per connection\n{sel.label()}", 4),
+                                           base / name))
         sel = data.Selection(start, end, pop, rollout, "all")
         for metric in FIGURE_METRICS:
-            rows = data.pdf_rows(wh, sel, metric, 8)
-            written.append(render.save_png(render.pdf_figure(rows, metric, f"PDF of {metric} — {sel.label()}", 8),
+            rows = data.pdf_rows(wh, sel, metric, PDF_BINS_PER_OCTAVE)
+            written.append(render.save_png(render.pdf_figure(rows, metric, f"PDF of {metric}\n{sel.label()}",
+                                                             PDF_BINS_PER_OCTAVE),
                                            base / f"pdf_{metric}.png"))
             rows = data.cdf_rows(wh, sel, metric)
-            written.append(render.save_png(render.cdf_figure(rows, metric, f"CDF of {metric} — {sel.label()}"),
+            written.append(render.save_png(render.cdf_figure(rows, metric, f"CDF of {metric}\n{sel.label()}"),
                                            base / f"cdf_{metric}.png"))
         md = base / "summary.md"
         md.write_text(summary_markdown(wh, sel) + "\n")

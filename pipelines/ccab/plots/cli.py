@@ -76,13 +76,14 @@ def run(args: argparse.Namespace) -> int:
             sel = data.Selection(t_from, t_to, args.pop, args.rollout, args.segment)
             if args.plot_kind == "heatmap":
                 rows = data.heatmap_rows(wh, sel, args.pair, args.bins_per_octave)
-                fig = render.heatmap_figure(rows, args.pair, f"{args.pair} — {sel.label()}", args.bins_per_octave)
+                fig = render.heatmap_figure(rows, args.pair, f"{args.pair} per connection\n{sel.label()}",
+                                            args.bins_per_octave)
             elif args.plot_kind == "pdf":
                 rows = data.pdf_rows(wh, sel, args.metric, args.bins_per_octave)
-                fig = render.pdf_figure(rows, args.metric, f"PDF of {args.metric} — {sel.label()}", args.bins_per_octave)
+                fig = render.pdf_figure(rows, args.metric, f"PDF of {args.metric}\n{sel.label()}", args.bins_per_octave)
             else:
                 rows = data.cdf_rows(wh, sel, args.metric)
-                fig = render.cdf_figure(rows, args.metric, f"CDF of {args.metric} — {sel.label()}")
+                fig = render.cdf_figure(rows, args.metric, f"CDF of {args.metric}\n{sel.label()}")
     except WarehouseError as exc:
         return _fail(str(exc), 1)
     path = render.save_png(fig, args.out)

@@ -189,6 +189,7 @@ def save_png(fig: Figure, path: Path, dpi: int = 110) -> Path:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=dpi, format="png")
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is for reading
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
