@@ -128,10 +128,10 @@ def precheck(rec: Record, max_record_bytes: int) -> tuple[bytes | None, str | No
             return None, "bad JSON: not a JSON object" if body else "bad JSON: empty record"
         if not body.endswith(b"}"):
             return None, "bad JSON: truncated (no closing brace)"
-    if b"\n" in body or b"\r" in body:
-        # Whitespace between tokens is insignificant; a raw newline inside a string is invalid
-        # JSON anyway and stays invalid after this.
-        body = body.replace(b"\r", b" ").replace(b"\n", b" ")
+    if b"\n" in body:
+        # JSONEachRow ends a row at a newline. Whitespace between tokens is insignificant, and a
+        # raw newline inside a string is invalid JSON anyway and stays invalid after this.
+        body = body.replace(b"\n", b" ")
     rest = body[1:]
     if rest.lstrip()[:1] == b"}":  # "{}": no comma after the spliced fields
         return b"%s%d}" % (_prefix(rec.topic, rec.partition), rec.offset), None
@@ -193,22 +193,28 @@ class BatchWriter:
 
     def _prepare(self, batch: Batch) -> tuple[list[bytes], list[int], list[tuple[Record, str]]]:
         """Landing lines, the batch index of each, and the records that failed the cheap checks.
-        The hot loop of the loader: keep it free of calls and objects per record."""
+
+        The loader's hot loop, written as comprehensions (no per-record function calls or
+        objects): one pass finds the records that need the careful path of :func:`precheck`
+        (rare), one pass splices the source position into all the others."""
         limit = self.max_record_bytes
-        lines: list[bytes] = []
-        kept: list[int] = []
-        dead: list[tuple[Record, str]] = []
-        prefixes: dict[int, bytes] = {}
-        for i, (body, part, off) in enumerate(zip(batch.payloads, batch.partitions, batch.offsets)):
-            if (len(body) <= limit and body[:1] == b"{" and body[-1:] == b"}" and b"\n" not in body
-                    and b"\r" not in body and body[1:2] not in (b"}", b" ", b"\t")):
-                prefix = prefixes.get(part)
-                if prefix is None:
-                    prefix = prefixes[part] = _prefix(batch.topic, part)
-                lines.append(b"%s%d,%s" % (prefix, off, body[1:]))
+        payloads, partitions, offsets = batch.payloads, batch.partitions, batch.offsets
+        unusual = [i for i, body in enumerate(payloads)
+                   if len(body) > limit or body[:1] != b"{" or body[-1:] != b"}" or b"\n" in body
+                   or body[1:2] in (b"}", b" ", b"\t")]
+        prefix = {p: _prefix(batch.topic, p) for p in set(partitions)}
+        if not unusual:
+            lines = [b"%s%d,%s" % (prefix[p], o, memoryview(body)[1:])
+                     for body, p, o in zip(payloads, partitions, offsets)]
+            return lines, list(range(len(payloads))), []
+        lines, kept, dead = [], [], []
+        careful = set(unusual)
+        for i, (body, p, o) in enumerate(zip(payloads, partitions, offsets)):
+            if i not in careful:
+                lines.append(b"%s%d,%s" % (prefix[p], o, memoryview(body)[1:]))
                 kept.append(i)
                 continue
-            line, reason = precheck(batch.record(i), limit)  # the unusual cases, spelled out
+            line, reason = precheck(batch.record(i), limit)
             if reason:
                 dead.append((batch.record(i), reason))
             else:
@@ -222,15 +228,13 @@ class BatchWriter:
             result.dead.update(why for _, why in dead)
 
     def _insert(self, table: str, batch: Batch, kept: list[int], lines: list[bytes]) -> None:
-        spans: dict[int, list[int]] = {}
         parts, offs = batch.partitions, batch.offsets
-        for i in kept:
-            span = spans.get(parts[i])
-            if span is None:
-                spans[parts[i]] = [offs[i], offs[i]]
-            else:
-                span[0] = min(span[0], offs[i])
-                span[1] = max(span[1], offs[i])
+        if len(kept) != len(parts):
+            parts, offs = [parts[i] for i in kept], [offs[i] for i in kept]
+        # a label of what the batch holds: first and last position seen per partition
+        last = {p: o for p, o in zip(parts, offs)}
+        first = {p: o for p, o in zip(reversed(parts), reversed(offs))}
+        spans = {p: [first[p], last[p]] for p in last}
         data = b"\n".join(lines)
         token = _token(batch.topic, spans, data if batch.hash_content else None)
         self.wh.insert_raw(table, data, "JSONEachRow", dict(INSERT_SETTINGS, insert_deduplication_token=token))

@@ -326,17 +326,20 @@ class Loader:
         from confluent_kafka import TopicPartition
 
         start = time.monotonic()
-        by_topic: dict[str, Batch] = {}
-        next_offsets: dict[tuple[str, int], int] = {}
-        for m in msgs:
-            topic, partition, offset = m.topic(), m.partition(), m.offset()
-            batch = by_topic.get(topic)
-            if batch is None:
-                batch = by_topic[topic] = Batch(topic, [], [], [])
-            batch.payloads.append(m.value() or b"")
-            batch.partitions.append(partition)
-            batch.offsets.append(offset)
-            next_offsets[(topic, partition)] = offset + 1
+        topics = {m.topic() for m in msgs}
+        if len(topics) == 1:  # the usual case: one batch, built column by column
+            topic = topics.pop()
+            by_topic = {topic: Batch(topic, [m.value() or b"" for m in msgs], [m.partition() for m in msgs],
+                                     [m.offset() for m in msgs])}
+        else:
+            by_topic = {t: Batch(t, [], [], []) for t in topics}
+            for m in msgs:
+                b = by_topic[m.topic()]
+                b.payloads.append(m.value() or b"")
+                b.partitions.append(m.partition())
+                b.offsets.append(m.offset())
+        # Kafka hands out each partition in offset order: the last one seen is the highest.
+        next_offsets = {(t, p): o + 1 for t, b in by_topic.items() for p, o in zip(b.partitions, b.offsets)}
         for topic, batch in by_topic.items():
             self.metrics.consumed.labels(topic).inc(len(batch))
             schema = self.topics[topic]
