@@ -28,5 +28,6 @@ test-python:
 bench: setup  ## run the benchmarks in bench/ (each prints a ratio against a peer or the limit)
 	@for b in bench/*/run.sh; do echo "== $$b"; bash $$b || exit 1; done
 
-clean:  ## remove the local data dir and built binaries (keeps the Kafka jar cache)
+clean:  ## stop the local broker, remove the local data dir and built binaries (keeps the jar cache)
+	-@[ -x .venv/bin/ccab ] && .venv/bin/ccab kafka down
 	rm -rf .ccab bin

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `make demo`: the main job end to end on the embedded engines.
 #   1. a real Kafka broker on 127.0.0.1 (ccab kafka up) and the warehouse schema (ccab db migrate)
-#   2. simulate the canary-tyo1 PoP into Kafka (ccab sim ... --to-kafka)
-#   3. the loader consumes it into ClickHouse until caught up (ccab loader --exit-when-idle)
+#   2. simulate the canary-tyo1 PoP: per host, `ss -tinHOe` snapshots and an nginx access log
+#   3. one real edge collector per simulated host (bin/ccab-collector run --once) parses them
+#      and produces tcp_sample/1 and http_request/1 records to Kafka
+#   4. the loader consumes them into ClickHouse until caught up (ccab loader --exit-when-idle)
 #   4. what landed, per table and per arm
 # Later stages (collector, cohorts, judge, rollout, report) extend this same script.
 set -euo pipefail
@@ -18,18 +20,23 @@ banner "Kafka broker and warehouse schema"
 $ccab kafka up
 $ccab db migrate
 
-banner "Simulate ${SCENARIO} (${HOURS} h) into Kafka"
+banner "Simulate ${SCENARIO} (${HOURS} h): raw ss snapshots and nginx logs per host"
 out="$CCAB_DATA_DIR/sim/$SCENARIO"
 rm -rf "$out"
-$ccab sim "$SCENARIO" --hours "$HOURS" --out "$out" --to-kafka
+$ccab sim "$SCENARIO" --hours "$HOURS" --out "$out" --raw
+
+banner "Edge collectors: one ccab-collector per simulated host -> Kafka"
+brokers=${CCAB_KAFKA_BROKERS:-127.0.0.1:${CCAB_KAFKA_PORT:-19092}}
+CCAB_COLLECTOR=bin/ccab-collector collectors/deploy/replay-sim.sh "$out" --output kafka --kafka-brokers "$brokers"
+echo "collected $(find "$out/ss" -name '*.txt' | wc -l) ss snapshots and $(cat "$out"/nginx/*/access.log | wc -l) nginx lines from $(ls "$out/ss" | wc -l) hosts"
 
 banner "Loader: Kafka -> ClickHouse (stops when caught up)"
 $ccab loader --metrics-port 0 --exit-when-idle 5
 
 banner "What landed"
-$ccab query "SELECT 'tcp_samples' AS table, count() AS rows FROM tcp_samples
+$ccab query "SELECT * FROM (SELECT 'tcp_samples' AS table, count() AS rows FROM tcp_samples
              UNION ALL SELECT 'http_requests', count() FROM http_requests
-             UNION ALL SELECT 'dead_letters', count() FROM dead_letters FINAL"
+             UNION ALL SELECT 'dead_letters', count() FROM dead_letters FINAL) ORDER BY table"
 $ccab query "SELECT arm, any(cc) AS cc, uniqExact(host) AS hosts, uniqExact(sock_id) AS connections,
                     count() AS samples,
                     round(quantileExact(0.5)(retrans_pct) * 100, 2) AS median_retrans_pct_per_sample
