@@ -19,7 +19,7 @@ test: setup test-go test-fuzz test-python  ## set everything up and run all test
 test-go:
 	go test -count=1 ./...
 
-test-fuzz:  ## each Go fuzz target for FUZZTIME (default 10s)
+test-fuzz:  ## each Go fuzz target for FUZZTIME (default 100000x executions)
 	@scripts/fuzz.sh
 
 test-python:
