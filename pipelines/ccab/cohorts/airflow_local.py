@@ -13,6 +13,10 @@ runs ``airflow db migrate`` once per home and creates the pool ``clickhouse`` (1
 ``dag.test()`` then runs each task in this very process — which is what lets a task open the
 embedded chdb warehouse (one process per data directory), provided the caller has closed its own
 handle on it first.
+
+Run it in a process of its own (``ccab dags ...``): importing Airflow registers at-fork handlers
+and starts threads, and a later ``fork()`` without exec in the same process (a multiprocessing
+pool, say) can deadlock in the child. The tests call the CLI in a subprocess for that reason.
 """
 
 from __future__ import annotations
@@ -106,6 +110,28 @@ def dag_bag(dags_folder: Path = DAGS_DIR):
     return DagBag(dag_folder=str(dags_folder))
 
 
+def describe(dag) -> dict:
+    """What the tests check of a DAG, as plain data (so they need not import Airflow themselves)."""
+    return {"dag_id": dag.dag_id, "timetable": type(dag.timetable).__name__, "schedule": describe_schedule(dag),
+            "tags": sorted(dag.tags), "max_active_runs": dag.max_active_runs,
+            "tasks": [{"task_id": t.task_id, "retries": t.retries, "pool": t.pool} for t in dag.tasks]}
+
+
+def dag_intervals(dag_id: str, start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
+    """The data intervals of ``dag_id`` that end in ``(start, end]``."""
+    return intervals(_get_dag(dag_id), start, end)
+
+
+def _get_dag(dag_id: str):
+    bag = dag_bag()
+    dag = bag.dags.get(dag_id)
+    if dag is None:
+        errors = "; ".join(f"{p}: {e}" for p, e in bag.import_errors.items())
+        raise AirflowLocalError(f"no DAG {dag_id!r} in {DAGS_DIR} (found: {', '.join(sorted(bag.dags)) or 'none'})"
+                                + (f"; import errors: {errors}" if errors else ""))
+    return dag
+
+
 def describe_schedule(dag) -> str:
     tt = dag.timetable
     expr = getattr(tt, "_expression", None) or getattr(tt, "expression", None) or ""
@@ -137,12 +163,7 @@ def test_intervals(dag_id: str, start: datetime, end: datetime,
     The logical date of each run is its interval's end: for a ``CronDataIntervalTimetable`` a
     manual run's interval is the last complete one before its logical date.
     """
-    bag = dag_bag()
-    dag = bag.dags.get(dag_id)
-    if dag is None:
-        errors = "; ".join(f"{p}: {e}" for p, e in bag.import_errors.items())
-        raise AirflowLocalError(f"no DAG {dag_id!r} in {DAGS_DIR} (found: {', '.join(sorted(bag.dags)) or 'none'})"
-                                + (f"; import errors: {errors}" if errors else ""))
+    dag = _get_dag(dag_id)
     import warnings
 
     # Airflow 3.3's in-process execution API pulls in starlette's test client, which warns on import

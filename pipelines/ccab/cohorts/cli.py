@@ -79,12 +79,17 @@ def register(sub) -> None:
                                    "Airflow home (SQLite, $CCAB_DATA_DIR/airflow unless AIRFLOW_HOME is set).")
     dsub = d.add_subparsers(dest="dags_command", metavar="ACTION", required=True)
     ls = dsub.add_parser("list", help="import every DAG file and list the DAGs (exit 1 on import errors)")
+    ls.add_argument("--json", action="store_true",
+                    help="print each DAG's schedule, tags, max_active_runs and tasks (retries, pool) as JSON")
     ls.set_defaults(func=run_dags_list)
     t = dsub.add_parser("test", help="run a DAG with dag.test() for each data interval ending in (--from, --to]")
-    t.add_argument("dag_id", metavar="DAG_ID", help="e.g. ccab_cohorts_hourly, ccab_compare, ccab_daily_report")
+    t.add_argument("dag_ids", nargs="+", metavar="DAG_ID",
+                   help="one or more of ccab_cohorts_hourly, ccab_compare, ccab_daily_report (run in this order)")
     t.add_argument("--from", dest="t_from", required=True, metavar="ISO",
                    help="run the intervals that end after this time ...")
     t.add_argument("--to", dest="t_to", required=True, metavar="ISO", help="... and at or before this one")
+    t.add_argument("--dry-run", action="store_true", help="only list the data intervals that would run")
+    t.add_argument("--json", action="store_true", help="print the runs (or intervals) as JSON")
     t.set_defaults(func=run_dags_test)
 
 
@@ -207,8 +212,12 @@ def run_dags_list(args: argparse.Namespace) -> int:
     bag = airflow_local.dag_bag()
     for path, err in sorted(bag.import_errors.items()):
         print(f"IMPORT ERROR {path}: {err}", file=sys.stderr)
-    for dag_id, dag in sorted(bag.dags.items()):
-        print(f"{dag_id:24s} {airflow_local.describe_schedule(dag):40s} tags={','.join(sorted(dag.tags))}")
+    if args.json:
+        print(json.dumps({"import_errors": {str(k): str(v) for k, v in bag.import_errors.items()},
+                          "dags": [airflow_local.describe(dag) for _, dag in sorted(bag.dags.items())]}))
+    else:
+        for dag_id, dag in sorted(bag.dags.items()):
+            print(f"{dag_id:24s} {airflow_local.describe_schedule(dag):40s} tags={','.join(sorted(dag.tags))}")
     return 1 if bag.import_errors else 0
 
 
@@ -220,11 +229,29 @@ def run_dags_test(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail("dags test", str(exc))
     airflow_local.configure()
+    log = (lambda _m: None) if args.json else print
+    found: dict[str, list] = {}
+    runs = []
     try:
-        runs = airflow_local.test_intervals(args.dag_id, start, end, log=print)
+        for dag_id in args.dag_ids:
+            if args.dry_run:
+                found[dag_id] = airflow_local.dag_intervals(dag_id, start, end)
+            else:
+                runs += airflow_local.test_intervals(dag_id, start, end, log=log)
     except airflow_local.AirflowLocalError as exc:
         return _fail("dags test", str(exc), 1)
-    failed = [r for r in runs if r.state != "success"]
-    for r in runs:
-        print(f"{args.dag_id} [{r.start:%Y-%m-%d %H:%M}, {r.end:%Y-%m-%d %H:%M}) {r.state} ({r.seconds:.1f}s)")
-    return 1 if failed or not runs else 0
+    if args.dry_run:
+        if args.json:
+            print(json.dumps({d: [[s.isoformat(), e.isoformat()] for s, e in iv] for d, iv in found.items()}))
+        else:
+            for dag_id, iv in found.items():
+                for s, e in iv:
+                    print(f"{dag_id} [{s:%Y-%m-%d %H:%M}, {e:%Y-%m-%d %H:%M})")
+        return 0
+    if args.json:
+        print(json.dumps([{"dag_id": r.dag_id, "start": r.start.isoformat(), "end": r.end.isoformat(),
+                           "state": r.state, "seconds": round(r.seconds, 2)} for r in runs]))
+    else:
+        for r in runs:
+            print(f"{r.dag_id} [{r.start:%Y-%m-%d %H:%M}, {r.end:%Y-%m-%d %H:%M}) {r.state} ({r.seconds:.1f}s)")
+    return 1 if not runs or any(r.state != "success" for r in runs) else 0

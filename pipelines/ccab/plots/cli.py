@@ -26,7 +26,7 @@ def register(sub) -> None:
                                    "one panel or line per arm, log axes where values span decades.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     kinds = p.add_subparsers(dest="plot_kind", metavar="KIND", required=True)
-    for kind, helptext in (("heatmap", "connections per (x, y) cell, e.g. RTT x retransmit %"),
+    for kind, helptext in (("heatmap", "connections per (x, y) cell, e.g. RTT x retransmit %%"),
                            ("pdf", "probability density of one metric per arm (log x)"),
                            ("cdf", "cumulative distribution of one metric per arm (log x)")):
         k = kinds.add_parser(kind, help=helptext)
