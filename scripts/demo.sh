@@ -5,6 +5,8 @@
 #   3. one real edge collector per simulated host (bin/ccab-collector run --once) parses them
 #      and produces tcp_sample/1 and http_request/1 records to Kafka
 #   4. the loader consumes them into ClickHouse until caught up (ccab loader --exit-when-idle)
+#   5. the cohort rollups through Airflow (ccab dags test: dag.test() in its own process), the
+#      per-arm comparison and the daily report with heatmaps, PDFs and CDFs
 #   4. what landed, per table and per arm
 # Later stages (collector, cohorts, judge, rollout, report) extend this same script.
 set -euo pipefail
@@ -41,6 +43,17 @@ $ccab query "SELECT arm, any(cc) AS cc, uniqExact(host) AS hosts, uniqExact(sock
                     count() AS samples,
                     round(quantileExact(0.5)(retrans_pct) * 100, 2) AS median_retrans_pct_per_sample
              FROM tcp_samples GROUP BY arm ORDER BY arm"
+
+banner "Cohorts: ccab_cohorts_hourly through Airflow (dag.test), then ccab_compare and the daily report"
+read -r from to day_end < <($ccab query --format csv "SELECT formatDateTime(toStartOfHour(min(ts)), '%Y-%m-%dT%H:00Z'),
+  formatDateTime(toStartOfHour(max(ts)) + INTERVAL 1 HOUR, '%Y-%m-%dT%H:00Z'),
+  formatDateTime(toStartOfDay(max(ts)) + INTERVAL 1 DAY, '%Y-%m-%dT00:00Z') FROM tcp_samples" | tail -1 | tr -d '"\r' | tr ',' ' ')
+$ccab dags test ccab_cohorts_hourly --from "$from" --to "$to"
+$ccab dags test ccab_compare --from "$to" --to "${to%:00Z}:15Z"
+$ccab dags test ccab_daily_report --from "$day_end" --to "${day_end%00:00Z}01:00Z"
+reports="$CCAB_DATA_DIR/reports/${from%%T*}"
+echo "heatmaps, PDFs, CDFs and summary.md:"
+find "$reports" -maxdepth 3 -mindepth 2 -type d | sed 's/^/  /'
 
 banner "Done"
 echo "warehouse: $CCAB_DATA_DIR/warehouse   (ccab query \"SQL\"; tables: tcp_samples, http_requests, dead_letters)"
