@@ -15,6 +15,8 @@
 # http_request/1 records carry) and a fresh collector state dir (the tailer's checkpoint
 # would otherwise skip lines a previous run read, while the replay has no checkpoint).
 # Records carry the simulator's sample rates (scenario.sampling in truth.json).
+# Kafka may hold every record in flight (--kafka-max-inflight): a one-shot replay has no later
+# run to send what backpressure would otherwise spool; a non-empty spool afterwards is an error.
 # CCAB_COLLECTOR names the binary (default: ccab-collector on PATH); CCAB_SIM_SALT the
 # sock_id salt (default: demo-salt).
 set -euo pipefail
@@ -45,12 +47,18 @@ while read -r host arm cc kernel pop rollout tcp_rate http_rate; do
   printf '{"rollout_id":"%s","arm":"%s","cc":"%s","generation":1}\n' "$rollout" "$arm" "$cc" >"$d/state.json"
   if ! "$bin" run --once --host "$host" --pop "$pop" --kernel "$kernel" \
       --rollout-state-file "$d/state.json" --path-procfs "$d/proc" --state-dir "$d/collector" \
-      --metrics-addr "" --log-level warn \
+      --metrics-addr "" --log-level warn --kafka-max-inflight 5000000 \
       --nginx-paths "$sim/nginx/$host/access.log" --nginx-format json --nginx-start-at beginning \
       --sample-rate "$http_rate" \
       --ss-replay-dir "$sim/ss/$host" --ss-replay-source-sample-rate "$tcp_rate" --tcp-info-salt "$salt" \
       "$@"; then
     echo "replay-sim: $host failed" >&2
+    status=1
+  fi
+  # A one-shot replay must leave nothing behind: records still in the spool would only be sent
+  # by a later run of the same state dir.
+  if [ -d "$d/collector/spool" ] && [ -n "$(find "$d/collector/spool" -type f -size +0 -name '*seg*' 2>/dev/null)" ]; then
+    echo "replay-sim: $host left records in its spool ($d/collector/spool): Kafka did not take them all" >&2
     status=1
   fi
 done <<<"$hosts"
