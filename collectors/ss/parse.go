@@ -138,15 +138,7 @@ func (b *builder) keyValue(k, v string) error {
 	case "timer", "uid", "ino", "sk", "cgroup", "skmem", "users", "v6only", "fwmark", "tos", "tclass", "class", "cgroup2":
 		return nil
 	case "rtt":
-		srtt, rttvar, ok := strings.Cut(v, "/")
-		if !ok {
-			return fmt.Errorf("%q is not srtt/rttvar", v)
-		}
-		s, err := parseMsToUs(srtt)
-		if err != nil {
-			return err
-		}
-		r, err := parseMsToUs(rttvar)
+		s, r, err := parsePair(v, "srtt/rttvar", parseMsToUs)
 		if err != nil {
 			return err
 		}
@@ -154,15 +146,7 @@ func (b *builder) keyValue(k, v string) error {
 		b.tcpInfo(genBase)
 		return nil
 	case "retrans":
-		out, total, ok := strings.Cut(v, "/")
-		if !ok {
-			return fmt.Errorf("%q is not retrans_out/total_retrans", v)
-		}
-		o, err := parseCount(out)
-		if err != nil {
-			return err
-		}
-		t, err := parseCount(total)
+		o, t, err := parsePair(v, "retrans_out/total_retrans", parseCount)
 		if err != nil {
 			return err
 		}
@@ -343,4 +327,21 @@ func isCCName(t string) bool {
 		}
 	}
 	return true
+}
+
+// parsePair parses an "a/b" token (rtt:srtt/rttvar, retrans:out/total) with one parser for both.
+func parsePair(v, what string, parse func(string) (int64, error)) (int64, int64, error) {
+	first, second, ok := strings.Cut(v, "/")
+	if !ok {
+		return 0, 0, fmt.Errorf("%q is not %s", v, what)
+	}
+	a, err := parse(first)
+	if err != nil {
+		return 0, 0, err
+	}
+	b, err := parse(second)
+	if err != nil {
+		return 0, 0, err
+	}
+	return a, b, nil
 }
