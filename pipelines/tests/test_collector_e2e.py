@@ -132,24 +132,29 @@ def wait_until(what: str, cond, timeout: float = 60, every: float = 0.25):
     raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
-def consume_all(bootstrap: str, topic: str, idle_s: float = 3.0) -> list[tuple[bytes, dict]]:
-    """Every record of topic: (key, value as JSON)."""
-    from confluent_kafka import Consumer
+def consume_all(bootstrap: str, topic: str, timeout_s: float = 120.0) -> list[tuple[bytes, dict]]:
+    """Every record of topic: (key, value as JSON). Reads each partition from its start up to its
+    high watermark with manual assignment: no consumer group to join (a group join after a broker
+    restart can take longer than any idle timeout) and no guessing when the topic is "done"."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{random.random()}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
+                  "enable.auto.commit": False})
     out = []
-    last = time.monotonic()
     try:
-        while time.monotonic() - last < idle_s:
+        partitions = c.list_topics(topic, timeout=30).topics[topic].partitions
+        high = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
+        todo = {p for p, h in high.items() if h > 0}
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        deadline = time.monotonic() + timeout_s
+        while todo and time.monotonic() < deadline:
             msg = c.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
+            if msg is None or msg.error():
                 continue
             out.append((msg.key(), json.loads(msg.value())))
-            last = time.monotonic()
+            if msg.offset() + 1 >= high[msg.partition()]:
+                todo.discard(msg.partition())
+        assert not todo, f"partitions {sorted(todo)} of {topic} not read to their end in {timeout_s} s"
     finally:
         c.close()
     return out
