@@ -1,0 +1,202 @@
+"""Plain-dict builders for Grafana 11 dashboard JSON (schemaVersion 39) on the ClickHouse plugin.
+
+No Grafana SDK: a dashboard is a dict, written with sorted keys so the committed JSON diffs well.
+Every query and every query variable names its datasource as ``${datasource}``, the dashboard's
+datasource variable (pluginId ``grafana-clickhouse-datasource``): no datasource UID is ever
+written. Template variables reach SQL only through quoting formats (``${pop:sqlstring}``,
+``IN (${arm:singlequote})``); ccab/dashboards/expand.py mirrors what Grafana and the plugin do with them (for the tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+PLUGIN_ID = "grafana-clickhouse-datasource"
+DS_REF = {"type": PLUGIN_ID, "uid": "${datasource}"}
+SCHEMA_VERSION = 39
+
+# The ClickHouse plugin's query formats (its Format enum) and query types.
+FORMAT_TIMESERIES = 0
+FORMAT_TABLE = 1
+
+# What shape each panel type needs from its SQL (checked by pipelines/tests/test_dashboards.py).
+#   timeseries: first column `time` (DateTime), sorted ascending, then numeric values (and string
+#               labels, which the plugin turns long -> wide)
+#   heatmap:    numeric x, numeric y bucket, numeric count (long; groupingToMatrix makes it rows)
+#   xy:         numeric x, string series, numeric y (long; groupingToMatrix by series)
+#   table/stat/bargauge/state-timeline: see each panel
+SHAPES = ("timeseries", "heatmap", "xy", "table", "stat", "statetimeline")
+
+
+@dataclass
+class Panel:
+    """One panel: a title, a Grafana panel type, its SQL and the shape that SQL must return."""
+
+    title: str
+    type: str
+    sql: str
+    shape: str
+    description: str = ""
+    w: int = 12
+    h: int = 8
+    unit: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    field_config: dict[str, Any] = field(default_factory=dict)
+    overrides: list[dict[str, Any]] = field(default_factory=list)
+    transformations: list[dict[str, Any]] = field(default_factory=list)
+    repeat: str | None = None
+    reads: tuple[str, ...] = ()  # tables the SQL reads (documentation, and checked by the tests)
+
+    def __post_init__(self) -> None:
+        if self.shape not in SHAPES:
+            raise ValueError(f"panel {self.title!r}: unknown shape {self.shape!r}")
+
+    def to_json(self, panel_id: int, x: int, y: int) -> dict[str, Any]:
+        fmt = FORMAT_TIMESERIES if self.shape == "timeseries" else FORMAT_TABLE
+        defaults: dict[str, Any] = {"custom": {}}
+        defaults.update(self.field_config)
+        if self.unit:
+            defaults["unit"] = self.unit
+        out: dict[str, Any] = {
+            "id": panel_id,
+            "type": self.type,
+            "title": self.title,
+            "description": self.description,
+            "datasource": dict(DS_REF),
+            "gridPos": {"x": x, "y": y, "w": self.w, "h": self.h},
+            "targets": [{
+                "refId": "A",
+                "datasource": dict(DS_REF),
+                "editorType": "sql",
+                "format": fmt,
+                "queryType": "timeseries" if fmt == FORMAT_TIMESERIES else "table",
+                "rawSql": self.sql.strip(),
+            }],
+            "fieldConfig": {"defaults": defaults, "overrides": list(self.overrides)},
+            "options": dict(self.options),
+            "transformations": list(self.transformations),
+        }
+        if self.repeat:
+            out["repeat"] = self.repeat
+            out["repeatDirection"] = "h"
+            out["maxPerRow"] = 3
+        return out
+
+
+@dataclass
+class Row:
+    """A collapsible-free row header grouping the panels after it."""
+
+    title: str
+
+
+def datasource_variable() -> dict[str, Any]:
+    return {
+        "name": "datasource",
+        "label": "ClickHouse",
+        "type": "datasource",
+        "query": PLUGIN_ID,
+        "pluginId": PLUGIN_ID,
+        "refresh": 1,
+        "regex": "",
+        "hide": 0,
+        "current": {},
+        "options": [],
+    }
+
+
+def query_variable(name: str, label: str, sql: str, *, multi: bool = False, include_all: bool = False) -> dict[str, Any]:
+    """A variable whose options come from the warehouse.
+
+    ``include_all`` without an ``allValue``: Grafana then expands "All" to every option, each
+    quoted by the format used in the query (a custom allValue would be inserted unquoted).
+    """
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": dict(DS_REF),
+        "definition": sql.strip(),
+        "query": {"rawSql": sql.strip(), "editorType": "sql", "format": FORMAT_TABLE, "refId": "var"},
+        "refresh": 2,  # on time range change
+        "sort": 1,
+        "multi": multi,
+        "includeAll": include_all,
+        "hide": 0,
+        "regex": "",
+        "current": {},
+        "options": [],
+    }
+
+
+def custom_variable(name: str, label: str, values: list[tuple[str, str]], default: str) -> dict[str, Any]:
+    """A fixed list of (value, text) options."""
+    opts = [{"text": t, "value": v, "selected": v == default} for v, t in values]
+    return {
+        "name": name,
+        "label": label,
+        "type": "custom",
+        "query": ",".join(f"{t} : {v}" for v, t in values),
+        "multi": False,
+        "includeAll": False,
+        "hide": 0,
+        "current": {"text": dict((v, t) for v, t in values)[default], "value": default},
+        "options": opts,
+    }
+
+
+def layout(items: list[Panel | Row]) -> tuple[list[dict[str, Any]], dict[int, Panel]]:
+    """Place panels left to right in rows 24 units wide; ids are 1.. in order.
+
+    Returns the panels' JSON and panel id -> :class:`Panel` (what each query must return)."""
+    panels: list[dict[str, Any]] = []
+    by_id: dict[int, Panel] = {}
+    x = y = 0
+    row_h = 0
+    next_id = 1
+    for item in items:
+        if isinstance(item, Row):
+            if x:
+                y += row_h
+            x, row_h = 0, 0
+            panels.append({"id": next_id, "type": "row", "title": item.title, "collapsed": False,
+                           "gridPos": {"x": 0, "y": y, "w": 24, "h": 1}, "panels": []})
+            y += 1
+        else:
+            if x + item.w > 24:
+                x, y, row_h = 0, y + row_h, 0
+            panels.append(item.to_json(next_id, x, y))
+            by_id[next_id] = item
+            x += item.w
+            row_h = max(row_h, item.h)
+        next_id += 1
+    return panels, by_id
+
+
+def dashboard(uid: str, title: str, description: str, items: list[Panel | Row], variables: list[dict[str, Any]],
+              *, annotations: list[dict[str, Any]] | None = None, time_from: str = "now-6h",
+              tags: tuple[str, ...] = ("ccab",)) -> tuple[dict[str, Any], dict[int, Panel]]:
+    builtin = {
+        "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True,
+        "hide": True, "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard",
+    }
+    panels, by_id = layout(items)
+    return {
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": list(tags),
+        "editable": False,
+        "graphTooltip": 1,
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "timezone": "utc",
+        "time": {"from": time_from, "to": "now"},
+        "refresh": "1m",
+        "links": [{"type": "dashboards", "tags": ["ccab"], "asDropdown": True, "title": "ccab", "includeVars": True,
+                   "keepTime": True}],
+        "templating": {"list": variables},
+        "annotations": {"list": [builtin] + list(annotations or [])},
+        "panels": panels,
+    }, by_id
