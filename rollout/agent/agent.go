@@ -1,0 +1,288 @@
+// Package agent is ccab-agent's loop: it takes assignment/1 records for its host, verifies
+// them, applies the congestion control (and qdisc) inside the host's network namespace,
+// writes the state file and reports agent_status/1.
+//
+// Invariants: an assignment that is not applied leaves the host's algorithm as it was (a
+// failed set is rolled back to the previous algorithm); the state file holds only applied
+// assignments, and its generation only grows; Kafka being down never changes the kernel.
+package agent
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ccab-dev/ccab/internal/netns"
+	"github.com/ccab-dev/ccab/rollout/assignment"
+	"github.com/ccab-dev/ccab/rollout/kernelcc"
+	"github.com/ccab-dev/ccab/rollout/qdisc"
+	"github.com/ccab-dev/ccab/rollout/statefile"
+	"github.com/ccab-dev/ccab/rollout/status"
+)
+
+// Config is what an Agent needs besides Kafka.
+type Config struct {
+	Host      string
+	Pop       string
+	PublicKey ed25519.PublicKey
+	StateFile string
+	// NetnsPath is the network namespace whose sysctl and qdiscs the agent manages ("" = its
+	// own). Kafka traffic always stays in the agent's own namespace.
+	NetnsPath string
+	Kernel    kernelcc.Kernel
+	Tc        qdisc.Tc
+	Now       func() time.Time
+}
+
+// Outcome is what became of one assignment.
+type Outcome string
+
+// Outcomes (Applied, Refused and Error are also status states).
+const (
+	Applied     Outcome = status.Applied
+	Refused     Outcome = status.Refused
+	Failed      Outcome = status.Error
+	Stale       Outcome = "stale"       // generation not newer than the applied one: ignored, no status
+	Reconfirmed Outcome = "reconfirmed" // same generation already applied and still in the kernel: status re-sent
+)
+
+// Agent applies assignments. Its methods are safe for concurrent use (applies are serialised).
+type Agent struct {
+	cfg Config
+	m   *Metrics
+	log *slog.Logger
+
+	mu    sync.Mutex
+	state statefile.State
+	// reconfirm allows one record with generation == state.Generation to be re-reported
+	// (set at start: a crash may have come between the state file and the status).
+	reconfirm bool
+}
+
+// New loads the state file.
+func New(cfg Config, m *Metrics, log *slog.Logger) (*Agent, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if m == nil {
+		m = NewMetrics()
+	}
+	st, err := statefile.Read(cfg.StateFile)
+	if err != nil {
+		return nil, err
+	}
+	m.Generation.Set(float64(st.Generation))
+	return &Agent{cfg: cfg, m: m, log: log, state: st, reconfirm: true}, nil
+}
+
+// State returns the last applied state.
+func (a *Agent) State() statefile.State {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state
+}
+
+// Metrics returns the agent's metrics.
+func (a *Agent) Metrics() *Metrics { return a.m }
+
+// inNetns runs fn in the managed namespace.
+func (a *Agent) inNetns(fn func() error) error {
+	return netns.Do(a.cfg.NetnsPath, fn)
+}
+
+// observe reads what the host runs now, for a status.
+func (a *Agent) observe(s *status.Status) {
+	s.TsMs = a.cfg.Now().UnixMilli()
+	s.Host, s.Pop = a.cfg.Host, a.cfg.Pop
+	s.Kernel = a.cfg.Kernel.Release()
+	err := a.inNetns(func() error {
+		var err error
+		if s.CCAvailable, err = a.cfg.Kernel.Available(); err != nil {
+			return err
+		}
+		if s.CCEffective, err = a.cfg.Kernel.Current(); err != nil {
+			return err
+		}
+		if q, err := a.cfg.Tc.Effective(); err == nil && q != "" {
+			s.QdiscEffective = &q
+		}
+		return nil
+	})
+	if err != nil {
+		a.m.Errors.WithLabelValues("read").Inc()
+		a.log.Warn("read kernel state", "err", err)
+	}
+	s.BBRVersion = a.cfg.Kernel.BBRVersion(s.CCEffective, s.CCAvailable)
+	v, _ := strconv.Atoi(s.BBRVersion)
+	a.m.BBRVersion.Set(float64(v))
+}
+
+// Heartbeat returns a heartbeat status for the current state.
+func (a *Agent) Heartbeat() status.Status {
+	st := a.State()
+	s := status.Status{State: status.Heartbeat, RolloutID: st.RolloutID, Arm: st.Arm, Generation: st.Generation}
+	a.observe(&s)
+	a.m.Heartbeats.Inc()
+	return s
+}
+
+// Reassert re-applies the state file's algorithm when the kernel runs another (after a
+// reboot, or someone else's sysctl). It returns an applied status when it changed something
+// and ok=false when there was nothing to do.
+func (a *Agent) Reassert() (status.Status, bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.state
+	if st.CC == "" {
+		return status.Status{}, false, nil
+	}
+	var cur string
+	err := a.inNetns(func() error {
+		var err error
+		cur, err = a.cfg.Kernel.Current()
+		return err
+	})
+	if err != nil {
+		a.m.Errors.WithLabelValues("sysctl").Inc()
+		return status.Status{}, false, err
+	}
+	if cur == st.CC {
+		return status.Status{}, false, nil
+	}
+	a.log.Warn("kernel runs another algorithm than the state file: re-applying", "kernel", cur, "state", st.CC,
+		"generation", st.Generation)
+	a.m.Reasserts.Inc()
+	s := status.Status{RolloutID: st.RolloutID, Arm: st.Arm, Generation: st.Generation}
+	if err := a.set(st.CC, st.Qdisc, cur); err != nil {
+		a.m.Errors.WithLabelValues("sysctl").Inc()
+		s.State, s.Reason = status.Error, "re-applying state file: "+err.Error()
+	} else {
+		s.State = status.Applied
+	}
+	a.observe(&s)
+	return s, true, nil
+}
+
+// set ensures the qdisc (if any), then sets cc; if setting cc fails it restores prev.
+func (a *Agent) set(cc string, q *string, prev string) error {
+	return a.inNetns(func() error {
+		if q != nil {
+			if _, err := a.cfg.Tc.Ensure(*q); err != nil {
+				a.m.Errors.WithLabelValues("qdisc").Inc()
+				return err
+			}
+		}
+		if _, err := a.cfg.Kernel.Set(cc); err != nil {
+			a.m.Errors.WithLabelValues("sysctl").Inc()
+			if prev != "" {
+				if _, rerr := a.cfg.Kernel.Set(prev); rerr != nil {
+					return fmt.Errorf("%w; restoring %s failed too: %v", err, prev, rerr)
+				}
+			}
+			return err
+		}
+		return nil
+	})
+}
+
+// Apply handles one record meant for this host. It returns the outcome and, except for
+// Stale, the status to report.
+func (a *Agent) Apply(raw []byte) (Outcome, status.Status) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out, s := a.apply(raw)
+	a.m.Assignments.WithLabelValues(string(out)).Inc()
+	if out != Stale {
+		a.observe(&s)
+	}
+	lvl := slog.LevelInfo
+	if out == Refused || out == Failed {
+		lvl = slog.LevelWarn
+	}
+	a.log.Log(context.Background(), lvl, "assignment", "outcome", out, "generation", s.Generation, "rollout_id", s.RolloutID,
+		"arm", s.Arm, "reason", s.Reason)
+	return out, s
+}
+
+func (a *Agent) refuse(s status.Status, reason, why string) (Outcome, status.Status) {
+	a.m.Refusals.WithLabelValues(reason).Inc()
+	s.State, s.Reason = status.Refused, why
+	return Refused, s
+}
+
+func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
+	var s status.Status
+	as, err := assignment.Parse(raw)
+	if err != nil {
+		return a.refuse(s, "malformed", err.Error())
+	}
+	s.RolloutID, s.Arm, s.Generation = as.RolloutID, as.Arm, as.Generation
+	if err := as.Verify(a.cfg.PublicKey); err != nil {
+		return a.refuse(s, "signature", "refused: "+err.Error())
+	}
+	if as.Host != a.cfg.Host {
+		return a.refuse(s, "wrong_host", fmt.Sprintf("assignment is for host %q, this agent is %q", as.Host, a.cfg.Host))
+	}
+	if !assignment.Newer(as.Generation, a.state.Generation) {
+		if as.Generation == a.state.Generation && a.reconfirm && a.state.CC == as.CC {
+			// After a restart: the state file may have been written and the status lost.
+			a.reconfirm = false
+			s.State = status.Applied
+			return Reconfirmed, s
+		}
+		s.Reason = fmt.Sprintf("generation %d is not newer than applied generation %d", as.Generation, a.state.Generation)
+		return Stale, s
+	}
+	a.reconfirm = false
+	if !assignment.KnownCC(as.CC) {
+		return a.refuse(s, "unknown_cc", fmt.Sprintf("unknown congestion control %q", as.CC))
+	}
+	var avail []string
+	var prev string
+	err = a.inNetns(func() error {
+		var err error
+		if avail, err = a.cfg.Kernel.Ensure(as.CC); err != nil {
+			return err
+		}
+		prev, err = a.cfg.Kernel.Current()
+		return err
+	})
+	if errors.Is(err, kernelcc.ErrNotAvailable) {
+		return a.refuse(s, "not_available", err.Error())
+	}
+	if err != nil {
+		a.m.Errors.WithLabelValues("netns").Inc()
+		s.State, s.Reason = status.Error, err.Error()
+		return Failed, s
+	}
+	bbrv := a.cfg.Kernel.BBRVersion(as.CC, avail)
+	if as.BBRVersion != "" && as.BBRVersion != bbrv {
+		return a.refuse(s, "bbr_version", fmt.Sprintf("bbr version %s not available: the kernel's %s is version %q",
+			as.BBRVersion, as.CC, bbrv))
+	}
+	if err := a.set(as.CC, as.Qdisc, prev); err != nil {
+		s.State, s.Reason = status.Error, err.Error()
+		return Failed, s
+	}
+	next := statefile.State{RolloutID: as.RolloutID, Arm: as.Arm, CC: as.CC, Generation: as.Generation,
+		Qdisc: as.Qdisc, Pop: as.Pop, Host: as.Host, AppliedAtMs: a.cfg.Now().UnixMilli(), BBRVersion: bbrv,
+		PreviousCC: prev}
+	if err := statefile.Write(a.cfg.StateFile, next); err != nil {
+		a.m.Errors.WithLabelValues("state_file").Inc()
+		// The collector would label records with the old arm: undo the kernel change.
+		if rerr := a.inNetns(func() error { _, err := a.cfg.Kernel.Set(prev); return err }); rerr != nil {
+			err = fmt.Errorf("%w; restoring %s failed too: %v", err, prev, rerr)
+		}
+		s.State, s.Reason = status.Error, err.Error()
+		return Failed, s
+	}
+	a.state = next
+	a.m.Generation.Set(float64(next.Generation))
+	s.State = status.Applied
+	return Applied, s
+}

@@ -1,0 +1,98 @@
+// Package testkit helps rollout tests: it finds the shared contract vectors
+// (../shared/contracts/vectors beside the directory holding go.mod, or $CCAB_SHARED_DIR) and
+// signs assignment/1 records with the test-only Ed25519 key of those vectors.
+package testkit
+
+import (
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ccab-dev/ccab/rollout/assignment"
+)
+
+// VectorsDir returns the shared vectors directory, or fails the test.
+func VectorsDir(t testing.TB) string {
+	t.Helper()
+	shared := os.Getenv("CCAB_SHARED_DIR")
+	if shared == "" {
+		dir, err := os.Getwd()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+				break
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				t.Fatal("testkit: no go.mod above the working directory")
+			}
+			dir = parent
+		}
+		shared = filepath.Join(dir, "..", "shared")
+	}
+	d := filepath.Join(shared, "contracts", "vectors")
+	if _, err := os.Stat(filepath.Join(d, "test_ed25519_seed.hex")); err != nil {
+		t.Fatalf("testkit: shared vectors not found (set CCAB_SHARED_DIR): %v", err)
+	}
+	return d
+}
+
+// Read returns a vector file.
+func Read(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(VectorsDir(t), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Key returns the test-only key pair of the vectors (seed test_ed25519_seed.hex).
+func Key(t testing.TB) ed25519.PrivateKey {
+	t.Helper()
+	seed, err := hex.DecodeString(strings.TrimSpace(string(Read(t, "test_ed25519_seed.hex"))))
+	if err != nil || len(seed) != ed25519.SeedSize {
+		t.Fatalf("test seed: %v (%d bytes)", err, len(seed))
+	}
+	return ed25519.NewKeyFromSeed(seed)
+}
+
+// PublicKeyFile returns the path of test_ed25519_public.b64.
+func PublicKeyFile(t testing.TB) string {
+	return filepath.Join(VectorsDir(t), "test_ed25519_public.b64")
+}
+
+// Record is an assignment/1 record to sign.
+type Record struct {
+	RolloutID  string
+	Generation int64
+	Pop, Host  string
+	Arm, CC    string
+	Qdisc      *string
+	BBRVersion string
+}
+
+// Sign returns the signed JSON of r.
+func Sign(t testing.TB, r Record) []byte {
+	t.Helper()
+	m := map[string]any{"schema": assignment.Schema, "rollout_id": r.RolloutID, "generation": r.Generation,
+		"pop": r.Pop, "host": r.Host, "arm": r.Arm, "cc": r.CC, "qdisc": r.Qdisc, "issued_at_ms": 1763769600000}
+	if r.BBRVersion != "" {
+		m["bbr_version"] = r.BBRVersion
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed, err := assignment.Sign(b, Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signed
+}
