@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ccab-dev/ccab/internal/netns"
+	"github.com/ccab-dev/ccab/internal/netnstest"
+	"github.com/ccab-dev/ccab/rollout/internal/testkit"
+	"github.com/ccab-dev/ccab/rollout/kernelcc"
+	"github.com/ccab-dev/ccab/rollout/statefile"
+)
+
+func runCmd(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, func(k string) string { return env[k] }, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		env    map[string]string
+		code   int
+		stderr string
+	}{
+		{[]string{"--help"}, nil, 0, "CCAB_AGENT_<FLAG>"},
+		{nil, nil, exitUsage, "--public-key is required"},
+		{[]string{"--public-key", "k", "--once"}, nil, exitUsage, "--once needs --assignment-file"},
+		{[]string{"--public-key", "k", "extra"}, nil, exitUsage, "unexpected arguments"},
+		{[]string{"--public-key", "k"}, map[string]string{"CCAB_AGENT_HEARTBEAT_INTERVAL": "often"}, exitUsage, "CCAB_AGENT_HEARTBEAT_INTERVAL"},
+		{[]string{"--public-key", "/nonexistent/key"}, nil, exitFailed, "public key"},
+	} {
+		code, _, stderr := runCmd(t, tc.env, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.stderr) {
+			t.Errorf("%q: exit %d, stderr %q; want %d and %q", tc.args, code, stderr, tc.code, tc.stderr)
+		}
+	}
+}
+
+// --once end to end on a real namespace, with flags from the environment.
+func TestOnceNamespace(t *testing.T) {
+	netnstest.Require(t, "tc")
+	netnstest.Sysctl(t, "net.ipv4.tcp_allowed_congestion_control", "reno bbr cubic")
+	ns := netnstest.Namespace(t, "ccab-once-"+netnstest.Tag())
+	k := kernelcc.Kernel{ProcFS: "/proc"}
+	if err := netns.Do(netns.Path(ns), func() error { _, err := k.Set("cubic"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	stateFile := filepath.Join(dir, "state.json")
+	env := map[string]string{"CCAB_AGENT_PUBLIC_KEY": testkit.PublicKeyFile(t), "CCAB_AGENT_NETNS": ns,
+		"CCAB_AGENT_STATE_FILE": stateFile, "CCAB_AGENT_HOST": "edge-once-1", "CCAB_AGENT_POP": "lab1"}
+	write := func(name string, gen int64, cc string) string {
+		p := filepath.Join(dir, name)
+		r := testkit.Record{RolloutID: "r1", Generation: gen, Pop: "lab1", Host: "edge-once-1", Arm: "t", CC: cc}
+		if err := os.WriteFile(p, testkit.Sign(t, r), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	code, out, stderr := runCmd(t, env, "--once", "--assignment-file", write("g1.json", 1, "bbr"))
+	var s map[string]any
+	if err := json.Unmarshal([]byte(out), &s); err != nil || code != 0 || s["state"] != "applied" || s["cc_effective"] != "bbr" {
+		t.Fatalf("apply bbr: exit %d, stdout %s, stderr %s", code, out, stderr)
+	}
+	if st, err := statefile.Read(stateFile); err != nil || st.CC != "bbr" || st.Generation != 1 {
+		t.Errorf("state file: %+v %v", st, err)
+	}
+	code, out, stderr = runCmd(t, env, "--once", "--assignment-file", write("g2.json", 2, "bbr2"))
+	if code != exitFailed || !strings.Contains(out, `"state":"refused"`) || !strings.Contains(stderr, "not available") {
+		t.Errorf("bbr2: exit %d, stdout %s, stderr %s", code, out, stderr)
+	}
+	code, out, stderr = runCmd(t, env, "--once", "--assignment-file", write("g0.json", 0, "cubic"))
+	if code != exitStale || out != "" || !strings.Contains(stderr, "not newer") {
+		t.Errorf("stale: exit %d, stdout %q, stderr %s", code, out, stderr)
+	}
+	code, out, stderr = runCmd(t, env, "--once", "--assignment-file", filepath.Join(testkit.VectorsDir(t), "assignment_tampered.json"))
+	if code != exitFailed || !strings.Contains(out, "forged or tampered") {
+		t.Errorf("tampered: exit %d, stdout %s, stderr %s", code, out, stderr)
+	}
+	// Same generation again (a retried --once after a crash): applied, nothing changes.
+	code, out, _ = runCmd(t, env, "--once", "--assignment-file", filepath.Join(dir, "g1.json"))
+	if code != 0 || !strings.Contains(out, `"cc_effective":"bbr"`) {
+		t.Errorf("re-apply generation 1: exit %d, stdout %s", code, out)
+	}
+	var cur string
+	_ = netns.Do(netns.Path(ns), func() error { cur, _ = k.Current(); return nil })
+	if cur != "bbr" {
+		t.Errorf("namespace runs %s, want bbr", cur)
+	}
+	_ = fmt.Sprint()
+}
