@@ -92,25 +92,25 @@ ORDER BY pop, rollout_id, arm"""),
               sql=f"""
 WITH
 assigned AS (
-    SELECT host, argMax(arm, generation) AS arm, max(generation) AS generation
+    SELECT host, argMax(arm, generation) AS assigned_arm, max(generation) AS assigned_generation
     FROM assignments
     WHERE {POP} AND {ROLLOUT} AND issued_at_ms <= {TO_MS}
     GROUP BY host
 ),
 status AS (
-    SELECT host, argMax(state, ts_ms) AS state, argMax(generation, ts_ms) AS generation,
-           argMax(kernel, ts_ms) AS kernel
+    SELECT host, argMax(state, ts_ms) AS last_state, argMax(generation, ts_ms) AS status_generation,
+           argMax(kernel, ts_ms) AS last_kernel
     FROM agent_status
     WHERE {POP} AND {ROLLOUT} AND ts <= $__toTime
     GROUP BY host
 )
-SELECT a.arm AS arm,
+SELECT a.assigned_arm AS arm,
        count() AS hosts_assigned,
-       countIf(s.state = 'applied' AND s.generation >= a.generation) AS hosts_applied,
+       countIf(s.last_state = 'applied' AND s.status_generation >= a.assigned_generation) AS hosts_applied,
        hosts_assigned - hosts_applied AS hosts_not_applied
 FROM assigned AS a
 LEFT JOIN status AS s ON s.host = a.host
-WHERE a.arm IN (${{arm:singlequote}}) AND (s.kernel = '' OR s.kernel IN (${{kernel:singlequote}}))
+WHERE a.assigned_arm IN (${{arm:singlequote}}) AND (s.last_kernel = '' OR s.last_kernel IN (${{kernel:singlequote}}))
 GROUP BY arm
 ORDER BY arm"""),
         Panel("Hosts not (yet) applied", "table", shape="table", w=24, h=7, reads=("assignments", "agent_status"),
@@ -119,26 +119,28 @@ ORDER BY arm"""),
               sql=f"""
 WITH
 assigned AS (
-    SELECT host, argMax(arm, generation) AS arm, max(generation) AS generation, argMax(cc, generation) AS cc
+    SELECT host, argMax(arm, generation) AS assigned_arm, max(generation) AS assigned_generation,
+           argMax(cc, generation) AS assigned_cc
     FROM assignments
     WHERE {POP} AND {ROLLOUT} AND issued_at_ms <= {TO_MS}
     GROUP BY host
 ),
 status AS (
-    SELECT host, argMax(state, ts_ms) AS state, argMax(generation, ts_ms) AS generation,
-           argMax(kernel, ts_ms) AS kernel, argMax(cc_effective, ts_ms) AS cc_effective,
-           argMax(reason, ts_ms) AS reason, max(ts) AS last_status
+    SELECT host, argMax(state, ts_ms) AS last_state, argMax(generation, ts_ms) AS status_generation,
+           argMax(kernel, ts_ms) AS last_kernel, argMax(cc_effective, ts_ms) AS last_cc,
+           argMax(reason, ts_ms) AS last_reason, max(ts) AS last_status
     FROM agent_status
     WHERE {POP} AND {ROLLOUT} AND ts <= $__toTime
     GROUP BY host
 )
-SELECT a.host AS host, a.arm AS arm, a.generation AS assigned_generation, a.cc AS cc_assigned,
-       if(s.host = '', 'no status', s.state) AS state, s.generation AS status_generation,
-       s.cc_effective AS cc_effective, s.kernel AS kernel, s.reason AS reason, s.last_status AS last_status
+SELECT a.host AS host, a.assigned_arm AS arm, a.assigned_generation AS assigned_generation,
+       a.assigned_cc AS cc_assigned, if(s.host = '', 'no status', s.last_state) AS state,
+       s.status_generation AS status_generation, s.last_cc AS cc_effective, s.last_kernel AS kernel,
+       s.last_reason AS reason, s.last_status AS last_status
 FROM assigned AS a
 LEFT JOIN status AS s ON s.host = a.host
-WHERE a.arm IN (${{arm:singlequote}}) AND (s.kernel = '' OR s.kernel IN (${{kernel:singlequote}}))
-  AND NOT (s.state = 'applied' AND s.generation >= a.generation)
+WHERE a.assigned_arm IN (${{arm:singlequote}}) AND (s.last_kernel = '' OR s.last_kernel IN (${{kernel:singlequote}}))
+  AND NOT (s.last_state = 'applied' AND s.status_generation >= a.assigned_generation)
 ORDER BY arm, host"""),
         Row("Collector and loader health"),
         Panel("tcp samples per minute per host", "timeseries", shape="timeseries", w=12, h=8, unit="short",
