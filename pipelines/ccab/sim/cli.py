@@ -61,6 +61,10 @@ def register(subparsers) -> None:
     p.add_argument("--check-expect", action="store_true",
                    help="exit 3 if a realised statistic misses the scenario's `expect` ranges")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--start", metavar="ISO", help="simulated start time (default: the scenario's `start`)")
+    p.add_argument("--arm-map", type=Path, metavar="FILE",
+                   help="JSON {host: arm}: run these hosts on these arms (the rollout's simulated actuator "
+                        "writes it: $CCAB_DATA_DIR/sim-actuator/arm-map.json)")
     p.set_defaults(func=run)
 
 
@@ -73,7 +77,24 @@ def run(args: argparse.Namespace) -> int:
     from ccab.sim.scenario import load_scenario
 
     try:
-        sc = load_scenario(args.scenario).with_overrides(seed=args.seed, hours=args.hours)
+        start = arm_of = None
+        if getattr(args, "start", None):
+            from datetime import datetime, timezone
+
+            try:
+                start = datetime.fromisoformat(args.start.replace("Z", "+00:00"))
+            except ValueError:
+                raise ScenarioError([f"--start: {args.start!r} is not an ISO date-time"]) from None
+            start = (start if start.tzinfo else start.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+        if getattr(args, "arm_map", None):
+            try:
+                arm_of = json.loads(args.arm_map.read_text())
+            except (OSError, ValueError) as exc:
+                raise ScenarioError([f"--arm-map: cannot read {args.arm_map}: {exc}"]) from None
+            if not isinstance(arm_of, dict):
+                raise ScenarioError([f"--arm-map: {args.arm_map} must hold a JSON object host -> arm"])
+        sc = load_scenario(args.scenario).with_overrides(seed=args.seed, hours=args.hours, start=start,
+                                                         arm_of=arm_of)
     except ScenarioError as exc:
         return _fail(str(exc))
     if args.connections is not None and args.connections < 1:

@@ -136,6 +136,12 @@ def draw_hosts(sc: Scenario, rng: np.random.Generator) -> HostTable:
     h = len(names)
     blocks = np.concatenate([np.full(a.hosts, i) for i, a in enumerate(sc.arms)])
     arm_idx = blocks[rng.permutation(h)] if sc.hosts.assignment == "shuffled" else blocks
+    if sc.hosts.arm_of:  # what a rollout applied (the draw above still runs: same random stream)
+        arm_idx = arm_idx.copy()
+        by_arm = {a.name: i for i, a in enumerate(sc.arms)}
+        for i, name in enumerate(names):
+            if name in sc.hosts.arm_of:
+                arm_idx[i] = by_arm[sc.hosts.arm_of[name]]
     traffic = np.exp(sc.hosts.traffic_sd * rng.standard_normal(h))
     sd = sc.hosts.effect_sd
     effect_log = {m: getattr(sd, m) * rng.standard_normal(h) for m in METRICS}

@@ -231,6 +231,8 @@ class Hosts:
     traffic_sd: float = _num(0.10, ge=0, doc="log-scale SD of per-host traffic")
     effect_sd: HostEffectSD = _opt(HostEffectSD)
     overrides: tuple[HostOverride, ...] = ()
+    arm_of: dict[str, str] = _opt(dict, "host -> arm name, overriding the drawn assignment "
+                                        "(what the rollout's simulated actuator applied)")
 
 
 @dataclass(frozen=True)
@@ -384,8 +386,20 @@ class Scenario:
     def arm_cc_version(self, arm: Arm) -> int | None:
         return arm.cc_version if arm.cc_version is not None else DEFAULT_CC_VERSION.get(arm.cc)
 
-    def with_overrides(self, *, seed: int | None = None, hours: float | None = None) -> "Scenario":
+    def with_overrides(self, *, seed: int | None = None, hours: float | None = None,
+                       start: datetime | None = None, arm_of: dict[str, str] | None = None) -> "Scenario":
         out = self
+        if start is not None:
+            out = replace(out, start=start)
+        if arm_of:
+            names = {a.name for a in out.arms}
+            hosts = set(host_names_of(out))
+            bad = [f"--arm-map: {h}: unknown host" for h in arm_of if h not in hosts]
+            bad += [f"--arm-map: {h}: unknown arm {a!r} (arms: {', '.join(sorted(names))})"
+                    for h, a in arm_of.items() if a not in names]
+            if bad:
+                raise ScenarioError(bad)
+            out = replace(out, hosts=replace(out.hosts, arm_of=dict(arm_of)))
         if seed is not None:
             out = replace(out, seed=seed)
         if hours is not None:

@@ -1,0 +1,159 @@
+"""Kafka I/O of the controller: produce signed ``assignment/1`` records (key = host) and read the
+assignments and ``agent_status/1`` topics back.
+
+- The producer is idempotent (``enable.idempotence``, ``acks=all``) and :meth:`Publisher.publish`
+  returns only when the broker acknowledged every record, or raises :class:`KafkaUnavailable`
+  naming what failed (it never half-succeeds silently: the caller's intent stays pending).
+- Readers assign every partition by hand and read from the low to the high watermark taken at
+  the start (no consumer group, no committed offsets): a full, repeatable snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, Iterable
+
+from ccab.kafka_local import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
+
+
+class KafkaUnavailable(RuntimeError):
+    """The broker could not be reached or did not acknowledge; the message says which step."""
+
+
+def _quiet_logger():
+    import logging
+
+    return logging.getLogger("ccab.rollout.librdkafka")
+
+
+class Publisher:
+    def __init__(self, bootstrap: str, topic: str = TOPIC_ASSIGNMENTS, timeout_s: float = 15.0):
+        from confluent_kafka import Producer
+
+        self.bootstrap, self.topic, self.timeout_s = bootstrap, topic, timeout_s
+        self._p = Producer({
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": int(timeout_s * 1000),
+            "socket.connection.setup.timeout.ms": int(min(timeout_s, 10) * 1000),
+            "logger": _quiet_logger(),
+        })
+
+    def publish(self, records: Iterable[dict], on_delivered: Callable[[dict], None] | None = None) -> int:
+        """Produce ``records`` (each keyed by its host) and wait for all acknowledgements."""
+        errors: list[str] = []
+        n = 0
+
+        def done(rec: dict):
+            def cb(err, _msg):
+                if err is not None:
+                    errors.append(f"{rec['host']}: {err.str()}")
+                elif on_delivered is not None:
+                    on_delivered(rec)
+            return cb
+
+        for rec in records:
+            value = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode()
+            try:
+                self._p.produce(self.topic, key=rec["host"].encode(), value=value, on_delivery=done(rec))
+            except BufferError as exc:
+                raise KafkaUnavailable(f"producer queue full for {self.topic}: {exc}") from None
+            n += 1
+            self._p.poll(0)
+        left = self._p.flush(self.timeout_s + 5)
+        if left:
+            raise KafkaUnavailable(f"{left} assignment record(s) not acknowledged by {self.bootstrap} "
+                                   f"within {self.timeout_s:.0f}s (is the broker up? `ccab kafka status`)")
+        if errors:
+            raise KafkaUnavailable(f"publishing to {self.topic} at {self.bootstrap} failed: " + "; ".join(errors[:5]))
+        return n
+
+
+def read_topic(bootstrap: str, topic: str, timeout_s: float = 15.0) -> list[tuple[bytes | None, bytes]]:
+    """(key, value) of every message in ``topic`` from the low to the high watermark, in
+    partition/offset order. Raises :class:`KafkaUnavailable` if the broker does not answer."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ccab-rollout-reader", "enable.auto.commit": False,
+                  "enable.partition.eof": False, "logger": _quiet_logger(),
+                  "socket.connection.setup.timeout.ms": int(min(timeout_s, 10) * 1000)})
+    try:
+        try:
+            md = c.list_topics(topic, timeout=timeout_s)
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"cannot reach Kafka at {bootstrap} to read {topic}: {exc}") from None
+        tmd = md.topics.get(topic)
+        if tmd is None or tmd.error is not None:
+            raise KafkaUnavailable(f"topic {topic} not available at {bootstrap}: {tmd.error if tmd else 'missing'}"
+                                   " (run `ccab kafka up`)")
+        ends: dict[int, int] = {}
+        tps = []
+        for p in sorted(tmd.partitions):
+            try:
+                lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            except KafkaException as exc:
+                raise KafkaUnavailable(f"cannot read offsets of {topic}[{p}] at {bootstrap}: {exc}") from None
+            if hi > lo:
+                ends[p] = hi
+                tps.append(TopicPartition(topic, p, lo))
+        out: dict[int, list] = {p: [] for p in ends}
+        if not tps:
+            return []
+        c.assign(tps)
+        remaining = dict(ends)
+        import time
+
+        deadline = time.monotonic() + timeout_s + 30
+        while remaining:
+            if time.monotonic() > deadline:
+                raise KafkaUnavailable(f"reading {topic} at {bootstrap} did not reach the high watermark")
+            for m in c.consume(500, 1.0):
+                if m.error():
+                    continue
+                p = m.partition()
+                if p not in remaining:
+                    continue
+                out[p].append((m.key(), m.value()))
+                if m.offset() + 1 >= remaining[p]:
+                    del remaining[p]
+        return [kv for p in sorted(out) for kv in out[p]]
+    finally:
+        c.close()
+
+
+def read_assignments(bootstrap: str, topic: str = TOPIC_ASSIGNMENTS, timeout_s: float = 15.0) -> list[dict]:
+    """Every assignment record still on the topic, in offset order (compaction may have removed
+    older ones; the last per host is always there)."""
+    out = []
+    for _k, v in read_topic(bootstrap, topic, timeout_s):
+        if v is None:
+            continue
+        try:
+            out.append(json.loads(v))
+        except ValueError:
+            continue
+    return out
+
+
+def latest_assignments(records: list[dict]) -> dict[str, dict]:
+    """host -> the record with the highest generation."""
+    latest: dict[str, dict] = {}
+    for r in records:
+        h = r.get("host")
+        if isinstance(h, str) and (h not in latest or r.get("generation", -1) >= latest[h].get("generation", -1)):
+            latest[h] = r
+    return latest
+
+
+def read_agent_status(bootstrap: str, topic: str = TOPIC_AGENT_STATUS, timeout_s: float = 15.0) -> list[dict]:
+    out = []
+    for _k, v in read_topic(bootstrap, topic, timeout_s):
+        try:
+            rec = json.loads(v)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(rec, dict) and rec.get("schema") == "agent_status/1":
+            out.append(rec)
+    return out
