@@ -22,8 +22,16 @@ def dashboard_json(doc: dict) -> str:
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (SQL) as literal blocks, so the YAML reads like the code."""
+
+
+_Dumper.add_representer(str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
+
+
 def provisioning_yaml(doc: dict) -> str:
-    return HEADER + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120, default_flow_style=False)
+    return HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120,
+                              default_flow_style=False)
 
 
 def render() -> dict[str, str]:
