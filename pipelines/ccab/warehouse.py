@@ -44,6 +44,16 @@ def _error_from(exc: Exception, sql: str) -> WarehouseError:
     return WarehouseError(f"{text.strip()}\n  in statement: {head}", int(m.group(1)) if m else 0)
 
 
+def _array_literal(values) -> str:
+    """A list as the text of a ClickHouse array parameter (chdb takes parameters as text;
+    clickhouse-connect formats lists itself)."""
+    def one(v):
+        if isinstance(v, str):
+            return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return str(v)
+    return "[" + ",".join(one(v) for v in values) + "]"
+
+
 @dataclass
 class QueryResult:
     columns: list[str]
@@ -105,6 +115,8 @@ class ChdbWarehouse:
         self._run(f"USE {database}")
 
     def _run(self, sql: str, fmt: str = "CSV", params: dict | None = None):
+        if params:
+            params = {k: _array_literal(v) if isinstance(v, (list, tuple)) else v for k, v in params.items()}
         try:
             return self._session.query(sql, fmt, params=params or None)
         except Exception as exc:

@@ -1,0 +1,414 @@
+"""The judge of one window: effects, guardrails, breakers, gates → verdicts and alerts.
+
+``judge_window`` is the one entry point (``ccab analyze``, the ``ccab_compare`` DAG and the rollout
+controller call it). For every (pop, rollout) with rollups in ``[start, end)`` and every treatment
+arm against the control arm:
+
+1. data-quality gates (:mod:`ccab.judge.gates`) — a failure makes the decision ``no_decision``;
+2. circuit breakers on per-minute retransmits (no statistics) — a trip means ``rollback``;
+3. guardrails, one-sided against their margins at this look's spent alpha
+   (:mod:`ccab.judge.sequential`) — a page regression means ``rollback``, a ticket one ``halt``;
+4. informational effects of every judged metric × statistic plus a whole-distribution shift
+   test per metric, two-sided, Benjamini–Hochberg over the arm's family;
+5. heterogeneity of each guardrail on pre-treatment segments (client RTT class, response size),
+   BH within the guardrail's family;
+6. the decision: ``pass`` only at the last planned look with every guardrail non-inferior and
+   every gate passed; ``inconclusive_by_design`` when the host counts cannot reach the last look's
+   alpha; ``continue`` otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Iterable
+
+from ccab.cohorts.compare import rollouts_in
+from ccab.cohorts.job import utc_hour
+from ccab.cohorts.metrics import RTT_CLASSES, SIZE_CLASSES, get as get_metric
+from ccab.judge import data, gates as gates_mod
+from ccab.judge.model import (DEFAULT_BREAKERS, DEFAULT_GUARDRAILS, HIGHER_IS_WORSE, JUDGED_METRICS, QUANTILES,
+                              SHARE_ABOVE, Breaker, BreakerTrip, Guardrail, Result, RolloutJudgement, Verdict,
+                              statistics_of)
+from ccab.judge.sequential import alpha_at_look
+from ccab.judge.stats import (Effect, HostArrays, bh_adjust, min_attainable_p, quantile_effect, ratio_effect,
+                              share_difference_effect, shift_test)
+from ccab.warehouse import Warehouse
+
+ALPHA = 0.05          # one-sided, per guardrail, over all looks
+INFO_FDR = 0.05       # BH level of informational and segment findings
+SEGMENTS_CONNECTION = tuple(s for s in RTT_CLASSES if s != "rtt:unknown")
+SEGMENTS_REQUEST = SEGMENTS_CONNECTION + SIZE_CLASSES
+
+
+@dataclass
+class JudgeReport:
+    """What :func:`judge_window` found: one :class:`RolloutJudgement` per (pop, rollout)."""
+
+    window_start: datetime
+    window_end: datetime
+    look: int
+    looks_planned: int
+    rollouts: list[RolloutJudgement] = field(default_factory=list)
+
+    @property
+    def verdicts(self) -> list[Verdict]:
+        return [v for r in self.rollouts for v in r.verdicts]
+
+    @property
+    def alerts(self) -> list:
+        return [a for r in self.rollouts for a in r.alerts]
+
+    def as_dict(self) -> dict:
+        return {"window_start": self.window_start.isoformat(), "window_end": self.window_end.isoformat(),
+                "look": self.look, "looks_planned": self.looks_planned,
+                "verdicts": [v.as_dict() for v in self.verdicts],
+                "alerts": [a.as_dict() for a in self.alerts],
+                "gates_failed": sorted({g for v in self.verdicts for g in v.gates_failed})}
+
+
+def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str = "", *,
+                 control_arm: str | None = None, guardrails: Iterable[Guardrail] | None = None,
+                 breakers: Iterable[Breaker] | None = None, look: int = 1, looks_planned: int = 1,
+                 write: bool = True, notify_url: str | None = None, report_url: str = "") -> JudgeReport:
+    """Judge every (pop, rollout) with rollups in ``[start, end)`` (UTC hours).
+
+    Parameters
+    ----------
+    control_arm : str, optional
+        The arm every other arm is compared with; default ``control``.
+    guardrails, breakers : optional
+        Declared per rollout (the plan); defaults :data:`DEFAULT_GUARDRAILS`, :data:`DEFAULT_BREAKERS`.
+    look, looks_planned : int
+        Which look of a group-sequential plan this is; a single analysis is look 1 of 1.
+    write : bool
+        Write ``judge_results``, ``judge_verdicts``, ``judge_gates`` and ``alerts``.
+    notify_url : str, optional
+        POST new or changed page/ticket alerts to this Alertmanager-compatible URL.
+    """
+    from ccab.judge import alerts as alerts_mod  # alerts imports core's types
+
+    start, end = utc_hour(start), utc_hour(end)
+    guardrails = tuple(DEFAULT_GUARDRAILS if guardrails is None else guardrails)
+    breakers = tuple(DEFAULT_BREAKERS if breakers is None else breakers)
+    if not 1 <= look:
+        raise ValueError(f"look must be >= 1, got {look}")
+    report = JudgeReport(start, end, look, looks_planned)
+    for pop, rollout in rollouts_in(wh, start, end, rollout_id):
+        if not rollout:
+            continue  # hosts outside any rollout: nothing to compare
+        j = judge_rollout(wh, pop, rollout, start, end, control_arm=control_arm or "control",
+                          guardrails=guardrails, breakers=breakers, look=look, looks_planned=looks_planned)
+        j.alerts = alerts_mod.build_alerts(j, start, end, report_url=report_url)
+        for v in j.verdicts:
+            v.alert_ids = [a.alert_id for a in j.alerts
+                           if a.treatment_arm == v.treatment_arm and a.kind in ("guardrail", "breaker", "gate")]
+        report.rollouts.append(j)
+    if write:
+        from ccab.judge import store
+        seq = time.time_ns()
+        for j in report.rollouts:
+            store.write_judgement(wh, j, report, seq)
+        changed = alerts_mod.write_alerts(wh, report.alerts, seq)
+        if notify_url:
+            alerts_mod.notify(notify_url, [a for a in changed if a.severity in ("page", "ticket")])
+    return report
+
+
+def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: datetime, *, control_arm: str,
+                  guardrails: tuple[Guardrail, ...], breakers: tuple[Breaker, ...], look: int,
+                  looks_planned: int) -> RolloutJudgement:
+    j = RolloutJudgement(pop, rollout, control_arm)
+    arms = data.arms_in(wh, pop, rollout, start, end)
+    if control_arm not in arms:
+        j.error = (f"no control arm {control_arm!r} in {pop}/{rollout} (arms: {', '.join(arms) or 'none'}); "
+                   f"name it with --control ARM or in the rollout plan")
+        j.verdicts = [Verdict(pop, rollout, a, control_arm, "no_decision", [j.error]) for a in arms]
+        return j
+    treatments = [a for a in arms if a != control_arm]
+    j.gates = run_gates(wh, pop, rollout, start, end, arms, control_arm)
+    alpha_look = alpha_at_look(look, looks_planned, ALPHA)
+    alpha_last = alpha_at_look(looks_planned, looks_planned, ALPHA)
+    all_rows = data.host_rows(wh, pop, rollout, "all", start, end, list(JUDGED_METRICS), arms)
+    minutes = data.retrans_by_minute(wh, pop, rollout, start, end) if breakers else []
+    for arm in treatments:
+        seed = f"{pop}/{rollout}/{arm}/{control_arm}/{start:%Y%m%d%H}-{end:%Y%m%d%H}"
+        results: list[Result] = []
+        arrays = {m: data.host_arrays(rows, arm, control_arm) for m, rows in all_rows.items()}
+        # guardrails
+        for g in guardrails:
+            arr = arrays.get(g.metric)
+            if arr is None:
+                results.append(_missing(arm, control_arm, g.metric, g.statistic, "all", "guardrail", g.severity))
+                continue
+            results.append(guardrail_result(arr, g, arm, control_arm, alpha_look, seed))
+        # informational effects + distribution shift, one BH family per arm
+        info: list[Result] = []
+        for metric in JUDGED_METRICS:
+            arr = arrays.get(metric)
+            if arr is None:
+                continue
+            for stat in statistics_of(metric):
+                eff = effect_of(arr, metric, stat, alternative="two-sided", seed_key=f"{seed}/{metric}/{stat}")
+                info.append(_result(eff, arm, control_arm, metric, stat, "all", "info", "info"))
+            eff = shift_test(arr, seed_key=f"{seed}/{metric}/shift")
+            info.append(_result(eff, arm, control_arm, metric, "shift", "all", "shift", "info"))
+        _bh(info)
+        results += info
+        # heterogeneity on pre-treatment segments, per guardrail
+        results += segment_results(wh, pop, rollout, start, end, guardrails, arm, control_arm, arms, seed)
+        trips = [t for b in breakers if (t := breaker_trip(minutes, b, arm, control_arm))]
+        j.trips += trips
+        j.results += results
+        j.verdicts.append(decide(pop, rollout, arm, control_arm, results, trips, j.gates, look, looks_planned,
+                                 alpha_last))
+    return j
+
+
+# ---- effects --------------------------------------------------------------------------------------
+
+def effect_of(arr: HostArrays, metric: str, statistic: str, *, alternative="two-sided", null_ratio=1.0,
+              margin=0.0, seed_key="", alpha=ALPHA, ci_level=None) -> Effect:
+    """The effect of ``statistic`` on ``metric`` from host arrays (dispatch by statistic).
+
+    ``null_ratio`` is the null of relative statistics; ``margin`` the null difference of the share
+    statistic (absolute, see :func:`ccab.judge.stats.share_difference_effect`)."""
+    if statistic == SHARE_ABOVE:
+        return share_difference_effect(arr.n_above, arr.n, arr.treated, SHARE_ABOVE, alternative=alternative,
+                                       margin=margin, seed_key=seed_key, alpha=alpha, ci_level=ci_level)
+    kw = dict(alternative=alternative, null_ratio=null_ratio, seed_key=seed_key, alpha=alpha, ci_level=ci_level)
+    if statistic == "mean":
+        return ratio_effect(arr.value_sum, arr.n, arr.treated, "mean", **kw)
+    if statistic == "ratio":
+        return ratio_effect(arr.ratio_num, arr.ratio_den, arr.treated, "ratio", **kw)
+    if statistic in QUANTILES:
+        return quantile_effect(arr, QUANTILES[statistic], statistic, **kw)
+    raise ValueError(f"unknown statistic {statistic!r} for {metric}")
+
+
+def guardrail_result(arr: HostArrays, g: Guardrail, arm: str, control_arm: str, alpha_look: float,
+                     seed: str) -> Result:
+    """One-sided tests of a guardrail at this look: beyond the margin (regression) and within it
+    (non-inferior); the interval shown is the one-sided (1 − 2α_look) two-sided equivalent."""
+    worse = "greater" if g.higher_is_worse else "less"
+    better = "less" if g.higher_is_worse else "greater"
+    key = f"{seed}/{g.metric}/{g.statistic}/guardrail"
+    ci_level = 1 - 2 * alpha_look
+    margin = g.margin if g.higher_is_worse else -g.margin
+    regress = effect_of(arr, g.metric, g.statistic, alternative=worse, null_ratio=g.null_ratio, margin=margin,
+                        seed_key=key, ci_level=ci_level)
+    r = _result(regress, arm, control_arm, g.metric, g.statistic, "all", "guardrail", g.severity)
+    r.alpha_look, r.margin = alpha_look, g.margin
+    if regress.error or not math.isfinite(regress.p_value):
+        r.outcome = "inconclusive"
+        return r
+    if regress.min_attainable_p > alpha_look:
+        r.outcome = "inconclusive_by_design"
+        return r
+    if regress.p_value <= alpha_look:
+        r.outcome = "regression"
+        return r
+    ni = effect_of(arr, g.metric, g.statistic, alternative=better, null_ratio=g.null_ratio, margin=margin,
+                   seed_key=key + "/ni", ci_level=ci_level)
+    r.outcome = "non_inferior" if ni.p_value <= alpha_look else "inconclusive"
+    return r
+
+
+def segment_results(wh, pop, rollout, start, end, guardrails, arm, control_arm, arms, seed) -> list[Result]:
+    """Each guardrail's effect per pre-treatment segment, two-sided, BH within the guardrail."""
+    out: list[Result] = []
+    needed = {g.metric for g in guardrails}
+    segments = sorted({s for m in needed for s in _segments_for(m)})
+    cache = {s: data.host_rows(wh, pop, rollout, s, start, end, sorted(needed), arms) for s in segments}
+    for g in guardrails:
+        family = []
+        for s in _segments_for(g.metric):
+            rows = cache[s].get(g.metric)
+            if not rows:
+                continue
+            arr = data.host_arrays(rows, arm, control_arm)
+            if arr.g_treatment < 2 or arr.g_control < 2:
+                continue
+            eff = effect_of(arr, g.metric, g.statistic, seed_key=f"{seed}/{g.metric}/{g.statistic}/{s}")
+            family.append(_result(eff, arm, control_arm, g.metric, g.statistic, s, "segment", "info"))
+        _bh(family)
+        out += family
+    return out
+
+
+def _segments_for(metric: str) -> tuple[str, ...]:
+    return SEGMENTS_REQUEST if get_metric(metric).grain == "request" else SEGMENTS_CONNECTION
+
+
+def _result(eff: Effect, arm, control_arm, metric, statistic, segment, role, severity) -> Result:
+    return Result(arm, control_arm, metric, statistic, segment, role, eff.method, eff.g_treatment, eff.g_control,
+                  eff.value_treatment, eff.value_control, eff.estimate, eff.ci_low, eff.ci_high, eff.p_value,
+                  eff.min_attainable_p, severity=severity, error=eff.error)
+
+
+def _missing(arm, control_arm, metric, statistic, segment, role, severity) -> Result:
+    nan = math.nan
+    return Result(arm, control_arm, metric, statistic, segment, role, "none", 0, 0, nan, nan, nan, nan, nan, nan,
+                  1.0, severity=severity, outcome="inconclusive", error=f"no {metric} data in the window")
+
+
+def _bh(family: list[Result]) -> None:
+    """Attach BH q-values and outcomes (two-sided findings) to a family of results."""
+    qs = bh_adjust([r.p_value for r in family])
+    for r, q in zip(family, qs):
+        r.q_value = q if math.isfinite(q) else None
+        if r.error or not math.isfinite(r.p_value):
+            r.outcome = "inconclusive"
+        elif r.min_attainable_p > INFO_FDR:
+            r.outcome = "inconclusive_by_design"
+        elif q <= INFO_FDR:
+            if r.role == "shift":
+                r.outcome = "shift"
+            else:
+                worse = (r.estimate > 0) == HIGHER_IS_WORSE.get(r.metric, True)
+                r.outcome = "regression" if worse else "improvement"
+        else:
+            r.outcome = "no_difference"
+
+
+# ---- breakers -------------------------------------------------------------------------------------
+
+def breaker_trip(minutes: list[tuple[str, str, float, float, int]], b: Breaker, arm: str,
+                 control_arm: str) -> BreakerTrip | None:
+    """The first run of ``b.minutes`` consecutive qualifying minutes where the treatment's
+    retransmitted share exceeds ``b.ratio`` × control's, or None."""
+    by_min: dict[str, dict[str, tuple[float, float, int]]] = {}
+    for m, a, x, y, c in minutes:
+        by_min.setdefault(m, {})[a] = (x, y, c)
+    run: list[tuple[str, float, float, float]] = []
+    prev_ts = None
+    for m in sorted(by_min):
+        ts = datetime.fromisoformat(m)
+        t, c = by_min[m].get(arm), by_min[m].get(control_arm)
+        ok = (t and c and t[2] >= b.min_samples and c[2] >= b.min_samples and t[1] > 0 and c[1] > 0)
+        contiguous = prev_ts is not None and (ts - prev_ts).total_seconds() == 60
+        prev_ts = ts
+        if not ok:
+            run = []
+            continue
+        pt, pc = 100 * t[0] / t[1], 100 * c[0] / c[1]
+        breach = pc > 0 and pt > b.ratio * pc or (pc == 0 and pt > 0)
+        if not breach:
+            run = []
+            continue
+        if run and not contiguous:
+            run = []
+        run.append((m, pt / pc if pc else math.inf, pt, pc))
+        if len(run) >= b.minutes:
+            worst = max(run, key=lambda r: r[1])
+            return BreakerTrip(arm, control_arm, b, run[0][0], run[-1][0], len(run), worst[1], worst[2], worst[3])
+    return None
+
+
+# ---- gates ----------------------------------------------------------------------------------------
+
+def run_gates(wh: Warehouse, pop: str, rollout: str, start: datetime, end: datetime, arms: list[str],
+              control_arm: str):
+    hh = data.host_hours(wh, pop, rollout, start, end)
+    cc_counts = data.host_cc_counts(wh, pop, rollout, start, end)
+    assigned = data.assigned_hosts(wh, pop, rollout)
+    arm_of = {host: arm for arm, host, _ in hh}
+    for host, (arm, _) in assigned.items():
+        if arm in arms:
+            arm_of.setdefault(host, arm)
+    hosts_by_arm: dict[str, set[str]] = {}
+    for arm, host, _ in hh:
+        hosts_by_arm.setdefault(arm, set()).add(host)
+    out = gates_mod.arm_hosts_gate(hosts_by_arm, arms)
+    out += gates_mod.completeness_gate(hh, arm_of, gates_mod.window_hours(start, end))
+    conns: dict[str, int] = {}
+    for _, host, _, n in cc_counts:
+        conns[host] = conns.get(host, 0) + n
+    requests = data.http_requests_per_host(wh, pop, rollout, start, end)
+    out += gates_mod.sampling_gate(conns, requests, arm_of, control_arm)
+    out += gates_mod.cc_gate(cc_counts, gates_mod.expected_cc_by_host(cc_counts, assigned))
+    pre_end = data_first_hour(wh, pop, rollout) or start
+    pre_start = pre_end - (end - start)
+    pre = data.http_requests_per_host(wh, pop, None, pre_start, pre_end) if pre_end > pre_start else {}
+    out += gates_mod.traffic_share_gate(requests, pre, arm_of)
+    return out
+
+
+def data_first_hour(wh: Warehouse, pop: str, rollout: str) -> datetime | None:
+    res = wh.query("""SELECT count(), min(hour) FROM cohort_hourly WHERE pop = {p:String} AND rollout_id = {r:String}""",
+                   params={"p": pop, "r": rollout})
+    cnt, lo = res.rows[0]
+    if not cnt:
+        return None
+    return datetime.strptime(lo, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+
+
+# ---- decision -------------------------------------------------------------------------------------
+
+def decide(pop, rollout, arm, control_arm, results: list[Result], trips: list[BreakerTrip], gates, look,
+           looks_planned, alpha_last) -> Verdict:
+    v = Verdict(pop, rollout, arm, control_arm, "continue")
+    guards = [r for r in results if r.role == "guardrail"]
+    v.gates_failed = gates_mod.failed_for_arm(gates, arm, control_arm)
+    for t in trips:
+        v.reasons.append(f"circuit breaker: {arm} retransmitted {t.treatment_pct:.2f}% of bytes vs {t.control_pct:.2f}% "
+                         f"on {control_arm} ({t.max_ratio:.1f}× at worst, > {t.breaker.ratio:g}× for {t.minutes} "
+                         f"consecutive minutes from {t.first_minute} UTC)")
+    regress = [r for r in guards if r.outcome == "regression"]
+    for r in sorted(regress, key=lambda r: ("page", "ticket", "info").index(r.severity)):
+        v.reasons.append(f"guardrail {r.metric} {r.statistic} ({r.severity}): {_effect_text(r)} — beyond the "
+                         f"tolerated {_margin_text(r)} (one-sided p={r.p_value:.2g} ≤ α={r.alpha_look:.2g} at look "
+                         f"{look}/{looks_planned})")
+    if trips or any(r.severity == "page" for r in regress):
+        v.decision = "rollback"
+    elif regress:
+        v.decision = "halt"
+    if v.decision in ("rollback", "halt"):
+        if v.gates_failed:
+            v.reasons.append("data-quality gates also failed (the breaker/guardrail acts anyway): "
+                             + "; ".join(v.gates_failed))
+        return v
+    if v.gates_failed:
+        v.decision = "no_decision"
+        v.reasons = ["data-quality gate failed: " + g for g in v.gates_failed]
+        return v
+    g_t = max((r.hosts_treatment for r in guards), default=0)
+    g_c = max((r.hosts_control for r in guards), default=0)
+    if guards and min_attainable_p(g_t, g_c, "greater") > alpha_last:
+        v.decision = "inconclusive_by_design"
+        v.reasons.append(f"{g_t} vs {g_c} hosts: the smallest p-value a host-permutation test can give "
+                         f"({min_attainable_p(g_t, g_c, 'greater'):.3f}) is above α={alpha_last:.3f}; add hosts, "
+                         f"pair them, or use a switchback design")
+        return v
+    pending = [r for r in guards if r.outcome != "non_inferior"]
+    if look >= looks_planned and not pending:
+        v.decision = "pass"
+        v.reasons.append("every guardrail non-inferior at the last planned look: " +
+                         "; ".join(f"{r.metric} {r.statistic} {_effect_text(r)}" for r in guards))
+    elif look >= looks_planned:
+        v.decision = "halt"
+        v.reasons.append("not shown non-inferior after the planned looks: " +
+                         "; ".join(f"{r.metric} {r.statistic} {_effect_text(r)} vs {_margin_text(r)}" for r in pending))
+    else:
+        v.reasons.append(f"look {look}/{looks_planned}: no guardrail regressed; "
+                         f"{len(guards) - len(pending)}/{len(guards)} already non-inferior")
+    return v
+
+
+def _effect_text(r: Result) -> str:
+    if not math.isfinite(r.estimate):
+        return "no estimate" + (f" ({r.error})" if r.error else "")
+    if r.statistic == SHARE_ABOVE:
+        return (f"{r.value_treatment:.2%} vs {r.value_control:.2%} of connections on {r.control_arm} "
+                f"({100 * r.estimate:+.2f} pp [{100 * r.ci_low:+.2f}, {100 * r.ci_high:+.2f}])")
+    ci = (f" [{r.ci_low:+.1%}, {r.ci_high:+.1%}]" if math.isfinite(r.ci_low) and math.isfinite(r.ci_high) else "")
+    return f"{r.estimate:+.1%}{ci} vs {r.control_arm}"
+
+
+def _margin_text(r: Result) -> str:
+    sign = "+" if HIGHER_IS_WORSE.get(r.metric, True) else "-"
+    if r.statistic == SHARE_ABOVE:
+        return f"{sign}{100 * (r.margin or 0):.2f} pp"
+    return f"{sign}{(r.margin or 0):.0%}"

@@ -1,0 +1,139 @@
+"""The judge's inputs, read from ClickHouse: host-level sums and histograms of a window (thin I/O).
+
+Everything here is one aggregate query whose result has a row per host (or per host-hour, per
+minute): ClickHouse merges the host-hour rollups (``cohort_hourly``, ``sumMap`` of the fine
+histograms); Python receives small host-level summaries and never a connection row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from ccab.cohorts.job import sql_time
+from ccab.judge.stats import HostArrays
+from ccab.warehouse import Warehouse
+
+_HOST_SUMS = """
+SELECT metric, arm, host,
+       sum(n) AS n, sum(n_zero) AS n_zero, sum(n_above_50pct) AS n_above, sum(value_sum) AS value_sum,
+       sum(ratio_num) AS ratio_num, sum(ratio_den) AS ratio_den,
+       mapKeys(sumMap(hist)) AS bins, mapValues(sumMap(hist)) AS counts
+FROM cohort_hourly
+WHERE pop = {pop:String} AND rollout_id = {rollout:String} AND segment = {segment:String}
+  AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
+  AND has({metrics:Array(String)}, metric) AND has({arms:Array(String)}, arm)
+GROUP BY metric, arm, host
+ORDER BY metric, arm, host
+"""
+
+
+@dataclass
+class HostRow:
+    arm: str
+    host: str
+    n: float
+    n_zero: float
+    n_above: float
+    value_sum: float
+    ratio_num: float
+    ratio_den: float
+    bins: list[int]
+    counts: list[int]
+
+
+def host_rows(wh: Warehouse, pop: str, rollout_id: str, segment: str, start: datetime, end: datetime,
+              metrics: list[str], arms: list[str]) -> dict[str, list[HostRow]]:
+    """metric -> one row per (arm, host) with the window's sums and merged histogram."""
+    res = wh.query(_HOST_SUMS, params={"pop": pop, "rollout": rollout_id, "segment": segment,
+                                       "a": sql_time(start), "b": sql_time(end),
+                                       "metrics": list(metrics), "arms": list(arms)})
+    out: dict[str, list[HostRow]] = {}
+    for metric, arm, host, n, nz, na, vs, rn, rd, bins, counts in res.rows:
+        out.setdefault(metric, []).append(HostRow(arm, host, float(n), float(nz), float(na), float(vs or 0),
+                                                  float(rn or 0), float(rd or 0), bins, counts))
+    return out
+
+
+def host_arrays(rows: list[HostRow], treatment_arm: str, control_arm: str) -> HostArrays:
+    """Stack the two arms' host rows into :class:`HostArrays` (hosts with no value dropped)."""
+    rows = [r for r in rows if r.arm in (treatment_arm, control_arm) and r.n > 0]
+    all_bins = np.unique(np.concatenate([np.asarray(r.bins, dtype=np.int64) for r in rows])) if rows else \
+        np.zeros(0, dtype=np.int64)
+    hist = np.zeros((len(rows), all_bins.size))
+    for i, r in enumerate(rows):
+        if r.bins:
+            hist[i, np.searchsorted(all_bins, np.asarray(r.bins, dtype=np.int64))] = r.counts
+
+    def col(name):
+        return np.array([getattr(r, name) for r in rows], dtype=np.float64)
+
+    return HostArrays(treated=np.array([r.arm == treatment_arm for r in rows], dtype=bool), n=col("n"),
+                      n_zero=col("n_zero"), n_above=col("n_above"), value_sum=col("value_sum"),
+                      ratio_num=col("ratio_num"), ratio_den=col("ratio_den"), bins=all_bins, hist=hist,
+                      hosts=tuple(r.host for r in rows))
+
+
+def arms_in(wh: Warehouse, pop: str, rollout_id: str, start: datetime, end: datetime) -> list[str]:
+    res = wh.query("""SELECT DISTINCT arm FROM cohort_hourly
+                      WHERE pop = {pop:String} AND rollout_id = {r:String}
+                        AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')} ORDER BY arm""",
+                   params={"pop": pop, "r": rollout_id, "a": sql_time(start), "b": sql_time(end)})
+    return [a for (a,) in res.rows]
+
+
+# ---- data-quality inputs --------------------------------------------------------------------------
+
+def host_hours(wh: Warehouse, pop: str, rollout_id: str, start: datetime, end: datetime):
+    """(arm, host, hours with connections) from the rollups."""
+    res = wh.query("""SELECT arm, host, groupUniqArray(toString(hour)) FROM cohort_hourly
+                      WHERE pop = {pop:String} AND rollout_id = {r:String} AND metric = 'rtt_us'
+                        AND segment = 'all' AND n > 0
+                        AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
+                      GROUP BY arm, host ORDER BY arm, host""",
+                   params={"pop": pop, "r": rollout_id, "a": sql_time(start), "b": sql_time(end)})
+    return [(arm, host, sorted(hours)) for arm, host, hours in res.rows]
+
+
+def host_cc_counts(wh: Warehouse, pop: str, rollout_id: str, start: datetime, end: datetime):
+    """(arm, host, cc, connections) from the rollups."""
+    res = wh.query("""SELECT arm, host, cc, sum(n) FROM cohort_hourly
+                      WHERE pop = {pop:String} AND rollout_id = {r:String} AND metric = 'rtt_us'
+                        AND segment = 'all' AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
+                      GROUP BY arm, host, cc ORDER BY arm, host, cc""",
+                   params={"pop": pop, "r": rollout_id, "a": sql_time(start), "b": sql_time(end)})
+    return [(arm, host, cc, int(n)) for arm, host, cc, n in res.rows]
+
+
+def assigned_hosts(wh: Warehouse, pop: str, rollout_id: str) -> dict[str, tuple[str, str]]:
+    """host -> (arm, cc) of its newest assignment in this rollout (empty without a controller)."""
+    res = wh.query("""SELECT host, argMax(arm, generation), argMax(cc, generation) FROM assignments
+                      WHERE pop = {pop:String} AND rollout_id = {r:String} GROUP BY host""",
+                   params={"pop": pop, "r": rollout_id})
+    return {h: (a, c) for h, a, c in res.rows}
+
+
+def http_requests_per_host(wh: Warehouse, pop: str, rollout_id: str | None, start: datetime, end: datetime):
+    """host -> estimated nginx requests (Σ 1/sample_rate) in the window; ``rollout_id=None``: any."""
+    res = wh.query("""SELECT host, sum(1 / sample_rate) FROM http_requests
+                      WHERE pop = {pop:String} AND ({any:UInt8} OR rollout_id = {r:String})
+                        AND ts_ms >= {a:Int64} AND ts_ms < {b:Int64}
+                      GROUP BY host""",
+                   params={"pop": pop, "r": rollout_id or "", "any": int(rollout_id is None),
+                           "a": int(start.timestamp() * 1000), "b": int(end.timestamp() * 1000)})
+    return {h: float(c) for h, c in res.rows}
+
+
+def retrans_by_minute(wh: Warehouse, pop: str, rollout_id: str, start: datetime, end: datetime):
+    """(minute, arm, Σbytes_retrans, Σbytes_sent, samples) per minute of the window, for the circuit
+    breaker: the retransmitted share of the bytes of the connections sampled that minute."""
+    res = wh.query("""SELECT toStartOfMinute(ts) AS minute, arm, sum(bytes_retrans), sum(bytes_sent), count()
+                      FROM tcp_samples
+                      WHERE pop = {pop:String} AND rollout_id = {r:String}
+                        AND ts_ms >= {a:Int64} AND ts_ms < {b:Int64}
+                      GROUP BY minute, arm ORDER BY minute, arm""",
+                   params={"pop": pop, "r": rollout_id,
+                           "a": int(start.timestamp() * 1000), "b": int(end.timestamp() * 1000)})
+    return [(str(m), arm, float(x), float(y), int(c)) for m, arm, x, y, c in res.rows]

@@ -1,0 +1,217 @@
+"""What the judge is asked (guardrails, breakers) and what it answers (results, verdicts)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from ccab.cohorts.metrics import BY_NAME, get as get_metric
+
+Severity = Literal["page", "ticket", "info"]
+Decision = Literal["rollback", "halt", "continue", "pass", "no_decision", "inconclusive_by_design"]
+SEVERITIES = ("page", "ticket", "info")
+
+#: metrics the judge compares, and which direction hurts users. Excluded on purpose:
+#: ``bbr_min_rtt_us`` (BBR sockets only; never comparable with another algorithm's min RTT) and
+#: the ``*_per_sample`` metrics (snapshot-weighted: long flows weigh more).
+HIGHER_IS_WORSE: dict[str, bool] = {
+    "retrans_pct": True,
+    "inflight_bytes": True,
+    "rtt_us": True,
+    "min_rtt_us": True,
+    "rwnd_limited_pct": True,
+    "sndbuf_limited_pct": True,
+    "delivery_rate_bps": False,
+    "goodput_bps": False,
+}
+JUDGED_METRICS = tuple(HIGHER_IS_WORSE)
+QUANTILES = {"p10": 0.10, "p50": 0.50, "p90": 0.90, "p99": 0.99}
+SHARE_ABOVE = "share_above:50"
+
+
+def statistics_of(metric: str) -> tuple[str, ...]:
+    """The statistics the judge reports for a metric: ratio of sums (ratio metrics) or mean,
+    quantiles, and the share above 50 % for percent metrics."""
+    m = get_metric(metric)
+    first = ("ratio",) if m.ratio else ("mean",)
+    return first + tuple(QUANTILES) + ((SHARE_ABOVE,) if m.is_percent else ())
+
+
+def check_statistic(metric: str, statistic: str) -> None:
+    """ValueError naming what is wrong with a (metric, statistic) pair."""
+    if metric not in HIGHER_IS_WORSE:
+        raise ValueError(f"metric {metric!r} cannot be judged; judged metrics: {', '.join(JUDGED_METRICS)}")
+    allowed = statistics_of(metric)
+    if statistic not in allowed:
+        raise ValueError(f"statistic {statistic!r} is not available for {metric}; use one of: {', '.join(allowed)}")
+
+
+@dataclass(frozen=True)
+class Guardrail:
+    """A declared guardrail: ``metric``'s ``statistic`` may get at most ``margin`` worse (relative,
+    in the metric's harmful direction: 0.05 = 5 % worse is tolerated).
+
+    Tested one-sided against the margin at every look, with the look's spent alpha:
+    *regression* when the whole interval is beyond the margin (p < α_k for "worse than margin"),
+    *non-inferior* when the interval's harmful end is within the margin.
+    """
+
+    metric: str
+    statistic: str
+    margin: float
+    severity: Severity = "page"
+
+    # ``share_above:50`` is compared on the absolute scale (shares of rare events are often 0 in
+    # control): its margin is in share units, 0.002 = 0.2 percentage points of connections.
+
+    def __post_init__(self):
+        check_statistic(self.metric, self.statistic)
+        if not (isinstance(self.margin, (int, float)) and 0 <= self.margin < 100 and math.isfinite(self.margin)):
+            raise ValueError(f"guardrail {self.metric} {self.statistic}: margin must be a number in [0, 100), "
+                             f"got {self.margin!r}")
+        if self.statistic == SHARE_ABOVE and self.margin >= 1:
+            raise ValueError(f"guardrail {self.metric} {self.statistic}: the margin of a share is absolute "
+                             f"(0.002 = 0.2 percentage points) and must be < 1, got {self.margin}")
+        if not self.higher_is_worse and self.margin >= 1:
+            raise ValueError(f"guardrail {self.metric} {self.statistic}: a lower-is-worse metric cannot get "
+                             f"more than 100% worse; margin must be < 1, got {self.margin}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"guardrail {self.metric} {self.statistic}: severity must be one of "
+                             f"{', '.join(SEVERITIES)}, got {self.severity!r}")
+
+    @property
+    def higher_is_worse(self) -> bool:
+        return HIGHER_IS_WORSE[self.metric]
+
+    @property
+    def null_ratio(self) -> float:
+        """treatment/control ratio at the margin (the boundary of 'tolerated')."""
+        return 1 + self.margin if self.higher_is_worse else 1 - self.margin
+
+    @property
+    def label(self) -> str:
+        sign = "+" if self.higher_is_worse else "-"
+        m = f"{100 * self.margin:.2f} pp" if self.statistic == SHARE_ABOVE else f"{self.margin:.0%}"
+        return f"{self.metric} {self.statistic} (margin {sign}{m}, {self.severity})"
+
+
+@dataclass(frozen=True)
+class Breaker:
+    """Deterministic circuit breaker, no statistics: trips when the treatment arm's retransmitted
+    share of bytes exceeds ``ratio`` × the control arm's for ``minutes`` consecutive minutes
+    (minutes with at least ``min_samples`` samples in both arms)."""
+
+    metric: str = "retrans_pct"
+    ratio: float = 3.0
+    minutes: int = 10
+    min_samples: int = 50
+
+    def __post_init__(self):
+        if self.metric != "retrans_pct":
+            raise ValueError(f"breaker metric {self.metric!r}: only retrans_pct breakers exist")
+        if not self.ratio > 1 or self.minutes < 1:
+            raise ValueError(f"breaker: ratio must be > 1 and minutes >= 1, got ratio={self.ratio}, "
+                             f"minutes={self.minutes}")
+
+
+#: used when neither the caller nor a rollout plan declares guardrails
+DEFAULT_GUARDRAILS: tuple[Guardrail, ...] = (
+    Guardrail("retrans_pct", "ratio", 0.25, "page"),
+    Guardrail("retrans_pct", SHARE_ABOVE, 0.002, "ticket"),   # +0.2 pp of connections above 50 %
+    Guardrail("goodput_bps", "p10", 0.05, "page"),
+    Guardrail("goodput_bps", "p50", 0.05, "ticket"),
+    Guardrail("rtt_us", "p50", 0.10, "ticket"),
+)
+DEFAULT_BREAKERS: tuple[Breaker, ...] = (Breaker(),)
+
+
+@dataclass
+class Result:
+    """One row of ``judge_results``."""
+
+    treatment_arm: str
+    control_arm: str
+    metric: str
+    statistic: str
+    segment: str
+    role: str
+    method: str
+    hosts_treatment: int
+    hosts_control: int
+    value_treatment: float
+    value_control: float
+    estimate: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    min_attainable_p: float
+    severity: str = "info"
+    outcome: str = ""
+    q_value: float | None = None
+    alpha_look: float | None = None
+    margin: float | None = None
+    error: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class GateCheck:
+    """One row of ``judge_gates``."""
+
+    gate: str
+    arm: str
+    host: str
+    status: str  # pass | fail | skipped
+    value: float
+    threshold: float
+    detail: str
+
+
+@dataclass
+class BreakerTrip:
+    treatment_arm: str
+    control_arm: str
+    breaker: Breaker
+    first_minute: str
+    last_minute: str
+    minutes: int
+    max_ratio: float
+    treatment_pct: float
+    control_pct: float
+
+
+@dataclass
+class Verdict:
+    pop: str
+    rollout_id: str
+    treatment_arm: str
+    control_arm: str
+    decision: str
+    reasons: list[str] = field(default_factory=list)
+    alert_ids: list[str] = field(default_factory=list)
+    gates_failed: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RolloutJudgement:
+    """Everything the judge found for one (pop, rollout) in a window."""
+
+    pop: str
+    rollout_id: str
+    control_arm: str
+    verdicts: list[Verdict] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
+    gates: list[GateCheck] = field(default_factory=list)
+    trips: list[BreakerTrip] = field(default_factory=list)
+    alerts: list = field(default_factory=list)  # ccab.judge.alerts.Alert
+    error: str = ""
+
+
+def metric_known(name: str) -> bool:
+    return name in BY_NAME
