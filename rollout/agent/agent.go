@@ -98,7 +98,10 @@ func (a *Agent) inNetns(fn func() error) error {
 // observe reads what the host runs now, for a status.
 func (a *Agent) observe(s *status.Status) {
 	s.TsMs = a.cfg.Now().UnixMilli()
-	s.Host, s.Pop = a.cfg.Host, a.cfg.Pop
+	s.Host = a.cfg.Host
+	if a.cfg.Pop != "" || s.Pop == "" {
+		s.Pop = a.cfg.Pop
+	}
 	s.Kernel = a.cfg.Kernel.Release()
 	err := a.inNetns(func() error {
 		var err error
@@ -125,7 +128,7 @@ func (a *Agent) observe(s *status.Status) {
 // Heartbeat returns a heartbeat status for the current state.
 func (a *Agent) Heartbeat() status.Status {
 	st := a.State()
-	s := status.Status{State: status.Heartbeat, RolloutID: st.RolloutID, Arm: st.Arm, Generation: st.Generation}
+	s := status.Status{State: status.Heartbeat, RolloutID: st.RolloutID, Arm: st.Arm, Generation: st.Generation, Pop: st.Pop}
 	a.observe(&s)
 	a.m.Heartbeats.Inc()
 	return s
@@ -221,9 +224,9 @@ func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 	if err != nil {
 		return a.refuse(s, "malformed", err.Error())
 	}
-	s.RolloutID, s.Arm, s.Generation = as.RolloutID, as.Arm, as.Generation
+	s.RolloutID, s.Arm, s.Generation, s.Pop = as.RolloutID, as.Arm, as.Generation, as.Pop
 	if err := as.Verify(a.cfg.PublicKey); err != nil {
-		return a.refuse(s, "signature", "refused: "+err.Error())
+		return a.refuse(s, "signature", err.Error())
 	}
 	if as.Host != a.cfg.Host {
 		return a.refuse(s, "wrong_host", fmt.Sprintf("assignment is for host %q, this agent is %q", as.Host, a.cfg.Host))

@@ -32,7 +32,7 @@ func newLab(t *testing.T) lab {
 	t.Helper()
 	netnstest.Require(t, "tc", "ss")
 	// A non-init namespace may only pick names in the init namespace's allowed list.
-	netnstest.Sysctl(t, "net.ipv4.tcp_allowed_congestion_control", "reno bbr cubic")
+	testkit.AllowCC(t, "cubic", "reno")
 	tag := netnstest.Tag()
 	l := lab{host: netnstest.Namespace(t, "ccab-agh-"+tag), peer: netnstest.Namespace(t, "ccab-agp-"+tag)}
 	octet := 1 + int(tag[4])%200

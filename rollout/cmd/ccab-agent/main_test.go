@@ -47,7 +47,7 @@ func TestUsage(t *testing.T) {
 // --once end to end on a real namespace, with flags from the environment.
 func TestOnceNamespace(t *testing.T) {
 	netnstest.Require(t, "tc")
-	netnstest.Sysctl(t, "net.ipv4.tcp_allowed_congestion_control", "reno bbr cubic")
+	testkit.AllowCC(t, "cubic", "reno")
 	ns := netnstest.Namespace(t, "ccab-once-"+netnstest.Tag())
 	k := kernelcc.Kernel{ProcFS: "/proc"}
 	if err := netns.Do(netns.Path(ns), func() error { _, err := k.Set("cubic"); return err }); err != nil {

@@ -8,7 +8,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,4 +97,31 @@ func Sign(t testing.TB, r Record) []byte {
 		t.Fatal(err)
 	}
 	return signed
+}
+
+// AllowCC adds names to the init namespace's net.ipv4.tcp_allowed_congestion_control (a
+// non-init namespace may only pick names listed there). It does not remove them at cleanup:
+// test packages run in parallel, and a cleanup that removes "cubic" while another package's
+// namespace test runs would make its sysctl fail with EPERM. Adding a name is harmless.
+func AllowCC(t testing.TB, names ...string) {
+	t.Helper()
+	const path = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := strings.Fields(string(b))
+	want := append([]string(nil), cur...)
+	for _, n := range names {
+		if !slices.Contains(want, n) {
+			want = append(want, n)
+		}
+	}
+	if len(want) == len(cur) {
+		return
+	}
+	if out, err := exec.Command("sysctl", "-q", "-w", "net.ipv4.tcp_allowed_congestion_control="+strings.Join(want, " ")).CombinedOutput(); err != nil {
+		t.Fatalf("allow %v: %v: %s", names, err, out)
+	}
+	t.Logf("net.ipv4.tcp_allowed_congestion_control is now %q (left so for other tests)", strings.Join(want, " "))
 }
