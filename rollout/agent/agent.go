@@ -264,7 +264,7 @@ func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 		return Failed, s
 	}
 	bbrv := a.cfg.Kernel.BBRVersion(as.CC, avail)
-	if as.BBRVersion != "" && as.BBRVersion != bbrv {
+	if want := string(as.BBRVersion); want != "" && want != bbrv {
 		return a.refuse(s, "bbr_version", fmt.Sprintf("bbr version %s not available: the kernel's %s is version %q",
 			as.BBRVersion, as.CC, bbrv))
 	}

@@ -42,8 +42,8 @@ type Assignment struct {
 	IssuedAtMs int64   `json:"issued_at_ms"`
 	// BBRVersion is optional (not in the contract's required fields): when set ("1", "2", "3")
 	// the agent refuses unless the kernel's BBR is that version.
-	BBRVersion string `json:"bbr_version,omitempty"`
-	Signature  string `json:"signature"`
+	BBRVersion Version `json:"bbr_version,omitempty"`
+	Signature  string  `json:"signature"`
 
 	canonical []byte
 }
@@ -154,4 +154,25 @@ func Sign(record []byte, priv ed25519.PrivateKey) ([]byte, error) {
 	out = append(out, `"signature":`...)
 	out = append(out, sigJSON...)
 	return append(out, '}'), nil
+}
+
+// Version is a version written as a JSON string ("3") or integer (3); null is "".
+type Version string
+
+// UnmarshalJSON accepts a string, an integer or null.
+func (v *Version) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*v = Version(s)
+		return nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("bbr_version: want a string or an integer, got %s", b)
+	}
+	if _, err := n.Int64(); err != nil {
+		return fmt.Errorf("bbr_version: want an integer, got %s", b)
+	}
+	*v = Version(n.String())
+	return nil
 }

@@ -3,6 +3,7 @@ package assignment_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -128,5 +129,18 @@ func TestGenerationAndNames(t *testing.T) {
 		if assignment.KnownCC(name) != want {
 			t.Errorf("KnownCC(%q) != %v", name, want)
 		}
+	}
+}
+
+func TestBBRVersionStringOrInt(t *testing.T) {
+	base := `{"schema":"assignment/1","rollout_id":"r","generation":1,"pop":"p","host":"h","arm":"a","cc":"bbr","qdisc":null,"issued_at_ms":1,"bbr_version":%s}`
+	for in, want := range map[string]string{`"3"`: "3", `3`: "3", `null`: ""} {
+		a, err := assignment.Parse([]byte(fmt.Sprintf(base, in)))
+		if err != nil || string(a.BBRVersion) != want {
+			t.Errorf("bbr_version %s: %v %q", in, err, a.BBRVersion)
+		}
+	}
+	if _, err := assignment.Parse([]byte(fmt.Sprintf(base, `3.5`))); err == nil {
+		t.Error("bbr_version 3.5 accepted")
 	}
 }
