@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export CCAB_DATA_DIR ?= $(CURDIR)/.ccab
 PY := .venv/bin/python
 
-.PHONY: setup demo test test-python test-go test-fuzz bench clean help
+.PHONY: setup demo test test-python test-go test-fuzz bench clean help lab
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -24,6 +24,9 @@ test-fuzz:  ## each Go fuzz target for FUZZTIME (default 100000x executions)
 
 test-python:
 	@$(PY) -m pytest -q
+
+lab: setup  ## short runs of the four lab experiments (root: network namespaces, nginx), with reports
+	@for e in fairness size-fairness buffer-sweep loss-resilience; do .venv/bin/ccab lab run lab/experiments/$$e.yaml --quick || exit 1; done
 
 bench: setup  ## run the benchmarks in bench/ (each prints a ratio against a peer or the limit)
 	@for b in bench/*/run.sh; do echo "== $$b"; bash $$b || exit 1; done

@@ -24,12 +24,14 @@ java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head
 command -v mvn >/dev/null 2>&1 || die "Maven is required once, to fetch the Kafka jars from Maven Central (apt-get install maven)"
 
 # --- Debian packages the real-component tests need ------------------------------------------------
-# nginx (real access logs), ip/tc (network namespaces, tbf bottlenecks), curl (a real client).
+# nginx (real access logs), ip/tc (network namespaces, tbf bottlenecks), curl (a real client),
+# nft (random loss in the lab's bottleneck).
 # Installed without starting the packaged nginx service: tests run their own nginx in namespaces.
 need=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 || need+=(iproute2)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     step "debian packages: ${need[*]}"
