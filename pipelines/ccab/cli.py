@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "ccab.env_info",      # ccab env
     "ccab.sim.cli",       # ccab sim
     "ccab.cohorts.cli", "ccab.plots.cli",  # ccab analyze, ccab dags list|test; ccab plot
+    "ccab.judge.cli",     # ccab alerts, ccab power
     "ccab.rollout.cli",   # ccab rollout plan|start|status|step|promote|halt|rollback|resume|sim-actuator
     "ccab.lab.cli",       # ccab lab run|report
     "ccab.dashboards.build",  # ccab dashboards build|check

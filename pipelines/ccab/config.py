@@ -10,6 +10,10 @@ One switch per engine, same code either way (Dagster-style resource selection):
   engines (warehouse, broker data, pid files, logs).
 - ``CCAB_KAFKA_PORT`` (default 19092): port of the local broker.
 - ``CCAB_CACHE_DIR`` (default ``~/.cache/ccab``): downloaded Kafka jars, outside the repo.
+- ``CCAB_ALERT_WEBHOOK_URL`` (default unset): where the judge POSTs page/ticket alerts
+  (Alertmanager API v2 shape, e.g. ``http://alertmanager:9093/api/v2/alerts``).
+- ``CCAB_REPORT_URL`` (default ``file://$CCAB_DATA_DIR/reports/{rollout_id}/index.html``): the
+  canary report an alert links to; ``{rollout_id}`` is filled in.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ class Settings:
     clickhouse_url: str | None
     kafka_brokers: str | None
     kafka_port: int
+    alert_webhook_url: str | None = None
+    report_url_template: str = ""
 
     @property
     def embedded_clickhouse(self) -> bool:
@@ -58,10 +64,13 @@ def settings() -> Settings:
     cache = env.get("CCAB_CACHE_DIR") or os.path.join(
         env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ccab"
     )
+    data_dir = Path(env.get("CCAB_DATA_DIR") or ".ccab").absolute()
     return Settings(
-        data_dir=Path(env.get("CCAB_DATA_DIR") or ".ccab").absolute(),
+        data_dir=data_dir,
         cache_dir=Path(cache),
         clickhouse_url=env.get("CCAB_CLICKHOUSE_URL") or None,
         kafka_brokers=env.get("CCAB_KAFKA_BROKERS") or None,
         kafka_port=port,
+        alert_webhook_url=env.get("CCAB_ALERT_WEBHOOK_URL") or None,
+        report_url_template=env.get("CCAB_REPORT_URL") or f"file://{data_dir}/reports/{{rollout_id}}/index.html",
     )

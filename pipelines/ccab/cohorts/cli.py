@@ -13,13 +13,15 @@ what it does, in order (the same functions the Airflow DAGs call):
      cohort_heatmap_hourly, cohort_prefix_hourly), each hour swapped in whole: re-running is
      idempotent, nothing is doubled or dropped
   2. recompute hours of the --lookback-hours before --from whose raw rows changed since (late data)
-  3. write per-arm summaries of the window to cohort_arm_summaries (and run the statistical
-     judge, once it exists), then print them
+  3. write per-arm summaries of the window to cohort_arm_summaries, then run the statistical
+     judge (host-clustered effects, guardrails, data-quality gates, circuit breakers) and print
+     each treatment arm's verdict and the page/ticket alerts (all alerts: ccab alerts)
 
 examples:
   ccab analyze --from 2025-11-20T00:00Z --to 2025-11-21T00:00Z
   ccab analyze --from 2025-11-20T12:00Z --to 2025-11-20T13:00Z --rollout tyo1-bbr-canary
   ccab analyze --from 2025-11-20 --to 2025-11-21 --bulk-min-bytes 4194304   # another bulk filter
+  ccab analyze --from 2025-11-20T00:00Z --to 2025-11-20T06:00Z --control bbr1 --look 6 --looks 24
 
 --rollout limits the summary (and the judge) to one rollout; the hours are always recomputed for
 every rollout, since an hour is the unit that is swapped in.
@@ -70,6 +72,14 @@ def register(sub) -> None:
                    help="bulk filter for goodput and the 'bulk' segment, bytes (default: %(default)s = 1 MiB)")
     p.add_argument("--lookback-hours", type=int, default=24, metavar="H",
                    help="also recompute stale hours this far before --from (default: %(default)s; 0 = off)")
+    p.add_argument("--control", default="control", metavar="ARM",
+                   help="the arm the others are compared with (default: %(default)s)")
+    p.add_argument("--look", type=int, default=1, metavar="K",
+                   help="which look of a sequential plan this is (alpha spent so far; default: %(default)s)")
+    p.add_argument("--looks", type=int, default=1, metavar="N", help="planned looks (default: %(default)s)")
+    p.add_argument("--notify", metavar="URL", default=None,
+                   help="POST new page/ticket alerts to this Alertmanager-compatible URL "
+                        "(default: $CCAB_ALERT_WEBHOOK_URL, unset = no webhook)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_analyze)
@@ -109,8 +119,14 @@ def run_analyze(args: argparse.Namespace) -> int:
         if end <= start:
             raise ValueError(f"--to ({args.t_to}) must be after --from ({args.t_from})")
         cfg = JobConfig(bulk_min_bytes=args.bulk_min_bytes, lookback=timedelta(hours=args.lookback_hours))
+        if not 1 <= args.look <= args.looks:
+            raise ValueError(f"--look {args.look} must be between 1 and --looks {args.looks}")
     except ValueError as exc:
         return _fail("analyze", str(exc))
+    from ccab.config import settings
+
+    judge_options = {"control_arm": args.control, "look": args.look, "looks_planned": args.looks,
+                     "notify_url": args.notify or settings().alert_webhook_url}
     progress = None if args.no_progress or args.json else _progress()
     try:
         with warehouse() as wh:
@@ -128,18 +144,24 @@ def run_analyze(args: argparse.Namespace) -> int:
             finally:
                 if progress:
                     progress.stop()
-            compared = run_compare(wh, start, end, args.rollout)
+            compared = run_compare(wh, start, end, args.rollout, **judge_options)
             rows = _summary_rows(wh, start, end, args.rollout)
-    except (CohortJobError, WarehouseError) as exc:
+    except (CohortJobError, WarehouseError, RuntimeError) as exc:
         return _fail("analyze", str(exc), 1)
     if args.json:
         print(json.dumps({"rollup": {"summary": report.summary(),
                                      "hours": [{"hour": h.hour.isoformat(), "reason": h.reason, "skipped": h.skipped,
                                                 "connections": h.connections, "rollup_rows": h.rollup_rows}
                                                for h in report.hours]},
-                          "compare": compared.as_dict(), "arms": rows}, indent=1, default=str))
+                          "compare": compared.as_dict(), "arms": rows,
+                          "judge": compared.judge_result.as_dict() if compared.judge_result else None},
+                         indent=1, default=str))
         return 0
     _print_summary(report, compared, rows)
+    if compared.judge_result is not None:
+        from ccab.judge.cli import print_verdicts
+
+        print_verdicts(compared.judge_result)
     return 0
 
 
@@ -177,7 +199,7 @@ def _print_summary(report, compared, rows: list[dict]) -> None:
     for h in report.hours:
         if h.reason != "requested":
             console.print(f"  recomputed {h.hour:%Y-%m-%d %H}:00 ({h.reason})")
-    judge = f"; judge: {compared.judge}" if compared.judge else "; judge: not built yet (summaries only)"
+    judge = f"; judge: {compared.judge}" if compared.judge else "; judge: not installed (summaries only)"
     console.print(f"per-arm summaries: {compared.summary_rows:,} rows in cohort_arm_summaries{judge}")
     if not rows:
         console.print("no rollup rows in this window (was anything loaded? `ccab query \"SELECT count() FROM tcp_samples\"`)")

@@ -48,9 +48,13 @@ class CompareResult:
     judge_result: Any = None
 
     def as_dict(self) -> dict:
-        return {"window_start": self.window_start.isoformat(), "window_end": self.window_end.isoformat(),
-                "rollouts": [f"{p}/{r}" for p, r in self.rollouts], "summary_rows": self.summary_rows,
-                "judge": self.judge}
+        d = {"window_start": self.window_start.isoformat(), "window_end": self.window_end.isoformat(),
+             "rollouts": [f"{p}/{r}" for p, r in self.rollouts], "summary_rows": self.summary_rows,
+             "judge": self.judge}
+        if self.judge_result is not None and hasattr(self.judge_result, "as_dict"):
+            d["verdicts"] = [v.as_dict() for v in self.judge_result.verdicts]
+            d["alerts"] = [a.alert_id for a in self.judge_result.alerts if a.severity != "info"]
+        return d
 
 
 def find_judge() -> Callable[..., Any] | None:
@@ -92,11 +96,12 @@ def write_arm_summaries(wh: Warehouse, start: datetime, end: datetime, rollout_i
     return result
 
 
-def run_compare(wh: Warehouse, start: datetime, end: datetime, rollout_id: str = "") -> CompareResult:
-    """Per-arm summaries of ``[start, end)``, then the judge if it exists (see module docstring)."""
+def run_compare(wh: Warehouse, start: datetime, end: datetime, rollout_id: str = "", **judge_options) -> CompareResult:
+    """Per-arm summaries of ``[start, end)``, then the judge if it exists (see module docstring);
+    ``judge_options`` go to ``judge_window`` (control_arm, guardrails, look, looks_planned, notify_url)."""
     result = write_arm_summaries(wh, start, end, rollout_id)
     judge = find_judge()
     if judge is not None:
         result.judge = f"{JUDGE_MODULE}.{JUDGE_FUNCTION}"
-        result.judge_result = judge(wh, result.window_start, result.window_end, rollout_id=rollout_id)
+        result.judge_result = judge(wh, result.window_start, result.window_end, rollout_id=rollout_id, **judge_options)
     return result

@@ -52,12 +52,16 @@ def recompute_late_hours(before: datetime, lookback_hours: int = 24,
 
 
 def compare_window(end: datetime, hours: int = 24, rollout_id: str = "") -> dict:
-    """Per-arm summaries (and the judge, once it exists) of the ``hours`` before ``end``'s hour."""
+    """Per-arm summaries and the judge's verdicts of the ``hours`` before ``end``'s hour (alerts go to
+    ``CCAB_ALERT_WEBHOOK_URL`` when set)."""
     from ccab.cohorts.compare import run_compare
+
+    from ccab.config import settings
 
     end = utc_hour(end.replace(minute=0, second=0, microsecond=0))
     with warehouse() as wh:
-        result = run_compare(wh, end - timedelta(hours=hours), end, rollout_id)
+        result = run_compare(wh, end - timedelta(hours=hours), end, rollout_id,
+                             notify_url=settings().alert_webhook_url)
     return result.as_dict()
 
 

@@ -72,7 +72,7 @@ class JudgeReport:
 def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str = "", *,
                  control_arm: str | None = None, guardrails: Iterable[Guardrail] | None = None,
                  breakers: Iterable[Breaker] | None = None, look: int = 1, looks_planned: int = 1,
-                 write: bool = True, notify_url: str | None = None, report_url: str = "") -> JudgeReport:
+                 write: bool = True, notify_url: str | None = None, report_url: str | None = None) -> JudgeReport:
     """Judge every (pop, rollout) with rollups in ``[start, end)`` (UTC hours).
 
     Parameters
@@ -87,7 +87,11 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
         Write ``judge_results``, ``judge_verdicts``, ``judge_gates`` and ``alerts``.
     notify_url : str, optional
         POST new or changed page/ticket alerts to this Alertmanager-compatible URL.
+    report_url : str, optional
+        The canary report alerts link to (``{rollout_id}`` is filled in); default from
+        ``CCAB_REPORT_URL`` (:mod:`ccab.config`).
     """
+    from ccab.config import settings
     from ccab.judge import alerts as alerts_mod  # alerts imports core's types
 
     start, end = utc_hour(start), utc_hour(end)
@@ -101,7 +105,8 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
             continue  # hosts outside any rollout: nothing to compare
         j = judge_rollout(wh, pop, rollout, start, end, control_arm=control_arm or "control",
                           guardrails=guardrails, breakers=breakers, look=look, looks_planned=looks_planned)
-        j.alerts = alerts_mod.build_alerts(j, start, end, report_url=report_url)
+        template = report_url if report_url is not None else settings().report_url_template
+        j.alerts = alerts_mod.build_alerts(j, start, end, report_url=template.replace("{rollout_id}", rollout))
         for v in j.verdicts:
             v.alert_ids = [a.alert_id for a in j.alerts
                            if a.treatment_arm == v.treatment_arm and a.kind in ("guardrail", "breaker", "gate")]
@@ -243,8 +248,10 @@ def _segments_for(metric: str) -> tuple[str, ...]:
 
 
 def _result(eff: Effect, arm, control_arm, metric, statistic, segment, role, severity) -> Result:
+    # a ratio of sums is in raw units (bytes_retrans / bytes_sent): express it in the metric's unit
+    scale = get_metric(metric).ratio_scale if statistic == "ratio" else 1.0
     return Result(arm, control_arm, metric, statistic, segment, role, eff.method, eff.g_treatment, eff.g_control,
-                  eff.value_treatment, eff.value_control, eff.estimate, eff.ci_low, eff.ci_high, eff.p_value,
+                  eff.value_treatment * scale, eff.value_control * scale, eff.estimate, eff.ci_low, eff.ci_high, eff.p_value,
                   eff.min_attainable_p, severity=severity, error=eff.error)
 
 

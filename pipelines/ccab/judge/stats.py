@@ -411,8 +411,9 @@ def quantile_effect(arr: HostArrays, p: float, statistic: str | None = None, *,
     rows, exact = relabellings(treated, seed_key)
     pos_t = _quantile_rows(hist, arr.n_zero, rows, p)
     pos_c = _quantile_rows(hist, arr.n_zero, ~rows, p)
-    bt = np.where(pos_t < 0, _ZERO_POSITION, bins[np.maximum(pos_t, 0)])
-    bc = np.where(pos_c < 0, _ZERO_POSITION, bins[np.maximum(pos_c, 0)])
+    lookup = bins if bins.size else np.zeros(1, dtype=np.int64)  # all values zero: every position is -1
+    bt = np.where(pos_t < 0, _ZERO_POSITION, lookup[np.maximum(pos_t, 0)])
+    bc = np.where(pos_c < 0, _ZERO_POSITION, lookup[np.maximum(pos_c, 0)])
     stat = (bt - bc).astype(np.float64)
     pval = _perm_p(stat, alternative, exact)
     if (alternative == "two-sided" and stat[0] == 0) or not np.isfinite(pval):

@@ -1,0 +1,145 @@
+"""Power: how many hosts per arm, for how long, to see a given change — answered before the canary.
+
+With host randomization the noise that matters is the **between-host** spread of the statistic
+(a host's p10 goodput differs from another's for reasons that have nothing to do with the
+algorithm), and more connections stop helping once each host has many (../shared/notes/
+statistics.md). So the power of a comparison comes from the historical host-level data:
+
+1. for a window length ``d`` (1 h, 6 h, 24 h, …), cut the history into consecutive windows of
+   ``d`` hours and compute each host's statistic in each window, in ClickHouse, from the rollup
+   histograms and sums;
+2. ``σ_d`` = the pooled between-host standard deviation of log(statistic) (within arm and window);
+3. a relative change ``mde`` is ``δ = log(1 + mde)`` on that scale: Cohen's ``d = δ / σ_d``, and
+   ``statsmodels.stats.power.TTestIndPower`` gives the hosts per arm for the power asked, or the
+   power of a given number of hosts.
+
+The judge's tests are host-permutation tests of pooled statistics; for hosts of similar size their
+power is that of the host-level t-test (checked by simulation in tests/test_judge_power.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+from statsmodels.stats.power import TTestIndPower
+
+from ccab.cohorts.job import sql_time
+from ccab.judge.model import QUANTILES, SHARE_ABOVE, check_statistic
+from ccab.warehouse import Warehouse
+
+DEFAULT_DURATIONS_H = (1, 6, 24, 72, 168)
+
+
+def sigma_from_host_stats(groups: list[np.ndarray]) -> tuple[float, int]:
+    """Pooled within-group SD of log(statistic): ``groups`` are per-window (and arm) arrays of host
+    statistics. Returns (σ, degrees of freedom); values <= 0 are dropped (no log)."""
+    ss, df = 0.0, 0
+    for g in groups:
+        v = np.log(np.asarray([x for x in g if x > 0 and math.isfinite(x)], dtype=np.float64))
+        if v.size >= 2:
+            ss += float(((v - v.mean()) ** 2).sum())
+            df += v.size - 1
+    return (math.sqrt(ss / df) if df else math.nan), df
+
+
+def predicted_power(mde: float, sigma_log: float, g_treatment: int, g_control: int, alpha: float = 0.05,
+                    alternative: str = "two-sided") -> float:
+    """Power of a host-level comparison to detect a relative change ``mde``."""
+    if not (sigma_log > 0 and math.isfinite(sigma_log)):
+        return math.nan
+    d = abs(math.log1p(mde)) / sigma_log
+    alt = "larger" if alternative != "two-sided" else "two-sided"
+    return float(TTestIndPower().power(effect_size=d, nobs1=g_treatment, alpha=alpha, ratio=g_control / g_treatment,
+                                       alternative=alt))
+
+
+def hosts_needed(mde: float, sigma_log: float, power: float = 0.8, alpha: float = 0.05,
+                 alternative: str = "two-sided", max_hosts: int = 100_000) -> int | None:
+    """Smallest number of hosts per arm (equal arms) with at least ``power``; None if beyond ``max_hosts``."""
+    if not (sigma_log > 0 and math.isfinite(sigma_log)) or mde == 0:
+        return None
+    lo, hi = 2, 2
+    while predicted_power(mde, sigma_log, hi, hi, alpha, alternative) < power:
+        lo, hi = hi, hi * 2
+        if hi > max_hosts:
+            return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if predicted_power(mde, sigma_log, mid, mid, alpha, alternative) >= power:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+_HOST_WINDOW_STATS = """
+WITH {p:Float64} AS level
+SELECT w, arm, host,
+       multiIf({stat:String} = 'mean', value_sum / n,
+               {stat:String} = 'ratio', if(ratio_den > 0, ratio_num / ratio_den, nan),
+               {stat:String} = 'share', n_above / n,
+               -- quantile from the merged histogram (zeros first, then the fine bins)
+               greatest(1, ceil(level * n)) <= n_zero, 0,
+               exp2((arrayElement(mapKeys(h), arrayFirstIndex(c -> c >= greatest(1, ceil(level * n)) - n_zero,
+                                                                 arrayCumSum(mapValues(h)))) + 0.5) / 128)) AS value
+FROM (
+    SELECT intDiv(toUnixTimestamp(hour) - toUnixTimestamp({a:DateTime('UTC')}), {d:UInt32} * 3600) AS w, arm, host,
+           sum(n) AS n, sum(n_zero) AS n_zero, sum(n_above_50pct) AS n_above, sum(value_sum) AS value_sum,
+           sum(ratio_num) AS ratio_num, sum(ratio_den) AS ratio_den, sumMap(hist) AS h
+    FROM cohort_hourly
+    WHERE metric = {metric:String} AND segment = 'all' AND ({pop:String} = '' OR pop = {pop:String})
+      AND ({arm:String} = '' OR arm = {arm:String})
+      AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
+    GROUP BY w, arm, host
+    HAVING n > 0
+)
+WHERE w < {windows:UInt32}
+ORDER BY w, arm, host
+"""
+
+
+@dataclass
+class PowerRow:
+    duration_h: int
+    windows: int
+    hosts: int
+    sigma_log: float
+    hosts_per_arm: int | None
+    power_at_hosts: float
+
+
+def host_window_values(wh: Warehouse, metric: str, statistic: str, duration_h: int, start: datetime,
+                       end: datetime, pop: str = "", arm: str = "") -> list[np.ndarray]:
+    """Per (window, arm): the hosts' statistic over consecutive ``duration_h``-hour windows."""
+    windows = int((end - start).total_seconds() // (duration_h * 3600))
+    if windows < 1:
+        return []
+    stat = "share" if statistic == SHARE_ABOVE else statistic if statistic in ("mean", "ratio") else "quantile"
+    res = wh.query(_HOST_WINDOW_STATS, params={
+        "p": QUANTILES.get(statistic, 0.5), "stat": stat, "metric": metric, "pop": pop, "arm": arm,
+        "a": sql_time(start), "b": sql_time(end), "d": duration_h, "windows": windows})
+    groups: dict[tuple[int, str], list[float]] = {}
+    for w, a, _host, value in res.rows:
+        groups.setdefault((w, a), []).append(float(value) if value is not None else math.nan)
+    return [np.array(v) for v in groups.values()]
+
+
+def power_table(wh: Warehouse, metric: str, statistic: str, mde: float, *, start: datetime, end: datetime,
+                pop: str = "", arm: str = "", durations_h=DEFAULT_DURATIONS_H, power: float = 0.8,
+                alpha: float = 0.05, alternative: str = "two-sided", hosts_per_arm: int | None = None) -> list[PowerRow]:
+    """Hosts per arm needed for each window length the history can show."""
+    check_statistic(metric, statistic)
+    out = []
+    for d in durations_h:
+        groups = host_window_values(wh, metric, statistic, d, start, end, pop, arm)
+        sigma, df = sigma_from_host_stats(groups)
+        if not df:
+            continue
+        hosts = max(len(g) for g in groups)
+        out.append(PowerRow(d, len(groups), hosts, sigma, hosts_needed(mde, sigma, power, alpha, alternative),
+                            predicted_power(mde, sigma, hosts_per_arm or hosts, hosts_per_arm or hosts, alpha,
+                                            alternative)))
+    return out
