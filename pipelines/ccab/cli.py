@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "ccab.rollout.cli",   # ccab rollout plan|start|status|step|promote|halt|rollback|resume|sim-actuator
     "ccab.lab.cli",       # ccab lab run|report
     "ccab.dashboards.build",  # ccab dashboards build|check
+    "ccab.report.cli",    # ccab report
 ]
 
 
