@@ -78,7 +78,11 @@ def register(sub) -> None:
     a.add_argument("--from", dest="t_from", metavar="ISO", help="look window start (default: first full hour "
                                                                    "after the stage was applied)")
     a.add_argument("--to", dest="t_to", metavar="ISO", help="look window end (default: this hour)")
-    a.add_argument("--wait-applied", type=float, default=0.0, metavar="S")
+    a.add_argument("--wait-applied", type=float, default=0.0, metavar="S",
+                   help="wait up to S seconds for hosts to report applied (batch after batch)")
+    a.add_argument("--rollups", choices=("run", "existing"), default="run",
+                   help="run: recompute the hourly cohort rollups of the look window first (default); "
+                        "existing: judge the rollups as they are (the hourly DAG keeps them)")
     a.add_argument("--json", action="store_true")
     _add_key(a), _add_kafka(a)
     a.set_defaults(func=cmd_step)
@@ -129,7 +133,7 @@ def _bus(args):
     return KafkaBus(settings().bootstrap_servers, args.assignments_topic, args.status_topic, args.kafka_timeout)
 
 
-def warehouse_judge(plan):
+def warehouse_judge(plan, run_rollups: bool = True):
     """judge(start, end, look, looks_planned): hourly rollups for the window, then the judge."""
 
     def judge(start, end, look, looks_planned):
@@ -138,7 +142,8 @@ def warehouse_judge(plan):
         from ccab.judge import Breaker, Guardrail, judge_window
 
         with warehouse() as wh:
-            run_window(wh, start, end, JobConfig(), lookback=False)
+            if run_rollups:
+                run_window(wh, start, end, JobConfig(), lookback=False)
             report = judge_window(
                 wh, start, end, plan.rollout_id, control_arm=plan.control_arm,
                 guardrails=[Guardrail(g.metric, g.statistic, g.margin, g.severity) for g in plan.guardrails],
@@ -167,13 +172,14 @@ def _controller(args, plan=None):
             raise LookupError(f"no rollout {args.rollout_id!r} in {store.dir.parent} (ccab rollout start PLAN)")
         plan = load_state_plan(store)
     store = Store.for_rollout(plan.rollout_id)
-    return Controller(plan, store, _bus(args), _key(args), judge=warehouse_judge(plan),
+    rollups = getattr(args, "rollups", "run") == "run"
+    return Controller(plan, store, _bus(args), _key(args), judge=warehouse_judge(plan, rollups),
                       set_action=warehouse_set_action, say=lambda m: print(m, flush=True))
 
 
 def _guard(fn):
     def run(args) -> int:
-        from ccab.rollout.controller import ControllerError
+        from ccab.rollout.controller import ControllerError, JudgeFailed
         from ccab.rollout.plan import PlanError
         from ccab.rollout.publish import KafkaUnavailable
         from ccab.rollout.signing import KeyError_
@@ -189,7 +195,7 @@ def _guard(fn):
             return _fail(str(exc.args[0] if exc.args else exc), 3)
         except ControllerError as exc:
             return _fail(str(exc), 3)
-        except StateError as exc:
+        except (StateError, JudgeFailed) as exc:
             return _fail(str(exc), 1)
         except KafkaUnavailable as exc:
             return _fail(f"{exc}\nthe controller state is intact (a pending publish is reconciled on the next "

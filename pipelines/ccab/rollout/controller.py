@@ -48,6 +48,10 @@ class ControllerError(RuntimeError):
     """An operation was refused or could not be done; the state is unchanged (or consistent)."""
 
 
+class JudgeFailed(RuntimeError):
+    """The judge raised; the look decided nothing (the audit log has ``look_failed``)."""
+
+
 class Bus(Protocol):
     def publish(self, records: list[dict]) -> int: ...
     def assignments(self) -> list[dict]: ...
@@ -185,6 +189,8 @@ class Controller:
         rec = {"schema": "assignment/1", "rollout_id": self.plan.rollout_id, "generation": generation,
                "pop": pop, "host": host, "arm": a.name, "cc": a.cc, "qdisc": a.qdisc,
                "issued_at_ms": self.clock()}
+        if a.bbr_version is not None:
+            rec["bbr_version"] = str(a.bbr_version)  # optional field the agent checks (rollout/README.md)
         if self.key is None:
             raise ControllerError("no signing key (--key FILE or CCAB_ROLLOUT_KEY)")
         return sign(rec, self.key)
@@ -331,8 +337,15 @@ class Controller:
         resent = self.reconcile()
         if resent:
             result.messages.append(f"re-sent {len(resent)} record(s) of an interrupted publish")
+        deadline = time.monotonic() + wait_applied_s
         self._converge(result, wait_applied_s)
         ok, n, latest = self._applied()
+        while ok < self._stage().min_applied * n and time.monotonic() < deadline:
+            time.sleep(1.0)  # --wait-applied: give the agents time to answer
+            ok, n, latest = self._applied()
+        if result.deferred and time.monotonic() < deadline:
+            self._converge(result, max(0.0, deadline - time.monotonic()))
+            ok, n, latest = self._applied()
         result.applied, result.enrolled = ok, n
         for h, s in latest.items():
             if s.get("state") in ("refused", "error") and s.get("generation") == self.state["hosts"][h]["generation"]:
@@ -364,6 +377,10 @@ class Controller:
             window = (start, _utc(self.clock()).replace(minute=0, second=0, microsecond=0))
         start, end = window
         minutes = (end - start).total_seconds() / 60
+        if minutes <= 0:
+            result.messages.append(f"stage {stage.name}: applied; its first whole hour of data starts {_iso(start)}, "
+                                   f"a look needs {stage.min_duration_minutes} min of data (or give --from/--to)")
+            return result
         if minutes < stage.min_duration_minutes:
             result.messages.append(f"stage {stage.name}: look window {_iso(start)}..{_iso(end)} is {minutes:.0f} min, "
                                    f"the stage needs {stage.min_duration_minutes} min; no look yet")
@@ -379,7 +396,13 @@ class Controller:
         st, plan = self.state, self.plan
         stage = self._stage()
         look_no = min(st.get("looks_done", 0) + 1, stage.looks)
-        verdicts = self.judge(start, end, look_no, stage.looks)
+        try:
+            verdicts = self.judge(start, end, look_no, stage.looks)
+        except Exception as exc:  # noqa: BLE001 - a judge that fails decides nothing: hold
+            self._audit("look_failed", f"judge failed on {_iso(start)}..{_iso(end)}: {type(exc).__name__}: {exc}; "
+                        "nothing changes (hold)", window=[_iso(start), _iso(end)])
+            raise JudgeFailed(f"the judge failed ({type(exc).__name__}: {exc}); no decision taken, hosts unchanged; "
+                              "re-run `ccab rollout step` with the same window") from exc
         active = [a for a, s in st["arms"].items() if s == "active"]
         per_arm: dict[str, dict] = {a: {"action": "hold", "reasons": ["no verdict from the judge for this arm"],
                                         "alert_ids": [], "decisions": []} for a in active}
