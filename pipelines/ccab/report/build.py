@@ -241,40 +241,86 @@ def _effects_table(results: list[dict], with_segment: bool = False) -> h.Html:
                    cls="effects")
 
 
+def _pivot_table(results: list[dict], with_segment: bool = False) -> h.Html:
+    """One row per metric × statistic; per treatment arm its value, effect [CI], p/q and outcome
+    (cells coloured by outcome)."""
+    arms = sorted({r["treatment_arm"] for r in results})
+    by_key: dict[tuple, dict] = defaultdict(dict)
+    for r in results:
+        by_key[(r["metric"], r["statistic"], r["segment"])][r["treatment_arm"]] = r
+    rows = []
+    for (metric, statistic, seg), per_arm in sorted(by_key.items(), key=lambda kv: (
+            kv[0][0], STAT_ORDER.get(kv[0][1], 9), kv[0][2])):
+        any_r = next(iter(per_arm.values()))
+        row = [metric, statistic] + ([seg] if with_segment else []) + [
+            fmt_value(metric, statistic, any_r["value_control"])]
+        for arm in arms:
+            r = per_arm.get(arm)
+            if r is None:
+                row += ["–", "–", "–", "–"]
+                continue
+            kind = OUTCOME_KIND.get(r["outcome"], "neutral")
+            ci = ("" if statistic == "shift" or not _finite(r["ci_low"])
+                  else f" [{fmt_effect(statistic, r['ci_low'])}, {fmt_effect(statistic, r['ci_high'])}]")
+            row += [fmt_value(metric, statistic, r["value_treatment"]),
+                    h.Cell(h.Html(f"<strong>{h.esc(fmt_effect(statistic, r['estimate']))}</strong>"
+                                  f'<span class="sub">{h.esc(ci.strip())}</span>'), f"cell-{kind}"),
+                    h.Html(f'{h.esc(fmt_p(r["q_value"]))}<span class="sub">p {h.esc(fmt_p(r["p_value"]))}</span>'),
+                    h.Cell(h.badge(r["outcome"].replace("_", " "), kind), f"cell-{kind}")]
+        rows.append(row)
+    off = 1 if with_segment else 0
+    cols = ["metric", "statistic"] + (["segment"] if with_segment else []) + ["control"]
+    for _arm in arms:
+        cols += ["value", "effect [95% CI]", "q (p)", "outcome"]
+    numeric = [2 + off] + [3 + off + 4 * i + j for i in range(len(arms)) for j in (0, 1, 2)]
+    groups = [("", 2 + off), ("control", 1)] + [(f"{arm} vs control", 4) for arm in arms]
+    return h.table(cols, rows, numeric=numeric, cls="effects pivot", groups=groups)
+
+
+def _guardrails_section(d: ReportData) -> h.Section:
+    if not d.judged:
+        return h.Section("Guardrails", h.para("Not judged.", "muted"), "guardrails")
+    rows = [r for r in d.results if r["role"] == "guardrail"]
+    bad = sum(1 for r in rows if r["outcome"] == "regression")
+    body = _effects_table(rows) if rows else h.para("No guardrails were declared.", "muted")
+    return h.Section("Guardrails", body, "guardrails",
+                     f"Declared before the rollout and tested one-sided against their margin (how much worse is "
+                     f"tolerated): regression = the whole interval is beyond the margin; non-inferior = the "
+                     f"interval's bad end is within it. {bad} of {len(rows)} regressed.")
+
+
 def _effects_section(d: ReportData) -> h.Section:
     if not d.judged:
-        return h.Section("Effects", h.para("Not judged.", "muted"), "effects")
+        return h.Section("All effects", h.para("Not judged.", "muted"), "effects")
     by_role = defaultdict(list)
     for r in d.results:
         by_role[r["role"]].append(r)
     seg = by_role["segment"]
-    seg_sig = [r for r in seg if r["outcome"] in ("regression", "improvement")]
+    sig_keys = {(r["metric"], r["statistic"], r["segment"]) for r in seg if r["outcome"] in ("regression", "improvement")}
+    seg_sig = [r for r in seg if (r["metric"], r["statistic"], r["segment"]) in sig_keys]
+    n_sig = sum(1 for r in seg if r["outcome"] in ("regression", "improvement"))
     parts = [
-        h.Html("<h3>Guardrails</h3>"),
-        h.para("Declared before the rollout; tested one-sided against the margin (how much worse is tolerated). "
-               "Regression: the whole interval is beyond the margin. Non-inferior: the interval's bad end is "
-               "within it.", "muted"),
-        _effects_table(by_role["guardrail"]) if by_role["guardrail"] else h.para("No guardrails.", "muted"),
-        h.Html("<h3>All metrics × statistics (informational)</h3>"),
-        h.para("Two-sided; q is the Benjamini–Hochberg adjusted p over this arm's family. Effects are relative "
+        h.Html("<h3>Every metric × statistic (informational)</h3>"),
+        h.para("Two-sided; q is the Benjamini–Hochberg adjusted p over the arm's family. Effects are relative "
                "(treatment / control − 1); shares of connections are differences in percentage points.", "muted"),
-        _effects_table(by_role["info"]),
+        _pivot_table(by_role["info"]) if by_role["info"] else h.para("None.", "muted"),
         h.Html("<h3>Whole-distribution shifts</h3>"),
         h.para("Kolmogorov–Smirnov distance between the arms' pooled distributions, tested by permuting host "
                "labels: a shift can show while the median stays put — look at the PDFs.", "muted"),
-        _effects_table(by_role["shift"]),
+        _pivot_table(by_role["shift"]) if by_role["shift"] else h.para("None.", "muted"),
         h.Html("<h3>Segments (heterogeneity)</h3>"),
-        h.para(f"Guardrail metrics by pre-treatment client RTT class and response size; {len(seg_sig)} of "
-               f"{len(seg)} segment effects are significant after BH.", "muted"),
-        _effects_table(seg_sig, with_segment=True) if seg_sig else h.para("None significant.", "muted"),
+        h.para(f"Guardrail metrics by pre-treatment client RTT class and response size (never by an outcome); "
+               f"{n_sig} of {len(seg)} segment effects are significant after BH — the rows with any are shown.",
+               "muted"),
+        _pivot_table(seg_sig, with_segment=True) if seg_sig else h.para("None significant.", "muted"),
     ]
     if seg:
-        parts.append(h.details(f"All {len(seg)} segment effects", _effects_table(seg, with_segment=True)))
+        parts.append(h.details(f"All {len(seg)} segment effects", _pivot_table(seg, with_segment=True)))
     counts = defaultdict(int)
     for r in d.results:
         counts[r["outcome"]] += 1
     lead = ", ".join(f"{n} {o.replace('_', ' ')}" for o, n in sorted(counts.items(), key=lambda x: -x[1]))
-    return h.Section("Effects", h.join(*parts), "effects", f"{len(d.results)} estimates: {lead}.")
+    return h.Section("All effects", h.join(*parts), "effects", f"{len(d.results)} estimates: {lead}.")
 
 
 def _alerts_section(d: ReportData) -> h.Section:
@@ -403,11 +449,12 @@ def build_report(wh: Warehouse, rollout_id: str, out_dir: Path | None = None, po
     sections = [
         _decision_section(d),
         _gates_section(d),
-        _effects_section(d),
+        _guardrails_section(d),
         h.Section("Distributions per arm", dist, "distributions",
                   "Dropbox-style PDFs and CDFs of retransmits, in-flight bytes, RTT and goodput, one line per arm."),
         h.Section("Heatmaps against RTT", heat, "heatmaps",
                   "Does the treatment retransmit more, or keep more bytes in flight, on long paths?"),
+        _effects_section(d),
         _hosts_section(d),
         _arms_section(d),
         _alerts_section(d),

@@ -12,8 +12,10 @@ API
     ``sections`` are :class:`Section` (``title``, ``body``: Html or str, ``id``: anchor, ``lead``:
     one-sentence summary under the heading). A table of contents links the section ids.
 ``table(columns, rows, *, row_class=None, numeric=(), caption="") -> Html``
-    ``rows`` are sequences of cells (str, number, None, or Html); ``row_class(i, row)`` returns a
-    CSS class per row (e.g. ``"outcome-regression"``), ``numeric`` are right-aligned column indices.
+    ``rows`` are sequences of cells (str, number, None, Html, or :class:`Cell` with its own class:
+    ``cell-good|bad|warn|info|neutral``); ``row_class(i, row)`` returns a
+    CSS class per row (e.g. ``"outcome-regression"``), ``numeric`` are right-aligned column indices; ``groups``: an optional header row of
+    ``(label, column span)`` above the column names.
 ``figure(src, caption, alt="", cls="") -> Html``, ``badge(text, kind) -> Html``, ``para(text) -> Html``,
 ``ul(items) -> Html``, ``details(summary, body) -> Html``, ``join(*parts) -> Html``.
 ``write_page(path, html) -> Path`` writes atomically (temp file + rename).
@@ -72,17 +74,34 @@ def figure(src: str, caption, alt: str = "", cls: str = "") -> Html:
 
 
 def table(columns: Sequence, rows: Iterable[Sequence], *, row_class: Callable[[int, Sequence], str] | None = None,
-          numeric: Iterable[int] = (), caption="", cls: str = "") -> Html:
+          numeric: Iterable[int] = (), caption="", cls: str = "",
+          groups: Sequence[tuple[str, int]] = ()) -> Html:
     num = set(numeric)
+    group_row = ("<tr>" + "".join(f'<th class="group" colspan="{int(span)}">{esc(label)}</th>' for label, span in groups)
+                 + "</tr>") if groups else ""
     head = "".join(f'<th{" class=num" if i in num else ""}>{esc(c)}</th>' for i, c in enumerate(columns))
     body = []
     for ri, row in enumerate(rows):
         rc = row_class(ri, row) if row_class else ""
-        cells = "".join(f'<td{" class=num" if i in num else ""}>{esc(v)}</td>' for i, v in enumerate(row))
+        cells = "".join(_td(v, i in num) for i, v in enumerate(row))
         body.append(f'<tr{f" class={chr(34)}{esc(rc)}{chr(34)}" if rc else ""}>{cells}</tr>')
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    return Html(f'<div class="table-wrap"><table class="{esc(cls)}">{cap}<thead><tr>{head}</tr></thead>'
+    return Html(f'<div class="table-wrap"><table class="{esc(cls)}">{cap}<thead>{group_row}<tr>{head}</tr></thead>'
                 f"<tbody>{''.join(body)}</tbody></table></div>")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A table cell with its own CSS class (e.g. ``Cell("+12%", "cell-bad")``)."""
+
+    value: object
+    cls: str = ""
+
+
+def _td(value, numeric: bool) -> str:
+    classes = (["num"] if numeric else []) + ([value.cls] if isinstance(value, Cell) and value.cls else [])
+    inner = esc(value.value if isinstance(value, Cell) else value)
+    return f'<td{f" class={chr(34)}{esc(chr(32).join(classes))}{chr(34)}" if classes else ""}>{inner}</td>'
 
 
 @dataclass
@@ -119,6 +138,11 @@ td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; white-spac
 tr.row-bad td { background:var(--bad-bg); } tr.row-good td { background:var(--good-bg); }
 tr.row-warn td { background:var(--warn-bg); } tr.row-info td { background:var(--info-bg); }
 tr.row-neutral td { color:var(--neutral); }
+td.cell-bad { background:var(--bad-bg); } td.cell-good { background:var(--good-bg); }
+td.cell-warn { background:var(--warn-bg); } td.cell-info { background:var(--info-bg); }
+td.cell-neutral { color:var(--neutral); }
+.sub { display:block; font-size:11px; color:var(--muted); font-weight:normal; }
+th.group { text-align:center; border-bottom:2px solid var(--line); }
 .badge { display:inline-block; padding:1px 8px; border-radius:10px; font-size:12px; font-weight:600;
          white-space:nowrap; }
 .badge-good { color:var(--good); background:var(--good-bg); } .badge-bad { color:var(--bad); background:var(--bad-bg); }
