@@ -253,11 +253,12 @@ def classes_table(summary: dict, results: dict) -> str:
         for x in c.get("classes_nginx", []):
             cls = _human(int(x["size_class"])) if x["size_class"].isdigit() else x["size_class"]
             srows.append([c["case_id"], x["cc"], cls, x["requests"], f"{int(x['bytes']) / 1e6:.1f}",
+                          f"{int(x['bytes']) * 8 / 1e6 / max(1e-9, c.get('duration_s', 1)):.2f}",
                           f"{x['rt_p50_ms']:.0f}", f"{x['rt_p99_ms']:.0f}",
                           "–" if x["bulk_goodput_bps"] is None or (isinstance(x["bulk_goodput_bps"], float) and math.isnan(x["bulk_goodput_bps"]))
                           else f"{x['bulk_goodput_bps'] / 1e6:.2f}"])
     out += "<p>nginx's view (http_requests; request_time ends when the last byte is written to the socket):</p>"
-    out += table(["run", "cc", "class", "requests", "MB sent", "request_time p50 (ms)", "p99 (ms)",
+    out += table(["run", "cc", "class", "requests", "MB sent", "Mbit/s over the case", "request_time p50 (ms)", "p99 (ms)",
                   "bulk goodput (Mbit/s)"], srows)
     return out
 

@@ -292,17 +292,21 @@ def analyze_case(wh, meta: dict, info: dict, run_dir: Path, exp: Experiment) -> 
     hosts = {h["host"]: label for label, h in info["hosts"].items()}
     t0 = info["t0_ms"]
     rate_bps = float(info["bottleneck"]["rate_mbit"]) * 1e6
-    series_rows = analysis.flow_series(wh, rollout, list(hosts), t0)
+    # per host, its long flow is the socket that moved the most bytes (a stream, where there is
+    # one); shorter long-lived sockets (e.g. 1 MB requests under load) stay out of the flow views
+    whole = analysis.flow_window(wh, rollout, list(hosts), t0 - 5000, info["t_end_ms"] + 5000)
+    main_sock: dict[str, dict] = {}
+    for w in whole:
+        if w["host"] not in main_sock or int(w["acked_bytes"]) > int(main_sock[w["host"]]["acked_bytes"]):
+            main_sock[w["host"]] = w
     streams = {f["host"]: f for f in info["flows"] if f["kind"] == "stream"}
+    main_ids = {w["sock_id"] for h, w in main_sock.items() if not streams or hosts[h] in streams}
     series: dict[str, dict] = {}
-    n_by_host: dict[str, int] = {}
-    for r in series_rows:
-        label = hosts[r["host"]]
-        key = (r["host"], r["sock_id"])
-        if key not in n_by_host:
-            n_by_host[key] = sum(1 for k in n_by_host if k[0] == r["host"]) + 1
-        name = label if n_by_host[key] == 1 else f"{label}#{n_by_host[key]}"
-        s = series.setdefault(name, {"cc": r["cc"], "host_label": label, "t_s": [], "goodput_bps": [], "cwnd": [],
+    for r in analysis.flow_series(wh, rollout, list(hosts), t0):
+        if r["sock_id"] not in main_ids:
+            continue
+        name = hosts[r["host"]]
+        s = series.setdefault(name, {"cc": r["cc"], "host_label": name, "t_s": [], "goodput_bps": [], "cwnd": [],
                                      "rtt_us": [], "total_retrans": []})
         s["t_s"].append(round(float(r["t_s"]), 3))
         s["goodput_bps"].append(None if r["goodput_bps"] is None else float(r["goodput_bps"]))
@@ -317,9 +321,10 @@ def analyze_case(wh, meta: dict, info: dict, run_dir: Path, exp: Experiment) -> 
     if b_s - a_s < 2:
         a_s, b_s = min(starts), max(ends)
     window = analysis.flow_window(wh, rollout, list(hosts), t0 + int(a_s * 1000), t0 + int(b_s * 1000))
-    whole = analysis.flow_window(wh, rollout, list(hosts), t0 - 5000, info["t_end_ms"] + 5000)
     flows = []
     for w in window:
+        if w["sock_id"] not in main_ids:
+            continue
         label = hosts[w["host"]]
         tot = next((x for x in whole if x["sock_id"] == w["sock_id"]), w)
         flows.append({"flow": label, "cc": w["cc"], "goodput_bps": float(w["goodput_bps"]),
@@ -341,6 +346,7 @@ def analyze_case(wh, meta: dict, info: dict, run_dir: Path, exp: Experiment) -> 
     out = {
         "case": info["case"], "case_id": info["case_id"], "rep": info["rep"], "vars": info["vars"],
         "bottleneck": info["bottleneck"], "buffer_bytes": info["buffer_bytes"], "window_s": [a_s, b_s],
+        "duration_s": (info["t_end_ms"] - t0) / 1000,
         "flows": flows, "series": series, "jain": analysis.jain(goodputs) if len(goodputs) > 1 else None,
         "sum_goodput_bps": sum(goodputs), "utilization": sum(goodputs) / rate_bps if goodputs else None,
         "retrans_pct": 100 * sum(f["bytes_retrans"] for f in stream_flows) / sent if sent else None,
