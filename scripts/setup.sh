@@ -25,13 +25,14 @@ command -v mvn >/dev/null 2>&1 || die "Maven is required once, to fetch the Kafk
 
 # --- Debian packages the real-component tests need ------------------------------------------------
 # nginx (real access logs), ip/tc (network namespaces, tbf bottlenecks), curl (a real client),
-# nft (random loss in the lab's bottleneck).
+# nft (random loss in the lab's bottleneck), chromium (renders the canary report headless in tests).
 # Installed without starting the packaged nginx service: tests run their own nginx in namespaces.
 need=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 || need+=(iproute2)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     step "debian packages: ${need[*]}"

@@ -224,8 +224,8 @@ def _effect_rows(results: list[dict], with_segment: bool = False) -> tuple[list,
                 h.Html(f"<strong>{h.esc(fmt_effect(r['statistic'], r['estimate']))}</strong>"), ci,
                 fmt_p(r["p_value"]), fmt_p(q) if q is not None else (f"α {fmt_p(r['alpha_look'])}" if _finite(r["alpha_look"]) else "–"),
                 fmt_margin(r) + (f" ({r['severity']})" if r["role"] == "guardrail" else ""),
-                h.badge(r["outcome"].replace("_", " "), kind), f"{r['hosts_treatment']} v {r['hosts_control']}",
-                r["method"]]
+                h.badge(r["outcome"].replace("_", " "), kind),
+                h.Html(f'{r["hosts_treatment"]} v {r["hosts_control"]}<span class="sub">{h.esc(r["method"])}</span>')]
         rows.append(row)
         kinds.append(kind)
     return rows, kinds
@@ -235,7 +235,7 @@ def _effects_table(results: list[dict], with_segment: bool = False) -> h.Html:
     rows, kinds = _effect_rows(results, with_segment)
     cols = ["metric", "statistic"] + (["segment"] if with_segment else []) + [
         "arm", "control", "arm value", "effect vs control", "95% CI", "p", "q (BH) / α", "guardrail margin",
-        "outcome", "hosts", "method"]
+        "outcome", "hosts (test)"]
     off = 1 if with_segment else 0
     return h.table(cols, rows, row_class=lambda i, _r: _row_kind(kinds[i]), numeric=tuple(range(3 + off, 10 + off)),
                    cls="effects")
