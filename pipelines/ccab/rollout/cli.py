@@ -291,7 +291,9 @@ def cmd_start(args) -> int:
     ctl = _controller(args, plan)
     if ctl.key is None:
         return _fail("no signing key: --key FILE or CCAB_ROLLOUT_KEY", 2)
-    res = ctl.start(wait_applied_s=args.wait_applied, reason=args.reason)
+    with ctl.store.locked():  # one controller per rollout; state read under the lock
+        ctl.reload()
+        res = ctl.start(wait_applied_s=args.wait_applied, reason=args.reason)
     _print_result(res)
     print(f"state: {ctl.store.dir}")
     return 0
@@ -310,7 +312,9 @@ def cmd_step(args) -> int:
         except ValueError as exc:
             return _fail(str(exc), 2)
     ctl = _controller(args)
-    res = ctl.step(window=window, wait_applied_s=args.wait_applied)
+    with ctl.store.locked():
+        ctl.reload()
+        res = ctl.step(window=window, wait_applied_s=args.wait_applied)
     _print_result(res, args.json)
     return 0
 
@@ -322,7 +326,9 @@ def cmd_manual(args) -> int:
     kwargs = {"reason": args.reason, "arm": args.arm}
     if args.action in ("halt", "rollback"):
         kwargs["alert_ids"] = args.alert
-    res = fn(**kwargs)
+    with ctl.store.locked():
+        ctl.reload()
+        res = fn(**kwargs)
     _print_result(res)
     return 0
 

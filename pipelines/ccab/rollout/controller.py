@@ -115,6 +115,10 @@ class Controller:
         self.judge, self.set_action, self.clock, self.say = judge, set_action, clock, say
         self.state: dict[str, Any] = store.load() if store.exists() else {}
 
+    def reload(self) -> None:
+        """Re-read the state file (call after taking ``store.locked()``)."""
+        self.state = self.store.load() if self.store.exists() else {}
+
     # ------------------------------------------------------------------------------ helpers
     def _audit(self, event: str, reason: str = "", actor: str = "controller", **details) -> None:
         e = self.store.audit(event, reason, actor, stage=self.state.get("stage"), **details)
