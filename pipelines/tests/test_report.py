@@ -176,3 +176,16 @@ def test_report_renders_in_headless_chromium(written, tmp_path):
     with Image.open(shot) as im:
         colours = im.convert("RGB").resize((140, 400)).getcolors(maxcolors=1 << 16)
     assert colours is None or len(colours) > 50, "the screenshot is (nearly) a single colour"
+
+
+def test_window_without_a_judgement_still_shows_the_data(judged, tmp_path, capsys):
+    data_dir, _ = judged
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CCAB_DATA_DIR", str(data_dir))
+        mp.delenv("CCAB_CLICKHOUSE_URL", raising=False)
+        assert cli.main(["report", "--rollout", ROLLOUT, "--from", "2025-11-20T12:00Z", "--to", "2025-11-20T13:00Z",
+                         "--out", str(tmp_path / "r"), "--json"]) == 0
+        assert cli.main(["report", "--rollout", ROLLOUT, "--from", "2025-11-20T12:30Z"]) == 2
+    page = (tmp_path / "r" / "index.html").read_text()
+    assert "has not been judged" in page and '<section id="hosts">' in page
+    assert len(list((tmp_path / "r").glob("*.png"))) == 10

@@ -36,7 +36,8 @@ DECISION_KIND = {"rollback": "bad", "halt": "bad", "continue": "info", "pass": "
                  "no_decision": "warn", "inconclusive_by_design": "warn"}
 DECISION_MEANING = {
     "rollback": "A page-severity guardrail regressed or a circuit breaker tripped: the treatment is rolled back.",
-    "halt": "A ticket-severity guardrail regressed: the rollout stops where it is until someone looks.",
+    "halt": "The rollout stops where it is until someone looks: a ticket-severity guardrail regressed, or "
+            "after the planned looks a guardrail could not be shown to be within its margin.",
     "continue": "Nothing is shown to be worse yet, but not every guardrail is proven within its margin "
                 "(or this is not the last planned look): keep going.",
     "pass": "Every guardrail is proven within its margin at the last planned look and every data-quality "
