@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import combinations
 from typing import Literal
 
@@ -121,6 +122,16 @@ def _seed(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
 
 
+@lru_cache(maxsize=64)
+def _all_choices(g: int, g_t: int) -> np.ndarray:
+    """Every way of choosing ``g_t`` of ``g`` hosts, as a read-only boolean matrix."""
+    idx = np.array(list(combinations(range(g), g_t)), dtype=np.int64).reshape(-1, g_t)
+    rows = np.zeros((idx.shape[0], g), dtype=bool)
+    rows[np.arange(idx.shape[0])[:, None], idx] = True
+    rows.flags.writeable = False
+    return rows
+
+
 def relabellings(treated: np.ndarray, seed_key: str = "") -> tuple[np.ndarray, bool]:
     """Assignment matrix (P, G) of host relabellings, row 0 = the observed one; ``exact`` flag.
 
@@ -129,19 +140,16 @@ def relabellings(treated: np.ndarray, seed_key: str = "") -> tuple[np.ndarray, b
     p-value, and the same alerts).
     """
     g, g_t = treated.size, int(treated.sum())
-    total = math.comb(g, g_t)
-    if total <= MAX_ENUMERATE:
-        rows = np.zeros((total, g), dtype=bool)
-        for i, idx in enumerate(combinations(range(g), g_t)):
-            rows[i, list(idx)] = True
-        observed = np.flatnonzero((rows == treated).all(axis=1))[0]
+    if math.comb(g, g_t) <= MAX_ENUMERATE:
+        rows = _all_choices(g, g_t).copy()
+        observed = int(np.flatnonzero((rows == treated).all(axis=1))[0])
         rows[[0, observed]] = rows[[observed, 0]]
         return rows, True
     rng = np.random.default_rng(_seed(seed_key))
+    picks = np.argsort(rng.random((MC_PERMUTATIONS, g)), axis=1)[:, :g_t]
     rows = np.zeros((MC_PERMUTATIONS + 1, g), dtype=bool)
     rows[0] = treated
-    for i in range(1, MC_PERMUTATIONS + 1):
-        rows[i, rng.permutation(g)[:g_t]] = True
+    rows[np.arange(1, MC_PERMUTATIONS + 1)[:, None], picks] = True
     return rows, False
 
 
@@ -315,14 +323,6 @@ def _t_p(t: float, df: float, alternative: str) -> float:
 # quantiles
 # --------------------------------------------------------------------------------------------------
 
-def _pooled_positions(zeros: np.ndarray, cum: np.ndarray, n: np.ndarray, p: float) -> np.ndarray:
-    """Index into ``bins`` of the pooled p-quantile per row (−1 = among the zeros)."""
-    k = np.maximum(1, np.ceil(p * n))
-    target = (k - zeros)[:, None]
-    pos = np.count_nonzero(cum < target, axis=1)  # first bin whose cumulative count reaches k
-    return np.where(k <= zeros, -1, pos)
-
-
 _CHUNK_ROWS = 1024
 
 
@@ -336,16 +336,22 @@ def quantile_value(bins: np.ndarray, position: int) -> float:
 
 
 def _quantile_rows(hist: np.ndarray, zeros: np.ndarray, a: np.ndarray, p: float) -> np.ndarray:
-    return _by_chunks(_quantile_rows_chunk, a, hist, zeros, p)
-
-
-def _quantile_rows_chunk(a: np.ndarray, hist: np.ndarray, zeros: np.ndarray, p: float) -> np.ndarray:
+    """Index into ``bins`` of the pooled p-quantile of the hosts selected by each row of ``a``
+    (−1 = among the zeros), by bisection on the hosts' cumulative counts: O(P·G·log B), never
+    materialising a P×B pooled histogram."""
     af = a.astype(np.float64)
+    cum = np.cumsum(hist, axis=1) if hist.shape[1] else np.zeros((hist.shape[0], 1))
     z = af @ zeros
-    c = af @ hist
-    cum = np.cumsum(c, axis=1)
-    n = z + cum[:, -1] if cum.shape[1] else z
-    return _pooled_positions(z, cum, n, p)
+    n = z + af @ cum[:, -1]
+    target = np.maximum(1, np.ceil(p * n)) - z  # rank among the values > 0
+    lo = np.zeros(a.shape[0], dtype=np.int64)
+    hi = np.full(a.shape[0], cum.shape[1] - 1, dtype=np.int64)
+    while np.any(lo < hi):
+        mid = (lo + hi) // 2
+        reached = np.einsum("pg,gp->p", af, cum[:, mid]) >= target
+        hi = np.where(reached, mid, hi)
+        lo = np.where(reached, lo, mid + 1)
+    return np.where(target <= 0, -1, lo)
 
 
 def arm_quantile_ci(hist: np.ndarray, zeros: np.ndarray, bins: np.ndarray, p: float, z: float = 1.96):
@@ -369,6 +375,8 @@ def arm_quantile_ci(hist: np.ndarray, zeros: np.ndarray, bins: np.ndarray, p: fl
     nbar = total / g
     sigma = math.sqrt(float(((k_h - p * n_h) ** 2).sum()) / (g * (g - 1) * nbar * nbar)) if g > 1 else math.nan
     q = quantile_value(bins, pos)
+    if not math.isfinite(sigma):  # one host: no between-host spread to estimate
+        return q, math.nan, math.nan, sigma
     lo = quantile_value(bins, position(p - z * sigma))
     hi = quantile_value(bins, position(p + z * sigma))
     return q, lo, hi, sigma
