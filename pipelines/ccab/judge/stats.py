@@ -197,6 +197,13 @@ def _ratio_parts(x: np.ndarray, y: np.ndarray, a: np.ndarray):
     return r, var_log
 
 
+def arm_ratio(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """One arm's ``R̂ = Σx/Σy`` and its delta-method variance ``Σ_h L_h² / (G(G−1))``."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    r, v = _ratio_var(x, y, np.ones((1, x.size), dtype=bool))
+    return float(r[0]), float(v[0])
+
+
 def _ratio_var(x: np.ndarray, y: np.ndarray, a: np.ndarray):
     """Like :func:`_ratio_parts` but Var(R̂) itself (for differences on the absolute scale)."""
     r, var_log = _ratio_parts(x, y, a)
