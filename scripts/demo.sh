@@ -7,8 +7,10 @@
 #   4. the loader consumes them into ClickHouse until caught up (ccab loader --exit-when-idle)
 #   5. the cohort rollups through Airflow (ccab dags test: dag.test() in its own process), the
 #      per-arm comparison and the daily report with heatmaps, PDFs and CDFs
-#   4. what landed, per table and per arm
-# Later stages (collector, cohorts, judge, rollout, report) extend this same script.
+#   6. the judge's verdict per arm and the alerts (ccab verdicts, ccab alerts), the canary report
+#      (ccab report) and the Grafana dashboards (ccab dashboards build)
+#   7. a rollout canary on the simulated PoP (scripts/demo-rollout.sh; DEMO_ROLLOUT=0 skips it):
+#      the controller rolls back the arm that breaches a guardrail and promotes the one that passes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CCAB_DATA_DIR=${CCAB_DATA_DIR:-$PWD/.ccab}
@@ -55,7 +57,31 @@ reports="$CCAB_DATA_DIR/reports/${from%%T*}"
 echo "heatmaps, PDFs, CDFs and summary.md:"
 find "$reports" -maxdepth 3 -mindepth 2 -type d | sed 's/^/  /'
 
+banner "Judge (ran inside ccab_compare): the verdict per arm and the alerts, as on-call reads them"
+$ccab verdicts
+$ccab alerts --severity page
+$ccab alerts --severity ticket
+echo "(informational findings: ccab alerts --severity info; everything as JSON: ccab alerts --json)"
+
+banner "Canary report and Grafana dashboards"
+rollout=$($ccab query --format csv "SELECT argMax(rollout_id, window_end) FROM judge_verdicts FINAL" | tail -1 | tr -d '"\r')
+if [ -n "$rollout" ]; then
+  $ccab report --rollout "$rollout"
+  report_html="$CCAB_DATA_DIR/reports/$rollout/index.html"
+else
+  echo "no judge verdicts: skipped the canary report (run ccab analyze / ccab_compare first)"
+  report_html=""
+fi
+$ccab dashboards build
+
+if [ "${DEMO_ROLLOUT:-1}" = 1 ]; then
+  banner "Rollout: controller -> Kafka -> simulated actuator -> data -> judge -> roll back / promote"
+  scripts/demo-rollout.sh
+fi
+
 banner "Done"
-echo "warehouse: $CCAB_DATA_DIR/warehouse   (ccab query \"SQL\"; tables: tcp_samples, http_requests, dead_letters)"
+[ -n "$report_html" ] && echo "canary report: file://$report_html"
+echo "Grafana dashboards: $PWD/dashboards/generated/*.json   provisioning: $PWD/dashboards/provisioning/ (dashboards/README.md)"
+echo "warehouse: $CCAB_DATA_DIR/warehouse   (ccab query \"SQL\"; tables: tcp_samples, http_requests, cohort_hourly, judge_results, alerts)"
 echo "simulation truth: $out/truth.json"
 echo "the broker keeps running: ccab kafka down stops it"

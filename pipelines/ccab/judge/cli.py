@@ -48,6 +48,13 @@ def register(sub) -> None:
     a.add_argument("--notify", metavar="URL", help="POST the selected alerts to this Alertmanager-compatible URL")
     a.set_defaults(func=run_alerts)
 
+    v = sub.add_parser("verdicts", help="the judge's latest decision per rollout and treatment arm, with reasons",
+                       description="The newest judged window per (pop, rollout): each treatment arm's decision "
+                                   "(rollback, halt, continue, pass, no_decision, inconclusive_by_design) and why.")
+    v.add_argument("--rollout", default="", metavar="ID", help="only this rollout")
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=run_verdicts)
+
     p = sub.add_parser("power", help="hosts per arm x duration needed to detect a change",
                        description="Hosts per arm and canary duration needed to detect a relative change of a "
                                    "statistic, from the historical host-level variance in the rollups.",
@@ -99,6 +106,37 @@ def run_alerts(args: argparse.Namespace) -> int:
         print(f"[{a.severity:6s}] {a.summary}  (action: {a.action}; id {a.alert_id})")
         if a.severity != "info":
             print(f"         {a.description}")
+    return 0
+
+
+_LATEST_VERDICTS = """
+SELECT pop, rollout_id, treatment_arm, control_arm, decision, reasons, alert_ids, gates_failed,
+       toString(window_start) AS window_start, toString(window_end) AS window_end, look, looks_planned
+FROM judge_verdicts FINAL
+WHERE ({r:String} = '' OR rollout_id = {r:String})
+  AND (pop, rollout_id, window_end, computed_seq) IN (
+        SELECT pop, rollout_id, max(window_end), argMax(computed_seq, (window_end, computed_seq))
+        FROM judge_verdicts FINAL GROUP BY pop, rollout_id)
+ORDER BY pop, rollout_id, treatment_arm
+"""
+
+
+def run_verdicts(args: argparse.Namespace) -> int:
+    from ccab.cohorts.tasks import warehouse
+
+    with warehouse() as wh:
+        rows = wh.query(_LATEST_VERDICTS, params={"r": args.rollout}).dicts()
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    if not rows:
+        print("no verdicts yet (run ccab analyze, or the ccab_compare DAG)")
+        return 0
+    for r in rows:
+        print(f"{r['pop']}/{r['rollout_id']} {r['treatment_arm']} vs {r['control_arm']}: {r['decision'].upper()}  "
+              f"(window {r['window_start']}–{r['window_end']} UTC, look {r['look']}/{r['looks_planned']})")
+        for reason in r["reasons"]:
+            print(f"    - {reason}")
     return 0
 
 

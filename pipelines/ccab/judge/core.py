@@ -12,9 +12,11 @@ arm against the control arm:
    test per metric, two-sided, Benjamini–Hochberg over the arm's family;
 5. heterogeneity of each guardrail on pre-treatment segments (client RTT class, response size),
    BH within the guardrail's family;
-6. the decision: ``pass`` only at the last planned look with every guardrail non-inferior and
-   every gate passed; ``inconclusive_by_design`` when the host counts cannot reach the last look's
-   alpha; ``continue`` otherwise.
+6. the decision: ``rollback`` (a page guardrail regressed or a breaker tripped), ``halt`` (a ticket
+   guardrail regressed, or — at the last planned look — a guardrail could not be shown within its
+   margin: the canary stops and waits for a human), ``no_decision`` (a gate failed), ``pass`` only
+   at the last planned look with every guardrail non-inferior, ``inconclusive_by_design`` when the
+   host counts cannot reach the last look's alpha, ``continue`` otherwise.
 """
 
 from __future__ import annotations
@@ -329,14 +331,17 @@ def run_gates(wh: Warehouse, pop: str, rollout: str, start: datetime, end: datet
     for arm, host, _ in hh:
         hosts_by_arm.setdefault(arm, set()).add(host)
     out = gates_mod.arm_hosts_gate(hosts_by_arm, arms)
-    out += gates_mod.completeness_gate(hh, arm_of, gates_mod.window_hours(start, end))
+    first = data_first_hour(wh, pop, rollout)
+    # hours before the rollout's first data are not expected; hours after its last data are (late)
+    expected_from = max(start, first) if first else start
+    out += gates_mod.completeness_gate(hh, arm_of, gates_mod.window_hours(expected_from, end))
     conns: dict[str, int] = {}
     for _, host, _, n in cc_counts:
         conns[host] = conns.get(host, 0) + n
     requests = data.http_requests_per_host(wh, pop, rollout, start, end)
     out += gates_mod.sampling_gate(conns, requests, arm_of, control_arm)
     out += gates_mod.cc_gate(cc_counts, gates_mod.expected_cc_by_host(cc_counts, assigned))
-    pre_end = data_first_hour(wh, pop, rollout) or start
+    pre_end = first or start
     pre_start = pre_end - (end - start)
     pre = data.http_requests_per_host(wh, pop, None, pre_start, pre_end) if pre_end > pre_start else {}
     out += gates_mod.traffic_share_gate(requests, pre, arm_of)
