@@ -76,11 +76,19 @@ def _pct(x: float, statistic: str = "") -> str:
     return f"{100 * x:+.2f} pp" if statistic.startswith("share_above") else f"{x:+.1%}"
 
 
-def _value(metric: str, v: float) -> str:
+def _value(metric: str, v: float, statistic: str = "") -> str:
     if not math.isfinite(v):
         return "n/a"
+    if statistic.startswith("share_above"):
+        return f"{v:.2%} of connections"
     m = get_metric(metric)
     return f"{v / m.scale:.3g} {m.unit}"
+
+
+def _margin(r) -> str:
+    sign = "+" if HIGHER_IS_WORSE[r.metric] else "-"
+    m = r.margin or 0
+    return f"{sign}{100 * m:.2f} pp" if r.statistic.startswith("share_above") else f"{sign}{m:.0%}"
 
 
 def build_alerts(j: RolloutJudgement, start: datetime, end: datetime, report_url: str = "") -> list[Alert]:
@@ -105,10 +113,10 @@ def build_alerts(j: RolloutJudgement, start: datetime, end: datetime, report_url
             summary = (f"{r.treatment_arm} regressed {r.metric} {r.statistic} by {_pct(r.estimate, r.statistic)} vs "
                        f"{r.control_arm} on {where}")
             desc = (f"Guardrail {r.metric} {r.statistic} ({r.severity}) on {where}, window {ws}–{we} UTC: "
-                    f"{r.treatment_arm} {_value(r.metric, r.value_treatment)} vs {r.control_arm} "
-                    f"{_value(r.metric, r.value_control)}, {_pct(r.estimate, r.statistic)} "
+                    f"{r.treatment_arm} {_value(r.metric, r.value_treatment, r.statistic)} vs {r.control_arm} "
+                    f"{_value(r.metric, r.value_control, r.statistic)}, {_pct(r.estimate, r.statistic)} "
                     f"(interval {_pct(r.ci_low, r.statistic)} to {_pct(r.ci_high, r.statistic)}; one-sided p={r.p_value:.2g} that it is "
-                    f"within the tolerated {'+' if HIGHER_IS_WORSE[r.metric] else '-'}{(r.margin or 0):.0%}, "
+                    f"within the tolerated {_margin(r)}, "
                     f"α at this look {r.alpha_look:.2g}; {r.hosts_treatment} vs {r.hosts_control} hosts, "
                     f"host-permutation test).")
             make("guardrail", r.metric, r.statistic, r.segment, r.treatment_arm, "regression", r.estimate, r.ci_low,
@@ -127,8 +135,8 @@ def build_alerts(j: RolloutJudgement, start: datetime, end: datetime, report_url
             summary = (f"{r.treatment_arm} {r.outcome}: {r.metric} {r.statistic}{seg} {_pct(r.estimate, r.statistic)} vs "
                        f"{r.control_arm} on {where}")
             desc = (f"Informational ({kind}) finding on {where}, window {ws}–{we} UTC: {r.metric} {r.statistic}{seg} "
-                    f"{r.treatment_arm} {_value(r.metric, r.value_treatment)} vs {r.control_arm} "
-                    f"{_value(r.metric, r.value_control)}, {_pct(r.estimate, r.statistic)} (95% interval {_pct(r.ci_low, r.statistic)} to "
+                    f"{r.treatment_arm} {_value(r.metric, r.value_treatment, r.statistic)} vs {r.control_arm} "
+                    f"{_value(r.metric, r.value_control, r.statistic)}, {_pct(r.estimate, r.statistic)} (95% interval {_pct(r.ci_low, r.statistic)} to "
                     f"{_pct(r.ci_high, r.statistic)}; p={r.p_value:.2g}, BH q={r.q_value:.2g}; {r.hosts_treatment} vs "
                     f"{r.hosts_control} hosts).")
             make(kind, r.metric, r.statistic, r.segment, r.treatment_arm, r.outcome, r.estimate, r.ci_low, r.ci_high,
