@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ccab-dev/ccab/collectors/metrics"
+	"github.com/ccab-dev/ccab/internal/atomicfile"
 )
 
 // FullPolicy says what the spool does when it holds MaxBytes.
@@ -205,7 +206,7 @@ func (s *Spool) SaveState(clean bool, safeMs int64) error {
 	st := SpoolState{Version: spoolStateVer, ReadSeq: s.committed.Seq, ReadOff: s.committed.Off,
 		Clean: clean, SafeMs: safeMs, WrittenMs: time.Now().UnixMilli()}
 	b, _ := json.Marshal(st)
-	if err := WriteFileAtomic(filepath.Join(s.cfg.Dir, stateFile), b, 0o640); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(s.cfg.Dir, stateFile), b, 0o640); err != nil {
 		s.m.SpoolErrors.WithLabelValues("state").Inc()
 		return fmt.Errorf("spool: %w", err)
 	}
@@ -365,7 +366,7 @@ func (s *Spool) openActive() error {
 		s.m.SpoolErrors.WithLabelValues("write").Inc()
 		return fmt.Errorf("spool: create %s: %w", path, err)
 	}
-	if err := SyncDir(s.cfg.Dir); err != nil {
+	if err := atomicfile.SyncDir(s.cfg.Dir); err != nil {
 		s.m.SpoolErrors.WithLabelValues("sync").Inc()
 		f.Close()
 		return fmt.Errorf("spool: %w", err)

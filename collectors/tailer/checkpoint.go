@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/ccab-dev/ccab/collectors/sink"
+	"github.com/ccab-dev/ccab/internal/atomicfile"
 )
 
 const checkpointVersion = 1
@@ -64,7 +64,7 @@ func saveCheckpoint(path string, c Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("tailer: encode checkpoint: %w", err)
 	}
-	if err := sink.WriteFileAtomic(path, b, 0o640); err != nil {
+	if err := atomicfile.WriteFile(path, b, 0o640); err != nil {
 		return fmt.Errorf("tailer: checkpoint: %w", err)
 	}
 	return nil

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/ccab-dev/ccab/internal/atomicfile"
 )
 
 // State is the last applied assignment.
@@ -55,37 +57,5 @@ func Write(path string, st State) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("state dir %s: %w", dir, err)
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return fmt.Errorf("chmod %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("fsync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s to %s: %w", tmp, path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("fsync dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync dir %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.WriteFile(path, b, 0o644)
 }

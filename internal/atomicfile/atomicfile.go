@@ -1,4 +1,7 @@
-package sink
+// Package atomicfile replaces files so that a crash leaves either the old or the new content,
+// never a mix: write a temporary file in the same directory, fsync it, rename it over the
+// target, then fsync the directory so the rename itself is durable.
+package atomicfile
 
 import (
 	"fmt"
@@ -6,10 +9,9 @@ import (
 	"path/filepath"
 )
 
-// WriteFileAtomic replaces path with data so that a crash leaves either the old or the new
-// content, never a mix: write a temporary file in the same directory, fsync it, rename it
-// over path, then fsync the directory so the rename itself is durable.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+// WriteFile replaces path with data atomically; the file gets mode perm. The directory of
+// path must exist.
+func WriteFile(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
