@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ccab-dev/ccab/collectors/internal/testvectors"
 	"github.com/ccab-dev/ccab/collectors/record"
+	"github.com/ccab-dev/ccab/internal/testvectors"
 )
 
 // sameAsReference parses line with p and with the reference parser: both must fail with the

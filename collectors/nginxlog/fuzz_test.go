@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ccab-dev/ccab/collectors/internal/testvectors"
 	"github.com/ccab-dev/ccab/collectors/record"
+	"github.com/ccab-dev/ccab/internal/testvectors"
 )
 
 // FuzzParseNginx fuzzes the log_format compiler and the line parser together: no panic,

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ccab-dev/ccab/collectors/internal/testvectors"
 	"github.com/ccab-dev/ccab/collectors/record"
+	"github.com/ccab-dev/ccab/internal/testvectors"
 )
 
 func encode(t *testing.T, r record.HTTPRequest) map[string]any {

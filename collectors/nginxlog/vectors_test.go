@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ccab-dev/ccab/collectors/internal/testvectors"
 	"github.com/ccab-dev/ccab/collectors/record"
+	"github.com/ccab-dev/ccab/internal/testvectors"
 )
 
 // hostKeys are the http_request/1 fields the vectors leave to the collecting host.

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/ccab-dev/ccab/collectors/anon"
-	"github.com/ccab-dev/ccab/collectors/internal/testvectors"
 	"github.com/ccab-dev/ccab/collectors/record"
+	"github.com/ccab-dev/ccab/internal/testvectors"
 )
 
 // FuzzParseSS feeds arbitrary text to the scanner and parser: they must never panic, every

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ccab-dev/ccab/collectors/internal/testvectors"
+	"github.com/ccab-dev/ccab/internal/testvectors"
 )
 
 // want maps tcp_sample/1 keys to the JSON text of their expected value.

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/ccab-dev/ccab/collectors/anon"
-	"github.com/ccab-dev/ccab/collectors/internal/testvectors"
 	"github.com/ccab-dev/ccab/collectors/record"
+	"github.com/ccab-dev/ccab/internal/testvectors"
 )
 
 // parseAll runs the scanner and parser over text and returns the records as decoded JSON,

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ccab-dev/ccab/collectors/internal/testvectors"
+	"github.com/ccab-dev/ccab/internal/testvectors"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ccab-dev/ccab/collectors/internal/testvectors"
+	"github.com/ccab-dev/ccab/internal/testvectors"
 )
 
 // `sample --once` reads the sockets of the test's own namespace over netlink (no privilege

@@ -14,35 +14,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ccab-dev/ccab/internal/testvectors"
 	"github.com/ccab-dev/ccab/rollout/assignment"
 )
 
 // VectorsDir returns the shared vectors directory, or fails the test.
 func VectorsDir(t testing.TB) string {
 	t.Helper()
-	shared := os.Getenv("CCAB_SHARED_DIR")
-	if shared == "" {
-		dir, err := os.Getwd()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for {
-			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-				break
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				t.Fatal("testkit: no go.mod above the working directory")
-			}
-			dir = parent
-		}
-		shared = filepath.Join(dir, "..", "shared")
-	}
-	d := filepath.Join(shared, "contracts", "vectors")
-	if _, err := os.Stat(filepath.Join(d, "test_ed25519_seed.hex")); err != nil {
-		t.Fatalf("testkit: shared vectors not found (set CCAB_SHARED_DIR): %v", err)
-	}
-	return d
+	return testvectors.Dir(t)
 }
 
 // Read returns a vector file.

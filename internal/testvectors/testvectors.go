@@ -1,6 +1,6 @@
-// Package testvectors finds the shared contract vectors for tests: ../shared/contracts/vectors
-// beside the repository root (the directory holding go.mod). CCAB_SHARED_DIR overrides the
-// location of shared/.
+// Package testvectors finds the shared contract vectors for the collector and rollout tests:
+// ../shared/contracts/vectors beside the repository root (the directory holding go.mod).
+// CCAB_SHARED_DIR overrides the location of shared/.
 package testvectors
 
 import (
