@@ -15,9 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
-import signal
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -25,10 +22,9 @@ from typing import Callable
 
 import pytest
 
+from agents import VECTORS, Agent, agent_args, build_agent, host_namespaces, ns_cc
 from ccab.contracts import canonical_json
 
-REPO = Path(__file__).resolve().parents[2]
-VECTORS = Path(os.environ.get("CCAB_SHARED_DIR", REPO.parent / "shared")) / "contracts" / "vectors"
 HOST = "edge-pyagent-1"
 DEADLINE_S = 60.0
 
@@ -36,14 +32,6 @@ pytestmark = pytest.mark.kafka
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-
-def _sh(*args: str) -> str:
-    return subprocess.run(args, check=True, capture_output=True, text=True).stdout
-
-
-def ns_cc(ns: str) -> str:
-    return _sh("ip", "netns", "exec", ns, "cat", "/proc/sys/net/ipv4/tcp_congestion_control").strip()
 
 
 def sign(record: dict) -> bytes:
@@ -129,59 +117,14 @@ def applied(gen: int) -> Callable[[dict], bool]:
 @pytest.fixture(scope="module")
 def agent_bin(tmp_path_factory) -> Path:
     """ccab-agent, built from this tree."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: creates network namespaces and sets their sysctls")
-    for tool in ("go", "ip"):
-        if not shutil.which(tool):
-            pytest.skip(f"{tool} is not installed")
-    out = tmp_path_factory.mktemp("bin") / "ccab-agent"
-    subprocess.run(["go", "build", "-o", str(out), "./rollout/cmd/ccab-agent"], cwd=REPO, check=True,
-                   env=dict(os.environ, CGO_ENABLED="0"))
-    return out
+    return build_agent(tmp_path_factory)
 
 
 @pytest.fixture
 def host_ns():
-    """A namespace standing for a host, running cubic. cubic is added to the init namespace's
-    allowed list and left there: removing it at teardown could break another test's namespace
-    running concurrently (Go test packages), and adding a name is harmless."""
-    allowed_path = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
-    old = allowed_path.read_text().strip()
-    if "cubic" not in old.split():
-        _sh("sysctl", "-q", "-w", f"net.ipv4.tcp_allowed_congestion_control={old} cubic")
-    name = f"ccab-pyag-{uuid.uuid4().hex[:6]}"
-    _sh("ip", "netns", "add", name)
-    try:
-        _sh("ip", "-n", name, "link", "set", "lo", "up")
-        _sh("ip", "netns", "exec", name, "sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control=cubic")
+    """A namespace standing for a host, running cubic."""
+    with host_namespaces(f"ccab-pyag-{uuid.uuid4().hex[:6]}") as (name,):
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "delete", name], check=False)
-
-
-class Agent:
-    """The agent process; start() again after kill() is a restart."""
-
-    def __init__(self, binary: Path, args: list[str], log: Path):
-        self.binary, self.args, self.log = binary, args, log
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen([str(self.binary), *self.args], stdout=subprocess.DEVNULL,
-                                     stderr=self.log.open("a"))
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 # --- the test --------------------------------------------------------------------------------------
@@ -192,12 +135,8 @@ def test_agent_applies_from_kafka_survives_restart_and_kafka_down(agent_bin, hos
     asg_topic = fresh_topic("ccab.assignments", partitions=3, config={"cleanup.policy": "compact"})
     st_topic = fresh_topic("ccab.agent_status", partitions=3)
     state_file = tmp_path / "state.json"
-    agent = Agent(agent_bin, [
-        "--brokers", kafka_broker, "--assignments-topic", asg_topic, "--status-topic", st_topic,
-        "--host", HOST, "--pop", "lab1", "--netns", host_ns,
-        "--public-key", str(VECTORS / "test_ed25519_public.b64"), "--state-file", str(state_file),
-        "--heartbeat-interval", "500ms", "--metrics-addr", "",
-    ], tmp_path / "agent.log")
+    agent = Agent(agent_bin, agent_args(kafka_broker, asg_topic, st_topic, HOST, host_ns, state_file, "500ms"),
+                  tmp_path / "agent.log")
     assert ns_cc(host_ns) == "cubic"
     try:
         agent.start()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,18 +29,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-VECTORS = Path(os.environ.get("CCAB_SHARED_DIR", REPO.parent / "shared")) / "contracts" / "vectors"
+from agents import REPO, VECTORS, Agent, agent_args, build_agent, host_namespaces, ns_cc, stop_all
+
 CCAB = [sys.executable, "-m", "ccab.cli"]
 N_HOSTS = 8
-
-
-def _sh(*args: str) -> str:
-    return subprocess.run(args, check=True, capture_output=True, text=True).stdout
-
-
-def ns_cc(ns: str) -> str:
-    return _sh("ip", "netns", "exec", ns, "cat", "/proc/sys/net/ipv4/tcp_congestion_control").strip()
 
 
 def ccab(env: dict, *args: str, check: int | None = 0, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -98,57 +89,27 @@ def topics(fresh_topic):
 
 @pytest.fixture(scope="module")
 def agent_bin(tmp_path_factory) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: network namespaces and their sysctls")
-    for tool in ("go", "ip"):
-        if not shutil.which(tool):
-            pytest.skip(f"{tool} is not installed")
-    out = tmp_path_factory.mktemp("bin") / "ccab-agent"
-    subprocess.run(["go", "build", "-o", str(out), "./rollout/cmd/ccab-agent"], cwd=REPO, check=True,
-                   env=dict(os.environ, CGO_ENABLED="0"))
-    return out
+    return build_agent(tmp_path_factory)
 
 
 @pytest.fixture
 def namespaces():
-    allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
-    old = allowed.read_text().strip()
-    if "cubic" not in old.split():
-        _sh("sysctl", "-q", "-w", f"net.ipv4.tcp_allowed_congestion_control={old} cubic")
     tag = uuid.uuid4().hex[:5]
-    names = [f"rt{tag}-{i:02d}" for i in range(1, N_HOSTS + 1)]
-    made = []
-    try:
-        for n in names:
-            _sh("ip", "netns", "add", n)
-            made.append(n)
-            _sh("ip", "-n", n, "link", "set", "lo", "up")
-            _sh("ip", "netns", "exec", n, "sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control=cubic")
+    with host_namespaces(*(f"rt{tag}-{i:02d}" for i in range(1, N_HOSTS + 1))) as names:
         yield names
-    finally:
-        for n in made:
-            subprocess.run(["ip", "netns", "delete", n], check=False)
 
 
 @pytest.fixture
 def agents(agent_bin, namespaces, kafka_broker, topics, tmp_path):
     a_topic, s_topic = topics
-    procs = []
-    for n in namespaces:
-        args = [str(agent_bin), "--brokers", kafka_broker, "--assignments-topic", a_topic, "--status-topic", s_topic,
-                "--host", n, "--pop", "lab1", "--netns", n, "--public-key", str(VECTORS / "test_ed25519_public.b64"),
-                "--state-file", str(tmp_path / f"agent-{n}.json"), "--heartbeat-interval", "5s", "--metrics-addr", ""]
-        procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=(tmp_path / f"agent-{n}.log").open("w")))
+    procs = [Agent(agent_bin, agent_args(kafka_broker, a_topic, s_topic, n, n, tmp_path / f"agent-{n}.json", "5s"),
+                   tmp_path / f"agent-{n}.log") for n in namespaces]
     try:
+        for a in procs:
+            a.start()
         yield namespaces
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(procs)
 
 
 def _arms_on_topic(records: list[dict], rollout_id: str) -> dict[str, str]:
