@@ -48,6 +48,12 @@ def parse_hour(text: str, name: str) -> datetime:
     return value
 
 
+def parse_window(t_from: str | None, t_to: str | None) -> tuple[datetime | None, datetime | None]:
+    """Optional ``--from``/``--to`` hours (see :func:`parse_hour`); None where not given."""
+    return (parse_hour(t_from, "--from") if t_from else None,
+            parse_hour(t_to, "--to") if t_to else None)
+
+
 def rollup_span(wh) -> tuple[datetime, datetime] | None:
     """First hour and the end of the last hour the rollups hold, or None when empty."""
     res = wh.query("SELECT count(), min(hour), max(hour) FROM cohort_hourly")

@@ -56,14 +56,13 @@ def _fail(msg: str, code: int = 2) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ccab.cohorts.cli import parse_hour, rollup_span
+    from ccab.cohorts.cli import parse_window, rollup_span
     from ccab.cohorts.tasks import warehouse
     from ccab.plots import data, render
     from ccab.warehouse import WarehouseError
 
     try:
-        t_from = parse_hour(args.t_from, "--from") if args.t_from else None
-        t_to = parse_hour(args.t_to, "--to") if args.t_to else None
+        t_from, t_to = parse_window(args.t_from, args.t_to)
     except ValueError as exc:
         return _fail(str(exc))
     try:
