@@ -34,7 +34,8 @@ def analyze(capsys, *extra: str) -> dict:
 def test_analyze_is_idempotent_and_summarises_every_arm(loaded, sim_dir, capsys):
     first = analyze(capsys)
     assert [h["hour"] for h in first["rollup"]["hours"]] == ["2025-11-20T12:00:00+00:00", "2025-11-20T13:00:00+00:00"]
-    assert first["compare"]["judge"] is None  # the judge is a separate issue; summaries meanwhile
+    assert first["compare"]["judge"] == "ccab.judge.judge_window"  # analyze runs the judge after the summaries
+    assert {v["treatment_arm"] for v in first["judge"]["verdicts"]} == {a["arm"] for a in first["arms"]} - {"control"}
     tcp = read_jsonl(sim_dir / "ccab.tcp.v1.jsonl")
     per_arm = {}
     for c in connections(tcp):
