@@ -6,8 +6,10 @@
 - every panel's, variable's, annotation's and alert rule's SQL, with its variables and the
   ClickHouse plugin's macros expanded (ccab.dashboards.expand), runs against chdb on a simulated
   rollout and returns > 0 rows in the shape its panel type needs;
-- a variable value with a quote cannot change a query: it returns nothing or the legitimate
-  value's rows, never another PoP's or rollout's.
+- no variable value can change a query (variables reach SQL only percent-encoded, see
+  dashboards/README.md): a value with quotes, backslashes, percent signs, commas, braces, unicode
+  or newlines returns nothing or the legitimate selection's rows, never another PoP's or
+  rollout's; legitimate values return the same rows as the former sqlstring/singlequote SQL.
 
 Data: `ccab sim tiny` (PoP tst1, rollout tst1-tiny, arms control/bbr2/bbr1), loaded and rolled up
 by the hourly job; assignments, agent_status, judge_* , alerts and dead_letters rows are inserted
@@ -27,8 +29,8 @@ import yaml
 
 from ccab import cli
 from ccab.dashboards import build, definitions, provisioning
-from ccab.dashboards.expand import ExpandError, expand, variables_used
-from ccab.dashboards.model import PLUGIN_ID, Panel
+from ccab.dashboards.expand import ExpandError, expand, format_value, variables_used
+from ccab.dashboards.model import PLUGIN_ID, Panel, sql_value, sql_values
 
 T0 = datetime(2025, 11, 20, 12, tzinfo=timezone.utc)
 T1 = T0 + timedelta(hours=2)
@@ -101,18 +103,19 @@ def test_dashboard_schema(name):
         assert t["format"] == (0 if BUILT[name][1][p["id"]].shape == "timeseries" else 1)
         if p.get("repeat"):
             assert p["repeat"] in variables and variables[p["repeat"]]["multi"]
-    # every variable a query uses exists, with a quoting format; multi-value ones only inside IN (...)
+    # every variable a query uses exists and reaches SQL only in the safe form: single-value ones as
+    # sql_value(v), multi-value ones as sql_values(v); nothing else with a `$` but the plugin's macros
     sqls = [p["targets"][0]["rawSql"] for p in doc["panels"] if p["type"] != "row"]
     sqls += [v["query"]["rawSql"] for v in variables.values() if v["type"] == "query"]
     sqls += [a["target"]["rawSql"] for a in doc["annotations"]["list"] if "target" in a]
-    repeated = {p["targets"][0]["rawSql"]: p["repeat"] for p in doc["panels"] if p.get("repeat")}
     for sql in sqls:
+        rest = sql
         for var, fmt in variables_used(sql):
             assert var in variables, f"unknown variable {var}"
-            assert fmt in ("sqlstring", "singlequote"), f"${{{var}}} without a quoting format in:\n{sql}"
-            if variables[var].get("multi") and repeated.get(sql) != var:
-                assert f"IN (${{{var}:singlequote}})" in sql or f"IN (${{{var}:sqlstring}})" in sql
-        assert "'$" not in sql and "\"$" not in sql, "a variable pasted into a quoted string"
+            assert fmt == "percentencode", f"${{{var}}} not percent-encoded in:\n{sql}"
+            rest = rest.replace(sql_values(var) if variables[var].get("multi") else sql_value(var), "")
+        assert not re.search(r"\$(?!__(timeFilter|timeInterval|fromTime|toTime|interval_s)\b)", rest), \
+            f"a variable outside sql_value/sql_values in:\n{sql}"
 
 
 def test_no_hard_coded_datasource_uids():
@@ -143,8 +146,14 @@ def test_alert_rule_queries_have_no_dollar():
 
 def test_expander_formats_like_grafana():
     v = {"pop": "a'b", "arm": ["x", "y'z"]}
-    assert expand("${pop:sqlstring}", v, T0, T1) == "'a''b'"
-    assert expand("IN (${arm:singlequote})", v, T0, T1) == "IN ('x','y\\'z')"
+    # grafana/scenes formatRegistry: encodeURIComponent + !'()*, arrays as an encoded {a,b} glob
+    assert expand("${pop:percentencode}", v, T0, T1) == "a%27b"
+    assert expand("${arm:percentencode}", v, T0, T1) == "%7Bx%2Cy%27z%7D"
+    assert format_value(["foo()bar BAZ", "test2"], "percentencode") == "%7Bfoo%28%29bar%20BAZ%2Ctest2%7D"
+    assert format_value("A-Z_a.z~09!*'()\\ €\n", "percentencode") == "A-Z_a.z~09%21%2A%27%28%29%5C%20%E2%82%AC%0A"
+    for bad in ("${pop:sqlstring}", "${pop:singlequote}", "${pop:csv}", "${pop:json}", "${pop:queryparam}"):
+        with pytest.raises(ExpandError):
+            expand(bad, v, T0, T1)
     assert expand("$__timeFilter(ts)", {}, T0, T1) == f"ts >= toDateTime({T0_MS // 1000}) AND ts <= toDateTime({T0_MS // 1000 + 7200})"
     assert expand("$__timeInterval(ts) $__interval_s", {}, T0, T1, 30) == "toStartOfInterval(toDateTime(ts), INTERVAL 30 second) 30"
     for bad in ("$pop", "${pop}", "${pop:raw}", "[[pop]]", "$__nope"):
@@ -353,33 +362,102 @@ def test_alert_rule_queries_fire_on_the_test_data(wh):
 
 # --- quoting ---------------------------------------------------------------------------------------
 
-INJECTIONS = ["{v}' OR 1=1 --", "{v}'' OR ''1''=''1", "' OR pop != '", "{v}') OR (1=1", "{v}' OR 1=1) --"]
+# Values a viewer can put in the URL (var-pop=..., var-arm=...); `{v}` is the legitimate value.
+INJECTIONS = ["{v}' OR 1=1 --", "{v}'' OR ''1''=''1", "' OR pop != '", "{v}') OR (1=1", "{v}' OR 1=1) --",
+              "{v}\\' OR 1=1 --", "{v}\\", "{v}\\\\' OR 1=1 --", "\\'{v}", "{v}%27 OR 1=1 --", "{v}%", "%{v}",
+              "{v}%2C", "{v},' OR 1=1 --", ",{v}", "{{{v}}}", "{v}}}", "{{{v}", "{v}é€😀", "{v}\n OR 1=1",
+              "{v}\r\n--", "{v}\t", "{v}\x00", "{v} ", "$__all", "{v}'; DROP TABLE alerts --", "{v}/*", "{v}`"]
+NASTY = sorted({p.format(v="x") for p in INJECTIONS} | {"", "'", "\\", "\\'", "%", "%%", "%zz", "%2", "+", "{", "}",
+                                                        "{}", "{,}", "😀", "\u2028", "a,b"})
+NOTHING = "-no-such-value-"
 VAR_PANELS = [(n, pid, p) for n, pid, p in PANELS if any(v in ("pop", "rollout", "arm", "kernel") for v, _ in variables_used(p.sql))]
 
 
+def _items(value):
+    """A model of sql_values(v): the items ClickHouse gets for a variable value (checked on chdb below)."""
+    s = value if isinstance(value, str) else "{" + ",".join(value) + "}"
+    if s.startswith("{") and s.endswith("}"):
+        s = s[1:-1]
+    return s.split(",")
+
+
+def test_percent_encoded_literals_are_inert_and_decode_exactly(wh):
+    for value in NASTY:
+        sql = expand(f"SELECT {sql_value('pop')} AS one, {sql_values('arm')} AS many, {sql_values('kernel')} AS glob",
+                     {"pop": value, "arm": value, "kernel": [value, "k2"]}, T0, T1)
+        literals = re.findall(r"'([^']*)'", sql)
+        assert all(re.fullmatch(r"[A-Za-z0-9_.~%-]*", lit) for lit in literals), sql
+        ((one, many, glob),) = wh.query(sql).rows
+        assert one == value
+        assert list(many) == _items(value) and list(glob) == _items([value, "k2"])
+        if "," not in value:  # a multi-value selection comes back item by item
+            assert list(glob) == [value, "k2"] and list(many) == _items(value)
+
+
 @pytest.mark.parametrize("name,pid,panel", VAR_PANELS, ids=[f"{n}:{p.title}" for n, _, p in VAR_PANELS])
-def test_a_quote_in_a_variable_cannot_change_the_query(wh, name, pid, panel):
+def test_no_variable_value_can_change_the_query(wh, name, pid, panel):
     legit = _vars(wh)
-    base = _run(wh, panel, legit).rows
     used = {v for v, _ in variables_used(panel.sql)}
+
+    def run(var, value):
+        if panel.repeat == var:
+            return _run(wh, panel, legit, value).rows
+        return _run(wh, panel, {**legit, var: value}).rows
+
     for var in sorted(used & {"pop", "rollout", "arm", "kernel"}):
+        multi = isinstance(legit[var], list)
+        nothing = run(var, [NOTHING] if multi else NOTHING)
         for pattern in INJECTIONS:
-            value = legit[var]
-            evil = [pattern.format(v=value[0])] if isinstance(value, list) else pattern.format(v=value)
-            if panel.repeat == var:
-                rows = _run(wh, panel, {**legit}, evil[0]).rows
+            evil = pattern.format(v=legit[var][0] if multi else legit[var])
+            rows = run(var, [evil] if multi else evil)
+            if multi:
+                # items are split at commas (Grafana joins a selection with commas): each item selects
+                # exactly the option it names, so the result is that of the options named, or nothing
+                named = [i for i in _items([evil]) if i in legit[var]]
+                expected = run(var, named) if named else nothing
             else:
-                rows = _run(wh, panel, {**legit, var: evil}).rows
-            assert rows == [] or rows == base, f"{var}={evil!r} changed the result of {panel.title!r}"
+                expected = nothing  # the value is compared whole: no PoP or rollout has that name
+            assert rows == expected, f"{var}={evil!r} changed the result of {panel.title!r}"
             flat = json.dumps(rows)
             assert OTHER_POP not in flat and OTHER_ROLLOUT not in flat
 
 
-@pytest.mark.xfail(strict=True, reason="Grafana's sqlstring/singlequote formats do not escape backslashes, and "
-                                       "ClickHouse reads \\' as an escaped quote: a value ending in a backslash "
-                                       "breaks out of the string (dashboards/README.md, 'Known gaps')")
 def test_a_backslash_quote_in_a_variable_cannot_change_the_query(wh):
+    # formerly a strict xfail: `${pop:sqlstring}` rendered 'tst1\'' OR 1=1 --' and ClickHouse read \' as a quote
     panel = dict((p.title, p) for _, _, p in PANELS)["tcp samples per minute per host"]
     legit = _vars(wh)
-    rows = _run(wh, panel, {**legit, "pop": "tst1\\' OR 1=1 --"}).rows
-    assert rows == [] or rows == _run(wh, panel, legit).rows
+    assert _run(wh, panel, legit).rows
+    for evil in ("tst1\\' OR 1=1 --", "tst1\\'' OR 1=1 --", "tst1\\", "tst1\\\\' OR 1=1 --"):
+        assert _run(wh, panel, {**legit, "pop": evil}).rows == []
+        assert _run(wh, panel, {**legit, "kernel": [k + evil[4:] for k in legit["kernel"]]}).rows == []
+    # the test has teeth: in the former SQL the first value ends the literal and the filter with it
+    from ccab.dashboards.expand import expand_macros
+    old = wh.query(expand_macros(_legacy(panel.sql, {**legit, "pop": "tst1\\' OR 1=1 --"}), T0, T1, 60)).rows
+    assert old and old != _run(wh, panel, legit).rows
+
+
+def _legacy(sql: str, variables) -> str:
+    """The panel's SQL as it was before: ``${v:sqlstring}`` / ``col IN (${v:singlequote})``, formatted
+    as Grafana does (sqlstring doubles ', singlequote writes \\'): the reference for legitimate values."""
+    for var, value in variables.items():
+        values = [value] if isinstance(value, str) else list(value)
+        sqlstring = ",".join("'" + v.replace("'", "''") + "'" for v in values)
+        singlequote = ",".join("'" + v.replace("'", "\\'") + "'" for v in values)
+        sql = re.sub(r"has\(" + re.escape(sql_values(var)) + r", ([\w.]+)\)", lambda m: f"{m.group(1)} IN ({singlequote})", sql)
+        sql = sql.replace(sql_value(var), sqlstring)
+    assert "percentencode" not in sql
+    return sql
+
+
+@pytest.mark.parametrize("name,pid,panel", VAR_PANELS, ids=[f"{n}:{p.title}" for n, _, p in VAR_PANELS])
+def test_legitimate_values_return_the_same_rows_as_before(wh, name, pid, panel):
+    from ccab.dashboards.expand import expand_macros
+
+    legit = _vars(wh)
+    selections = [legit, {**legit, "arm": ["bbr2"]}, {**legit, "arm": ["bbr1", "control"], "kernel": legit["kernel"][:1]}]
+    for variables in selections:
+        for value in (variables["arm"] if panel.repeat == "arm" else [None]):
+            v = {**variables, "arm": value} if value is not None else variables
+            t0, t1 = (NOW - timedelta(hours=2), NOW + timedelta(minutes=1)) if panel.reads == ("dead_letters",) else (T0, T1)
+            before = wh.query(expand_macros(_legacy(panel.sql, v), t0, t1, 60)).rows
+            assert _run(wh, panel, variables, value).rows == before, (panel.title, v)

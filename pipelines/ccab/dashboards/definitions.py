@@ -2,8 +2,9 @@
 
 Each panel's SQL reads the warehouse tables directly (sql/migrations/), never a view, so a panel
 works on any ClickHouse that ran the migrations. Filters, in every panel that has the column:
-``pop = ${pop:sqlstring}``, ``rollout_id = ${rollout:sqlstring}``, ``arm IN (${arm:singlequote})``,
-``kernel IN (${kernel:singlequote})``; the time range through the plugin's macros.
+``pop = sql_value("pop")``, ``rollout_id = sql_value("rollout")``, ``sql_in("arm", "arm")``,
+``sql_in("kernel", "kernel")`` (variables only percent-encoded: model.py, dashboards/README.md);
+the time range through the plugin's macros.
 Rollup rows may not have merged yet: always aggregate (sum, sumMap), read judge tables with FINAL.
 """
 
@@ -12,12 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from ccab.dashboards.model import (DS_REF, FORMAT_TABLE, Panel, Row, custom_variable, dashboard,
-                                   datasource_variable, query_variable)
+                                   datasource_variable, query_variable, sql_in, sql_value)
 
-POP = "pop = ${pop:sqlstring}"
-ROLLOUT = "rollout_id = ${rollout:sqlstring}"
-ARMS = "arm IN (${arm:singlequote})"
-KERNELS = "kernel IN (${kernel:singlequote})"
+POP = f"pop = {sql_value('pop')}"
+ROLLOUT = f"rollout_id = {sql_value('rollout')}"
+ARMS = sql_in("arm", "arm")
+KERNELS = sql_in("kernel", "kernel")
 TO_MS = "1000 * toUnixTimestamp($__toTime)"
 FROM_MS = "1000 * toUnixTimestamp($__fromTime)"
 ZERO_BIN = "-2147483648"
@@ -32,7 +33,7 @@ METRICS = [
     ("goodput_bps", "goodput per bulk request (Mbit/s)", 1e6, "Mbits"),
     ("rwnd_limited_pct", "receive-window-limited time %", 1, "percent"),
 ]
-_SCALE = "multiIf(" + ", ".join(f"${{metric:sqlstring}} = '{m}', {d}" for m, _, d, _ in METRICS[1:] if d != 1) + ", 1)"
+_SCALE = "multiIf(" + ", ".join(f"{sql_value('metric')} = '{m}', {d}" for m, _, d, _ in METRICS[1:] if d != 1) + ", 1)"
 
 
 def _variables(*, metric: bool = False) -> list[dict[str, Any]]:
@@ -43,20 +44,20 @@ SELECT pop FROM (
     SELECT DISTINCT pop FROM assignments
     UNION ALL SELECT DISTINCT pop FROM cohort_hourly
 ) GROUP BY pop ORDER BY pop"""),
-        query_variable("rollout", "Rollout", """
+        query_variable("rollout", "Rollout", f"""
 SELECT rollout_id FROM (
-    SELECT DISTINCT rollout_id FROM assignments WHERE pop = ${pop:sqlstring}
-    UNION ALL SELECT DISTINCT rollout_id FROM cohort_hourly WHERE pop = ${pop:sqlstring}
+    SELECT DISTINCT rollout_id FROM assignments WHERE {POP}
+    UNION ALL SELECT DISTINCT rollout_id FROM cohort_hourly WHERE {POP}
 ) GROUP BY rollout_id ORDER BY rollout_id"""),
-        query_variable("arm", "Arm", """
+        query_variable("arm", "Arm", f"""
 SELECT arm FROM (
-    SELECT DISTINCT arm FROM assignments WHERE pop = ${pop:sqlstring} AND rollout_id = ${rollout:sqlstring}
-    UNION ALL SELECT DISTINCT arm FROM cohort_hourly WHERE pop = ${pop:sqlstring} AND rollout_id = ${rollout:sqlstring}
+    SELECT DISTINCT arm FROM assignments WHERE {POP} AND {ROLLOUT}
+    UNION ALL SELECT DISTINCT arm FROM cohort_hourly WHERE {POP} AND {ROLLOUT}
 ) GROUP BY arm ORDER BY arm""", multi=True, include_all=True),
-        query_variable("kernel", "Kernel", """
+        query_variable("kernel", "Kernel", f"""
 SELECT kernel FROM (
-    SELECT DISTINCT kernel FROM agent_status WHERE pop = ${pop:sqlstring}
-    UNION ALL SELECT DISTINCT kernel FROM cohort_hourly WHERE pop = ${pop:sqlstring}
+    SELECT DISTINCT kernel FROM agent_status WHERE {POP}
+    UNION ALL SELECT DISTINCT kernel FROM cohort_hourly WHERE {POP}
 ) GROUP BY kernel ORDER BY kernel""", multi=True, include_all=True),
     ]
     if metric:
@@ -110,7 +111,7 @@ SELECT a.assigned_arm AS arm,
        hosts_assigned - hosts_applied AS hosts_not_applied
 FROM assigned AS a
 LEFT JOIN status AS s ON s.host = a.host
-WHERE a.assigned_arm IN (${{arm:singlequote}}) AND (s.last_kernel = '' OR s.last_kernel IN (${{kernel:singlequote}}))
+WHERE {sql_in('arm', 'a.assigned_arm')} AND (s.last_kernel = '' OR {sql_in('kernel', 's.last_kernel')})
 GROUP BY arm
 ORDER BY arm"""),
         Panel("Hosts not (yet) applied", "table", shape="table", w=24, h=7, reads=("assignments", "agent_status"),
@@ -139,7 +140,7 @@ SELECT a.host AS host, a.assigned_arm AS arm, a.assigned_generation AS assigned_
        s.last_reason AS reason, s.last_status AS last_status
 FROM assigned AS a
 LEFT JOIN status AS s ON s.host = a.host
-WHERE a.assigned_arm IN (${{arm:singlequote}}) AND (s.last_kernel = '' OR s.last_kernel IN (${{kernel:singlequote}}))
+WHERE {sql_in('arm', 'a.assigned_arm')} AND (s.last_kernel = '' OR {sql_in('kernel', 's.last_kernel')})
   AND NOT (s.last_state = 'applied' AND s.status_generation >= a.assigned_generation)
 ORDER BY arm, host"""),
         Row("Collector and loader health"),
@@ -212,9 +213,9 @@ LIMIT 50"""),
 
 # --- Canary comparison -----------------------------------------------------------------------------
 
-_COHORT_FILTER = (f"{POP} AND {ROLLOUT} AND {ARMS} AND {KERNELS} AND metric = ${{metric:sqlstring}} "
-                  "AND segment = ${segment:sqlstring} AND $__timeFilter(hour)")
-_HEAT_FILTER = f"{POP} AND {ROLLOUT} AND arm = ${{arm:sqlstring}} AND {KERNELS} AND segment = ${{segment:sqlstring}} AND $__timeFilter(hour)"
+_COHORT_FILTER = (f"{POP} AND {ROLLOUT} AND {ARMS} AND {KERNELS} AND metric = {sql_value('metric')} "
+                  f"AND segment = {sql_value('segment')} AND $__timeFilter(hour)")
+_HEAT_FILTER = f"{POP} AND {ROLLOUT} AND {sql_in('arm', 'arm')} AND {KERNELS} AND segment = {sql_value('segment')} AND $__timeFilter(hour)"
 _PER_OCTAVE = 16  # PDF/CDF resolution: the 128-per-octave histograms re-binned (merges exactly)
 
 
@@ -331,7 +332,7 @@ SELECT window_start, window_end, look, looks_planned, treatment_arm, control_arm
        estimate, ci_low, ci_high, p_value, q_value, margin, value_treatment, value_control,
        hosts_treatment, hosts_control, method, severity, outcome
 FROM judge_results FINAL
-WHERE {POP} AND {ROLLOUT} AND treatment_arm IN (${{arm:singlequote}}) AND window_end = (SELECT w FROM latest)
+WHERE {POP} AND {ROLLOUT} AND {sql_in('arm', 'treatment_arm')} AND window_end = (SELECT w FROM latest)
 ORDER BY role = 'guardrail' DESC, metric, statistic, segment, treatment_arm"""),
         Panel("Guardrail estimates over looks", "timeseries", shape="timeseries", w=24, h=9, unit="percentunit",
               reads=("judge_results",),
@@ -342,7 +343,7 @@ ORDER BY role = 'guardrail' DESC, metric, statistic, segment, treatment_arm"""),
 SELECT window_end AS time, concat(treatment_arm, ' ', metric, ' ', statistic) AS series,
        estimate, ci_low, ci_high
 FROM judge_results FINAL
-WHERE {POP} AND {ROLLOUT} AND treatment_arm IN (${{arm:singlequote}}) AND role = 'guardrail' AND segment = 'all'
+WHERE {POP} AND {ROLLOUT} AND {sql_in('arm', 'treatment_arm')} AND role = 'guardrail' AND segment = 'all'
   AND $__timeFilter(window_end)
 ORDER BY time, series"""),
         Row("Per host"),
@@ -428,7 +429,7 @@ SELECT severity, summary, kind, metric, statistic, segment, treatment_arm, contr
        fromUnixTimestamp64Milli(first_seen_ms) AS first_seen, fromUnixTimestamp64Milli(ts_ms) AS last_seen,
        report_url, alert_id
 FROM alerts FINAL
-WHERE {POP} AND {ROLLOUT} AND treatment_arm IN (${{arm:singlequote}})
+WHERE {POP} AND {ROLLOUT} AND {sql_in('arm', 'treatment_arm')}
   AND action != 'rolled_back' AND ts_ms >= {FROM_MS} AND ts_ms <= {TO_MS}
 ORDER BY indexOf(['page', 'ticket', 'info'], severity), ts_ms DESC"""),
         Panel("Decisions", "table", shape="table", w=24, h=8, reads=("judge_verdicts",),
@@ -440,7 +441,7 @@ SELECT window_end, look, looks_planned, treatment_arm, control_arm, decision,
        arrayStringConcat(reasons, ' | ') AS reasons, arrayStringConcat(gates_failed, ', ') AS gates_failed,
        length(alert_ids) AS alerts, arrayStringConcat(alert_ids, ', ') AS alert_ids
 FROM judge_verdicts FINAL
-WHERE {POP} AND {ROLLOUT} AND treatment_arm IN (${{arm:singlequote}}) AND $__timeFilter(window_end)
+WHERE {POP} AND {ROLLOUT} AND {sql_in('arm', 'treatment_arm')} AND $__timeFilter(window_end)
 ORDER BY window_end DESC, treatment_arm"""),
         Panel("Evidence: guardrails and findings at the latest look", "table", shape="table", w=12, h=9,
               reads=("judge_results",),
@@ -454,7 +455,7 @@ WITH latest AS (
 )
 SELECT treatment_arm, role, metric, statistic, segment, estimate, ci_low, ci_high, margin, p_value, severity, outcome
 FROM judge_results FINAL
-WHERE {POP} AND {ROLLOUT} AND treatment_arm IN (${{arm:singlequote}}) AND window_end = (SELECT w FROM latest)
+WHERE {POP} AND {ROLLOUT} AND {sql_in('arm', 'treatment_arm')} AND window_end = (SELECT w FROM latest)
   AND (role = 'guardrail' OR outcome IN ('regression', 'improvement'))
 ORDER BY outcome = 'regression' DESC, role = 'guardrail' DESC, metric, statistic"""),
         Panel("Data-quality gates at the latest look", "table", shape="table", w=12, h=9, reads=("judge_gates",),

@@ -3,11 +3,16 @@
 Grafana interpolates template variables first (in the browser), then the plugin's backend
 expands its macros. Both steps are mirrored here for the tests (pipelines/tests/test_dashboards.py):
 
-- ``${name:sqlstring}``: each value in single quotes, ``'`` doubled, joined by ``,``
-- ``${name:singlequote}``: each value in single quotes, ``'`` escaped as ``\\'``, joined by ``,``
-  (Grafana's formatRegistry; neither format escapes a backslash: see dashboards/README.md)
-- any other use of a variable in SQL (``$pop``, ``${pop}``, ``${pop:raw}``, ...) is an error:
-  the dashboards must not contain one.
+- ``${name:percentencode}``: Grafana 11's formatRegistry (grafana/scenes and the legacy
+  public/app/features/templating/formatRegistry.ts): a single value ``encodeURIComponentStrict(v)``,
+  an array (a multi-value selection, "All" without allValue = every option)
+  ``encodeURIComponentStrict('{' + values.join(',') + '}')``. encodeURIComponentStrict is
+  encodeURIComponent (UTF-8, %XX upper-case hex, keeps A-Z a-z 0-9 - _ . ! ~ * ' ( )) that also
+  encodes ``! ' ( ) *``: only A-Z a-z 0-9 - _ . ~ stay. (The docs' example,
+  https://grafana.com/docs/grafana/latest/dashboards/variables/variable-syntax/#percentencode,
+  shows no braces for a multi-value; the code adds them: the SQL accepts both.)
+- any other use of a variable in SQL (``$pop``, ``${pop}``, ``${pop:raw}``, ``${pop:sqlstring}``,
+  ...) is an error: the dashboards must not contain one (dashboards/README.md, *Variables and quoting*).
 - ``$__timeFilter(col)`` -> ``col >= toDateTime(FROM) AND col <= toDateTime(TO)``,
   ``$__fromTime`` / ``$__toTime`` -> ``toDateTime(...)``,
   ``$__timeInterval(col)`` -> ``toStartOfInterval(toDateTime(col), INTERVAL N second)``,
@@ -19,8 +24,9 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from typing import Mapping, Sequence
+from urllib.parse import quote
 
-FORMATS = ("sqlstring", "singlequote")
+FORMATS = ("percentencode",)
 
 _VAR_RE = re.compile(r"\$\{(\w+)(?::(\w+))?\}|\$(?!__)(\w+)|\[\[(\w+)(?::(\w+))?\]\]")
 _MACRO_RE = re.compile(r"\$__(\w+)(?:\(([^()]*)\))?")
@@ -30,12 +36,19 @@ class ExpandError(ValueError):
     """The SQL uses a variable or macro that the dashboards must not use (or that is unknown)."""
 
 
+def encode_uri_component_strict(text: str) -> str:
+    """Grafana's encodeURIComponentStrict: UTF-8 bytes outside A-Z a-z 0-9 - _ . ~ as %XX.
+
+    (A lone surrogate cannot be encoded: JavaScript throws URIError, Python UnicodeEncodeError.)
+    """
+    return quote(text, safe="", encoding="utf-8", errors="strict")
+
+
 def format_value(value: str | Sequence[str], fmt: str) -> str:
-    values = [value] if isinstance(value, str) else list(value)
-    if fmt == "sqlstring":
-        return ",".join("'" + v.replace("'", "''") + "'" for v in values)
-    if fmt == "singlequote":
-        return ",".join("'" + v.replace("'", "\\'") + "'" for v in values)
+    if fmt == "percentencode":
+        if isinstance(value, str):
+            return encode_uri_component_strict(value)
+        return encode_uri_component_strict("{" + ",".join(value) + "}")
     raise ExpandError(f"variable format {fmt!r} is not allowed in SQL (use one of {FORMATS})")
 
 

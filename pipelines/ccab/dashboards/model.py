@@ -3,8 +3,10 @@
 No Grafana SDK: a dashboard is a dict, written with sorted keys so the committed JSON diffs well.
 Every query and every query variable names its datasource as ``${datasource}``, the dashboard's
 datasource variable (pluginId ``grafana-clickhouse-datasource``): no datasource UID is ever
-written. Template variables reach SQL only through quoting formats (``${pop:sqlstring}``,
-``IN (${arm:singlequote})``); ccab/dashboards/expand.py mirrors what Grafana and the plugin do with them (for the tests).
+written. Template variables reach SQL only percent-encoded, inside a string literal, and decoded
+by ClickHouse: ``sql_value("pop")`` / ``sql_in("arm", "arm")`` (see there and dashboards/README.md,
+*Variables and quoting*); ccab/dashboards/expand.py mirrors what Grafana and the plugin do with them
+(for the tests).
 """
 
 from __future__ import annotations
@@ -15,6 +17,42 @@ from typing import Any
 PLUGIN_ID = "grafana-clickhouse-datasource"
 DS_REF = {"type": PLUGIN_ID, "uid": "${datasource}"}
 SCHEMA_VERSION = 39
+
+# --- variables in SQL --------------------------------------------------------------------------------
+# Grafana's ``percentencode`` format (Grafana 11, formatRegistry) is encodeURIComponent plus ! ' ( ) *:
+# every byte of the UTF-8 value outside A-Z a-z 0-9 - _ . ~ becomes %XX. Its output can hold no quote,
+# backslash, comma or brace, so inside '...' it is inert text whatever the value, and ClickHouse's
+# decodeURLComponent gives the value back exactly. (sqlstring / singlequote double or backslash the
+# quote but leave a backslash alone: ``x\' OR 1=1 --`` ends the literal early in ClickHouse.)
+# A multi-value variable (an array, "All" included when no allValue is set) renders as the encoded
+# glob ``{v1,v2}`` = ``%7Bv1%2Cv2%7D``: the braces are stripped and the list split at ``%2C`` while
+# still encoded (a ``%`` always starts a %XX triplet there, so ``%2C`` is always a comma), then each
+# item decoded. A single value (a repeated panel's clone, a non-array value) has no braces: one item.
+# A comma inside a multi-value item is therefore a separator (Grafana joins the array with commas
+# before encoding, so the two cannot be told apart): it selects each part, never more.
+
+
+def sql_literal(var: str) -> str:
+    """The variable percent-encoded by Grafana, as a ClickHouse string literal (inert text)."""
+    return f"'${{{var}:percentencode}}'"
+
+
+def sql_value(var: str) -> str:
+    """The exact value of single-value variable ``var`` (a ClickHouse String expression)."""
+    return f"decodeURLComponent({sql_literal(var)})"
+
+
+def sql_values(var: str) -> str:
+    """The values of multi-value variable ``var`` (a ClickHouse Array(String) expression)."""
+    e = sql_literal(var)
+    inner = f"if(startsWith({e}, '%7B') AND endsWith({e}, '%7D'), substring({e}, 4, length({e}) - 6), {e})"
+    return f"arrayMap(x -> decodeURLComponent(x), splitByString('%2C', {inner}))"
+
+
+def sql_in(var: str, column: str) -> str:
+    """``column`` is one of the values of multi-value variable ``var``."""
+    return f"has({sql_values(var)}, {column})"
+
 
 # The ClickHouse plugin's query formats (its Format enum) and query types.
 FORMAT_TIMESERIES = 0
@@ -109,8 +147,9 @@ def datasource_variable() -> dict[str, Any]:
 def query_variable(name: str, label: str, sql: str, *, multi: bool = False, include_all: bool = False) -> dict[str, Any]:
     """A variable whose options come from the warehouse.
 
-    ``include_all`` without an ``allValue``: Grafana then expands "All" to every option, each
-    quoted by the format used in the query (a custom allValue would be inserted unquoted).
+    ``include_all`` without an ``allValue``: Grafana then expands "All" to the array of every
+    option, formatted like any selection (a custom allValue is a fixed string, inserted unformatted
+    by most formats: the dashboards set none).
     """
     return {
         "name": name,
