@@ -224,7 +224,7 @@ def wh(tmp_path_factory):
         w.command(f"""INSERT INTO assignments (rollout_id, generation, pop, host, arm, cc, qdisc, issued_at_ms, signature, _topic, _partition, _offset)
                       SELECT rollout_id, g, pop, host, arm, cc, NULL, {T0_MS} - 60000 + (g - 1) * 1800000, 'sig', 'test', 0, g
                       FROM {hosts} AS h ARRAY JOIN [1, 2] AS g""")
-        failing = f"(SELECT min(host) FROM tcp_samples WHERE arm = 'bbr2')"
+        failing = "(SELECT min(host) FROM tcp_samples WHERE arm = 'bbr2')"
         w.command(f"""INSERT INTO agent_status (ts_ms, pop, host, kernel, rollout_id, arm, generation, state, cc_effective, cc_available, qdisc_effective, reason, _topic, _partition, _offset)
                       SELECT {T0_MS} + number * 600000 + 30000, pop, host, kernel, rollout_id, arm, if(number < 3, 1, 2),
                              if(host = {failing} AND number >= 3, 'failed', 'applied'), cc, ['reno', 'cubic', 'bbr'], 'fq',

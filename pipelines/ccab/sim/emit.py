@@ -164,7 +164,6 @@ def http_records(world: World, conns: Connections, reqs: Requests, out: mdl.Outc
     """``http_request/1`` lines of the requests logged before the horizon and under the http
     sample rate (sorted by time), their host indices, and raw nginx lines per host when raw."""
     sc = world.sc
-    r = len(reqs.conn)
     with np.errstate(over="ignore"):
         hsh = splitmix64(conns.sock_hash[reqs.conn] ^ ((reqs.index.astype(np.uint64) + np.uint64(1))
                                                        * np.uint64(0xD6E8FEB86659FD93)))
