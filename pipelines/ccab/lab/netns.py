@@ -265,7 +265,7 @@ class Topology:
         applied = {"tbf": in_ns(self.router, "tc", "qdisc", "show", "dev", self.bottleneck_dev).strip()}
         if loss_pct > 0:
             n = int(round(loss_pct * 100))  # per 10000
-            rules = (f"table inet ccablab {{\n chain fwd {{\n  type filter hook forward priority 0; policy accept;\n"
+            rules = (f"table inet ccablab {{\n chain lossy {{\n  type filter hook forward priority 0; policy accept;\n"
                      f"  oifname \"{self.bottleneck_dev}\" numgen random mod 10000 < {n} counter drop\n }}\n}}\n")
             in_ns(self.router, "nft", "-f", "-", input=rules)
             applied["nft"] = f"numgen random mod 10000 < {n} drop"

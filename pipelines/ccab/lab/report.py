@@ -115,13 +115,19 @@ def sweep_figure(summary_rows: list[dict], var: str, xlabel: str, log_x: bool = 
         ax_r.errorbar(x, rt, yerr=rci, marker="o", color=_cc_color(cc), label=cc, capsize=3)
     if mark is not None:
         ax_g.axhline(mark, color="0.5", linestyle="--", linewidth=0.8)
-        ax_g.text(ax_g.get_xlim()[0], mark, f" {mark:.0%} of best", va="bottom", fontsize=8, color="0.4")
+        ax_g.text(0.01, mark, f" {mark:.0%} of best", va="bottom", fontsize=8, color="0.4",
+                  transform=ax_g.get_yaxis_transform())
     for ax in (ax_g, ax_r):
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
         if log_x:
             ax.set_xscale("symlog", linthresh=0.1) if min(float(r["vars"][var]) for rs in by_cc.values() for r in rs) == 0 \
                 else ax.set_xscale("log", base=2)
+    if log_x:
+        from matplotlib.ticker import FuncFormatter
+
+        for ax in (ax_g, ax_r):
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     ax_g.set_ylabel("goodput (share of the best)" if normalize else "goodput (Mbit/s)")
     ax_r.set_ylabel("retransmitted bytes (%)")
     ax_g.legend(fontsize=8)
