@@ -92,6 +92,7 @@ def migrate(wh: Warehouse, directory: Path = MIGRATIONS_DIR, log=print) -> list[
 
 # --------------------------------------------------------------------------- cluster variant
 
+_ALTER_RE = re.compile(r"^ALTER TABLE (\w+)\s+(.*)$", re.S)
 _CREATE_TABLE_RE = re.compile(r"^CREATE TABLE IF NOT EXISTS (\w+)\s*\(", re.S)
 _ENGINE_RE = re.compile(r"ENGINE = (\w*MergeTree|Null)\b(\(\))?")
 _MV_RE = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS (\w+) TO (\w+) AS(.*)FROM (\w+)\s*$", re.S)
@@ -130,6 +131,12 @@ def cluster_statements(sql: str, cluster: str = "{cluster}") -> list[str]:
                 f"CREATE TABLE IF NOT EXISTS {name} ON CLUSTER '{cluster}' AS {name}_local\n"
                 f"ENGINE = Distributed('{cluster}', currentDatabase(), {name}_local, {_shard_key(stmt)})"
             )
+            continue
+        alter = _ALTER_RE.match(stmt)
+        if alter:  # the same change on each shard's table and on the Distributed table over them
+            name, rest = alter.groups()
+            out.append(f"ALTER TABLE {name}_local ON CLUSTER '{cluster}' {rest}")
+            out.append(f"ALTER TABLE {name} ON CLUSTER '{cluster}' {rest}")
             continue
         mv = _MV_RE.match(stmt)
         if mv:

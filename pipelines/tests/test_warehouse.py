@@ -68,4 +68,15 @@ def test_cluster_ddl_is_valid_sql_for_clickhouse(warehouse):
         for stmt in migrate.cluster_statements(m.sql, "ccab"):
             escaped = stmt.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
             formatted = warehouse.query("SELECT formatQuerySingleLine({q:String})", params={"q": escaped}).scalar()
-            assert formatted.startswith("CREATE")
+            assert formatted.startswith(("CREATE", "ALTER TABLE"))
+
+
+def test_goodput_alias_is_null_for_a_zero_request_time(warehouse):
+    # nginx logs request_time 0.000 for bodies served within a millisecond: no goodput, not an error
+    warehouse.command(
+        "INSERT INTO http_requests (ts_ms, pop, host, kernel, arm, rollout_id, cc, peer_prefix, conn_serial, "
+        "conn_requests, method, status, bytes_sent, body_bytes_sent, request_time_ms, sample_rate, _topic, "
+        "_partition, _offset) VALUES "
+        "(1, 'p', 'h', 'k', 'a', 'r', 'cubic', '192.0.2.0/24', 1, 1, 'GET', 200, 10, 10, 0, 1, 't', 0, 0), "
+        "(2, 'p', 'h', 'k', 'a', 'r', 'cubic', '192.0.2.0/24', 1, 1, 'GET', 200, 10, 1000, 1, 1, 't', 0, 1)")
+    assert warehouse.query("SELECT goodput_bps FROM http_requests ORDER BY ts_ms").rows == [(None,), (8_000_000,)]
