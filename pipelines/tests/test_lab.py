@@ -4,7 +4,8 @@
   cubic vs bbr on two edge hosts, through real nginx + ccab-collector + ccab-agent in network
   namespaces, a tbf bottleneck, a real Kafka broker, the loader and the warehouse. Asserts the
   rows arrived with the sockets' real algorithms, that the per-flow goodput sum is the bottleneck
-  rate (±15%: the one physical check), that nothing is left behind, and the report.
+  rate (±15%: the one physical check), that nothing is left behind, that the hourly cohort job
+  rolled the run up under PoP lab (cohort_hourly), and the report (canary report page format).
 - The pure parts (YAML expansion, Jain, collapse, loss-at-75%, t-intervals) without root.
 """
 
@@ -135,12 +136,37 @@ def test_fairness_cubic_vs_bbr_through_the_whole_stack(kafka_broker, tmp_path, m
     # cleanup: no namespace of this process is left
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"{NS_PREFIX}{os.getpid()}-" not in left
-    # the report, with every figure it references
+    # the same pipeline as production: the hourly cohort job rolled the run up under PoP lab
+    from ccab.warehouse import connect
+
+    wh = connect()
+    try:
+        by_cc = dict(wh.query(
+            "SELECT cc, sum(n) FROM cohort_hourly WHERE pop = 'lab' AND rollout_id = {r:String} "
+            "AND metric = 'rtt_us' AND segment = 'all' GROUP BY cc",
+            params={"r": run["rollout_id"]}).rows)
+    finally:
+        wh.close()
+    assert sorted(by_cc) == ["bbr", "cubic"] and all(int(n) > 0 for n in by_cc.values()), by_cc
+    assert run["cohorts"]["hours"] and run["cohorts"]["rollup_rows"] > 0, run["cohorts"]
+    # the report, in the canary report's page format, with every figure it references
+    from ccab.report import html as page_kit
+
     index = report.build(run_dir)
     page = index.read_text()
+    assert page_kit.CSS in page and '<nav class="toc">' in page
+    sections = re.findall(r'<section id="([^"]+)">', page)
+    assert sections == ["run", "summary", "shares", "per-case", "flows"], sections
+    assert all(f'<a href="#{s}">' in page for s in sections)
+    assert run["rollout_id"] in page and "PoP lab" in page
     figures = re.findall(r'<img src="([^"]+)"', page)
-    assert "case_cubic-bbr.png" in figures and "fairness_shares.png" in figures
+    assert sorted(figures) == ["case_cubic-bbr.png", "fairness_shares.png"], figures
     assert all((index.parent / f).stat().st_size > 5000 for f in figures)
+    flows = page[page.index('<section id="flows">'):]
+    assert flows.count("<tbody><tr") == 1 and flows.count("</tr>") == 3  # header + one row per flow
+    collapsed = bool(case["collapses"])
+    assert ('class="badge badge-bad">collapse' in flows) == collapsed and ('cell-good">no<' in flows) == (
+        len({c["flow"] for c in case["collapses"]}) < 2)
     print(f"\nlab: {rows['tcp_rows']} tcp_samples, goodput sum {case['sum_goodput_bps'] / 1e6:.2f} Mbit/s "
           f"({', '.join(f['cc'] + ' ' + format(f['goodput_bps'] / 1e6, '.2f') for f in case['flows'])}), "
           f"Jain {case['jain']:.3f}")

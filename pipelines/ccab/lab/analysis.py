@@ -81,6 +81,13 @@ SELECT (SELECT count() FROM tcp_samples WHERE rollout_id = {rollout:String}) AS 
 """
 
 
+TIME_RANGE_SQL = """
+SELECT count() AS n, min(ts_ms) AS first_ms, max(ts_ms) AS last_ms
+FROM (SELECT ts_ms FROM tcp_samples WHERE rollout_id = {rollout:String}
+      UNION ALL SELECT ts_ms FROM http_requests WHERE rollout_id = {rollout:String})
+"""
+
+
 def _arr(xs) -> str:
     """An array query parameter as ClickHouse text (chdb takes parameters as strings)."""
     return "[" + ",".join(str(int(x)) if isinstance(x, int) else "'" + str(x).replace("\\", "\\\\").replace("'", "\\'") + "'"
@@ -89,6 +96,12 @@ def _arr(xs) -> str:
 
 def counts(wh, rollout: str) -> dict:
     return wh.query(COUNTS_SQL, params={"rollout": rollout}).dicts()[0]
+
+
+def time_range(wh, rollout: str) -> tuple[int, int] | None:
+    """First and last ``ts_ms`` of the rollout's rows (tcp_samples and http_requests), None without rows."""
+    r = wh.query(TIME_RANGE_SQL, params={"rollout": rollout}).dicts()[0]
+    return (int(r["first_ms"]), int(r["last_ms"])) if int(r["n"]) else None
 
 
 def flow_series(wh, rollout: str, hosts: list[str], t0_ms: int) -> list[dict]:

@@ -76,7 +76,7 @@ def register(sub) -> None:
     q.add_argument("run_dir")
     q.add_argument("--out", help="output directory (default: RUN_DIR/report)")
     q.set_defaults(func=_cmd_report)
-    z = lsub.add_parser("analyze", help="re-run the analysis SQL of a run directory (results.json)")
+    z = lsub.add_parser("analyze", help="re-run the cohort job and the analysis SQL of a run directory (results.json)")
     z.add_argument("run_dir")
     z.set_defaults(func=_cmd_analyze)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])

@@ -1,21 +1,23 @@
 """``ccab lab report RUN_DIR``: PNGs + a self-contained ``index.html`` from ``results.json`` and
 ``run.json`` (no warehouse needed; ``ccab lab analyze`` refreshes results.json from it).
 
-Figures are pure (results in, matplotlib Figure out); ``render_html`` is the only place that
-knows the page layout, so it can be swapped for the canary report's renderer.
+Figures are pure (results in, matplotlib Figure out). The page is rendered by the canary report's
+page kit (:mod:`ccab.report.html`): same CSS, header, table of contents, tables and outcome colours
+as ``ccab report`` (flow collapse red, unavailable algorithms amber).
 """
 
 from __future__ import annotations
 
-import html
 import json
 import math
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from ccab.plots.render import ARM_COLORS
+from ccab.report import html as h
 
 CC_COLORS = {"cubic": ARM_COLORS[0], "bbr": ARM_COLORS[1], "reno": ARM_COLORS[2], "bbr2": ARM_COLORS[3]}
 FLOW_STYLES = ("-", "--", ":", "-.")
@@ -205,36 +207,68 @@ def _bn_text(case: dict) -> str:
     return s
 
 
-def table(headers: list[str], rows: list[list]) -> str:
-    h = "".join(f"<th>{html.escape(str(x))}</th>" for x in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>"
+def _unavailable_cases(run: dict) -> list[tuple[str, list[str]]]:
+    """(case, its algorithms) of the cases not run because the kernel lacks an algorithm."""
+    names = run.get("cases_unavailable") or []
+    if not names:
+        return []
+    try:
+        from ccab.lab import spec
+
+        algos = {c.name: list(c.algorithms) for c in spec.expand(run["yaml"]).cases}
+    except Exception:  # noqa: BLE001 - a YAML this version cannot expand: still list the names
+        algos = {}
+    return [(n, algos.get(n, [])) for n in names]
 
 
-def summary_table(summary: dict) -> str:
-    rows = []
+def _collapse_cell(rate: float) -> h.Cell:
+    return h.Cell(f"{rate:.0%}", "cell-bad" if rate > 0 else "cell-good")
+
+
+def _jain_cell(m: dict | None) -> h.Cell | str:
+    text = _ci(m, "{:.3f}")
+    if not m or m.get("mean") is None:
+        return text
+    return h.Cell(text, "cell-good" if m["mean"] >= 0.9 else "cell-warn" if m["mean"] >= 0.7 else "cell-bad")
+
+
+def summary_table(summary: dict, unavailable: list[tuple[str, list[str]]] = ()) -> h.Html:
+    rows, kinds = [], []
     for r in summary["cases"]:
         by_cc = ", ".join(f"{cc} {_ci(m, '{:.1f}')}" for cc, m in r["goodput_by_cc_mbit"].items())
         rows.append([r["case"], " vs ".join(r["algorithms"]), r["repeats"], _ci(r["sum_goodput_mbit"], "{:.1f}"),
-                     _ci(r["utilization"], "{:.0f}%", 100), _ci(r["jain"], "{:.3f}"), _ci(r["retrans_pct"], "{:.2f}"),
-                     f"{r['collapse_rate']:.0%}", _ci(r["rtt_p50_ms"], "{:.1f}"), by_cc])
-    return table(["case", "algorithms", "runs", "goodput sum (Mbit/s)", "utilization", "Jain", "retrans (%)",
-                  "collapse rate", "RTT p50 (ms)", "goodput by algorithm (Mbit/s)"], rows)
+                     _ci(r["utilization"], "{:.0f}%", 100), _jain_cell(r["jain"]), _ci(r["retrans_pct"], "{:.2f}"),
+                     _collapse_cell(r["collapse_rate"]), _ci(r["rtt_p50_ms"], "{:.1f}"), by_cc])
+        kinds.append("")
+    for name, algos in unavailable:
+        rows.append([name, " vs ".join(algos) or "–", 0,
+                     h.Cell(h.badge("unavailable on this kernel: not run", "warn"), "cell-warn"),
+                     "–", "–", "–", "–", "–", "–"])
+        kinds.append("row-neutral")
+    return h.table(["case", "algorithms", "runs", "goodput sum (Mbit/s)", "utilization", "Jain", "retrans (%)",
+                    "collapse rate", "RTT p50 (ms)", "goodput by algorithm (Mbit/s)"], rows,
+                   row_class=lambda i, _r: kinds[i], numeric=(2, 3, 4, 5, 6, 7, 8),
+                   caption="Mean ± 95% Student-t half-width over repeats. Jain: green ≥ 0.9, amber ≥ 0.7, red below; "
+                           "collapse rate: share of repeats where a flow fell below its collapse threshold (red > 0).")
 
 
-def flows_table(cases: list[dict]) -> str:
-    rows = []
+def flows_table(cases: list[dict]) -> h.Html:
+    rows, kinds = [], []
     for c in cases:
         for f in c["flows"]:
+            spans = [x for x in c["collapses"] if x["flow"] == f["flow"]]
+            collapse = (h.Cell(h.badge("collapse " + ", ".join(f"{x['from_s']}–{x['to_s']} s" for x in spans), "bad"),
+                               "cell-bad") if spans else h.Cell("no", "cell-good"))
             rows.append([c["case_id"], f["flow"], f["cc"], f"{f['goodput_bps'] / 1e6:.2f}", f"{f['retrans_pct']:.2f}",
                          f["total_retrans"], f"{f['rtt_p50_ms']:.1f}", f"{f['rtt_p95_ms']:.1f}", f"{f['cwnd_avg']:.0f}",
-                         "yes " + ", ".join(f"{x['from_s']}–{x['to_s']} s" for x in c["collapses"] if x["flow"] == f["flow"])
-                         if any(x["flow"] == f["flow"] for x in c["collapses"]) else "no"])
-    return table(["run", "flow", "cc", "goodput (Mbit/s)", "retrans (%)", "retransmits", "RTT p50 (ms)",
-                  "RTT p95 (ms)", "cwnd avg", "collapse"], rows)
+                         collapse])
+            kinds.append("row-bad" if spans else "")
+    return h.table(["run", "flow", "cc", "goodput (Mbit/s)", "retrans (%)", "retransmits", "RTT p50 (ms)",
+                    "RTT p95 (ms)", "cwnd avg", "collapse"], rows,
+                   row_class=lambda i, _r: kinds[i], numeric=range(3, 9), cls="flows")
 
 
-def pivot_table(summary: dict, var: str, metric: str, fmt: str, label: str) -> str:
+def pivot_table(summary: dict, var: str, metric: str, fmt: str, label: str, caption: str = "") -> h.Html:
     vals = sorted({float(r["vars"][var]) for r in summary["cases"] if var in r["vars"]})
     ccs = sorted({r["algorithms"][0] for r in summary["cases"] if var in r["vars"] and len(r["algorithms"]) == 1})
     rows = []
@@ -244,76 +278,105 @@ def pivot_table(summary: dict, var: str, metric: str, fmt: str, label: str) -> s
             r = next((r for r in summary["cases"] if r["algorithms"] == [cc] and float(r["vars"].get(var, -1)) == v), None)
             row.append(_ci(r[metric], fmt) if r else "–")
         rows.append(row)
-    return table([f"{label} \\ {var}"] + [f"{v:g}" for v in vals], rows)
+    return h.table([f"{label} \\ {var}"] + [f"{v:g}" for v in vals], rows, numeric=range(1, len(vals) + 1),
+                   caption=caption)
 
 
-def classes_table(summary: dict, results: dict) -> str:
+def classes_table(summary: dict, results: dict) -> h.Html:
     rows = []
     for r in summary["cases"]:
         for size, c in sorted((r.get("classes") or {}).items(), key=lambda kv: int(kv[0])):
             rows.append([r["case"], _human(int(size)), c["n"], _ci(c["p50_ms"], "{:.1f}"), _ci(c["p99_ms"], "{:.1f}"),
                          _ci(c["p999_ms"], "{:.1f}"), _ci(c["goodput_p50_bps"], "{:.2f}", 1e-6)])
-    out = table(["case", "size", "requests", "p50 (ms)", "p99 (ms)", "p99.9 (ms)", "per-request goodput p50 (Mbit/s)"], rows)
+    client = h.table(["case", "size", "requests", "p50 (ms)", "p99 (ms)", "p99.9 (ms)", "per-request goodput p50 (Mbit/s)"],
+                     rows, numeric=range(2, 7), caption="The client's view (request start to last byte received).")
     srows = []
     for c in _first_rep(results["cases"]):
         for x in c.get("classes_nginx", []):
             cls = _human(int(x["size_class"])) if x["size_class"].isdigit() else x["size_class"]
+            bulk = x["bulk_goodput_bps"]
             srows.append([c["case_id"], x["cc"], cls, x["requests"], f"{int(x['bytes']) / 1e6:.1f}",
                           f"{int(x['bytes']) * 8 / 1e6 / max(1e-9, c.get('duration_s', 1)):.2f}",
                           f"{x['rt_p50_ms']:.0f}", f"{x['rt_p99_ms']:.0f}",
-                          "–" if x["bulk_goodput_bps"] is None or (isinstance(x["bulk_goodput_bps"], float) and math.isnan(x["bulk_goodput_bps"]))
-                          else f"{x['bulk_goodput_bps'] / 1e6:.2f}"])
-    out += "<p>nginx's view (http_requests; request_time ends when the last byte is written to the socket):</p>"
-    out += table(["run", "cc", "class", "requests", "MB sent", "Mbit/s over the case", "request_time p50 (ms)", "p99 (ms)",
-                  "bulk goodput (Mbit/s)"], srows)
-    return out
+                          "–" if bulk is None or (isinstance(bulk, float) and math.isnan(bulk)) else f"{bulk / 1e6:.2f}"])
+    nginx = h.table(["run", "cc", "class", "requests", "MB sent", "Mbit/s over the case", "request_time p50 (ms)",
+                     "p99 (ms)", "bulk goodput (Mbit/s)"], srows, numeric=range(3, 9),
+                    caption="nginx's view (http_requests; request_time ends when the last byte is written to the socket).")
+    return h.join(client, nginx)
+
+
+def loss75_table(summary: dict) -> h.Html:
+    rows = []
+    for cc, v in sorted(summary.get("loss_at_75pct", {}).items()):
+        text = (("> " if v["censored"] == ">max" else "≤ " if v["censored"] == "<=min" else "")
+                + (f"{v['loss_pct']:g}%" if v["loss_pct"] is not None else "–"))
+        rows.append([cc, h.Cell(text, "cell-info") if v["censored"] else text])
+    return h.table(["cc", "loss at 75% goodput"], rows, numeric=(1,),
+                   caption="Linear interpolation between the swept loss rates; '>' = never fell below 75% "
+                           "in the sweep, '≤' = already below at the smallest loss rate.")
 
 
 # --- the page ---------------------------------------------------------------------------------------------
 
-CSS = """
-body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
-h1{font-size:1.5em;margin-bottom:.2em} h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
-.meta{color:#555;font-size:.9em} table{border-collapse:collapse;font-size:.85em;margin:.6em 0}
-th,td{border:1px solid #ddd;padding:3px 8px;text-align:right} th{background:#f4f4f4}
-td:first-child,th:first-child{text-align:left} img{max-width:100%;border:1px solid #eee;margin:.4em 0}
-.note{background:#fff8e1;border-left:4px solid #e0b000;padding:.5em 1em;font-size:.9em}
-"""
 
-
-def render_html(title: str, meta_lines: list[str], notes: list[str], sections: list[tuple[str, str]]) -> str:
-    """The page: title, metadata, notes, then (heading, HTML fragment) sections. Swap this for the
-    canary report's renderer when it exists."""
-    meta = "<br>".join(html.escape(x) for x in meta_lines)
-    note = "".join(f'<p class="note">{html.escape(n)}</p>' for n in notes)
-    body = "".join(f"<h2>{html.escape(h)}</h2>\n{frag}\n" for h, frag in sections)
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1><p class='meta'>{meta}</p>{note}{body}"
-            f"</body></html>\n")
-
-
-def _img(out: Path, name: str, fig: Figure) -> str:
+def _img(out: Path, name: str, fig: Figure, caption: str, cls: str = "") -> h.Html:
     fig.savefig(out / name, dpi=110)
-    return f'<img src="{name}" alt="{html.escape(name)}">'
+    return h.figure(name, caption, cls=cls)
 
 
-def notes_for(run: dict) -> list[str]:
+def notes_for(run: dict) -> list[tuple[str, str]]:
+    """(badge kind, text) notes about what this run could and could not emulate."""
     notes = []
     if not run["environment"].get("netem"):
-        notes.append("No netem on this kernel: no delay is added. The base RTT is the veth path (~0.05 ms) and "
-                     "every millisecond of RTT is queueing in the bottleneck buffer; buffers are sized in BDPs of "
-                     f"the nominal RTT ({run['yaml'].get('bottleneck', {}).get('rtt_ms', 20)} ms).")
+        notes.append(("warn", "No netem on this kernel: no delay is added. The base RTT is the veth path (~0.05 ms) "
+                              "and every millisecond of RTT is queueing in the bottleneck buffer; buffers are sized in "
+                              f"BDPs of the nominal RTT ({run['yaml'].get('bottleneck', {}).get('rtt_ms', 20)} ms)."))
     if not run["environment"].get("fq"):
-        notes.append("No fq qdisc: BBR paces with its internal (TCP-layer) pacing.")
+        notes.append(("info", "No fq qdisc: BBR paces with its internal (TCP-layer) pacing."))
     if run.get("algorithms_unavailable"):
-        notes.append(f"Unavailable on this kernel, not run: {', '.join(run['algorithms_unavailable'])} "
-                     f"(cases: {', '.join(run['cases_unavailable'])}). Offered: "
-                     f"{' '.join(run['environment']['cc_available'])}.")
-    setters = {h["agent"]["setter"] for c in run["cases"] for h in c["hosts"].values()}
+        notes.append(("warn", f"Unavailable on this kernel, not run: {', '.join(run['algorithms_unavailable'])} "
+                              f"(cases: {', '.join(run['cases_unavailable'])}). Offered: "
+                              f"{' '.join(run['environment']['cc_available'])}."))
+    setters = {h_["agent"]["setter"] for c in run["cases"] for h_ in c["hosts"].values()}
     if "lab-fallback" in setters:
-        notes.append("Congestion control was set by the lab's fallback (bin/ccab-agent not built), not by the agent.")
-    notes.append("Machine shared with other work (2 cores): expect run-to-run noise; repeat with --repeat N.")
+        notes.append(("warn", "Congestion control was set by the lab's fallback (bin/ccab-agent not built), "
+                              "not by the agent."))
+    notes.append(("neutral", "Machine shared with other work (2 cores): expect run-to-run noise; repeat with --repeat N."))
     return notes
+
+
+_NOTE_LABEL = {"warn": "caveat", "info": "note", "neutral": "note", "bad": "problem"}
+
+
+def run_section(run: dict, rows: dict) -> h.Section:
+    env = run["environment"]
+    unavailable = run.get("algorithms_unavailable") or []
+    cohorts = run.get("cohorts") or {}
+    rid = run["rollout_id"]
+    facts = [
+        ("rollout_id", h.Html(f"<code>{h.esc(rid)}</code>")),
+        ("PoP", "lab"),
+        ("seed · repeats", f"{run['seed']} · {run['repeat']}"),
+        ("kernel", run["kernel"]),
+        ("algorithms offered", " ".join(env["cc_available"])),
+        ("algorithms unavailable", h.Cell(h.join(*[h.join(h.badge(a + ": unavailable, not run", "warn"), " ")
+                                                   for a in unavailable]), "cell-warn") if unavailable else "none"),
+        ("delay emulation", h.Cell(run["delay_emulation"], "" if env.get("netem") else "cell-warn")),
+        ("nginx", env.get("nginx", "")),
+        ("warehouse rows", f"tcp_samples {rows['tcp_rows']:,}, http_requests {rows['http_rows']:,}"),
+        ("sockets' cc seen", ", ".join(rows["ccs"])),
+        ("cohort rollups", (f"{', '.join(cohorts['hours'])}: {cohorts['summary']}" if cohorts.get("hours")
+                            else h.Cell("not computed (run `ccab lab analyze RUN_DIR`)", "cell-warn"))),
+    ]
+    notes = h.ul([h.join(h.badge(_NOTE_LABEL.get(kind, "note"), kind), " ", text) for kind, text in notes_for(run)])
+    howto = h.para(h.Html(
+        "The run's rows are in the warehouse under PoP <code>lab</code> and this rollout_id, and in the hourly "
+        f"cohort rollups: <code>ccab report --rollout {h.esc(rid)} --pop lab</code>, <code>ccab plot cdf --pop lab "
+        f"--rollout {h.esc(rid)} --metric rtt_us --out F.png</code>, the analyst views and the dashboards (arm = the "
+        "host's algorithm) work on it. The judge is not run on lab data: 2–3 hosts per comparison make every test "
+        "inconclusive by design."))
+    lead = (run.get("description") or "").strip() or "What ran, where, and what this machine could not emulate."
+    return h.Section("Run", h.join(h.table(["", ""], facts, cls="facts"), notes, howto), "run", lead)
 
 
 def build(run_dir: Path, out: Path | None = None) -> Path:
@@ -324,46 +387,69 @@ def build(run_dir: Path, out: Path | None = None) -> Path:
     kind = res["kind"]
     summary = res["summary"]
     first = _first_rep(res["cases"])
-    rate = float(run["yaml"].get("bottleneck", {}).get("rate_mbit", 20))
-    sections: list[tuple[str, str]] = [("Summary (mean ± 95% t-interval over repeats)", summary_table(summary))]
+    S = h.Section
+    sections: list[h.Section] = [
+        run_section(run, res["rows"]),
+        S("Summary", summary_table(summary, _unavailable_cases(run)), "summary",
+          "Per case over its repeats: goodput over the all-flows-active window, fairness, retransmits, collapses."),
+    ]
     if kind == "buffer-sweep":
-        sections.append(("Goodput and retransmits vs buffer", _img(out, "buffer_sweep.png", sweep_figure(
-            summary["cases"], "buffer_bdp", "bottleneck buffer (BDP)", log_x=True))))
-        sections.append(("Goodput (Mbit/s)", pivot_table(summary, "buffer_bdp", "sum_goodput_mbit", "{:.1f}", "cc")))
-        sections.append(("Retransmitted bytes (%)", pivot_table(summary, "buffer_bdp", "retrans_pct", "{:.2f}", "cc")))
-        sections.append(("RTT p50 (ms)", pivot_table(summary, "buffer_bdp", "rtt_p50_ms", "{:.1f}", "cc")))
+        sections += [
+            S("Goodput and retransmits vs buffer", _img(out, "buffer_sweep.png", sweep_figure(
+                summary["cases"], "buffer_bdp", "bottleneck buffer (BDP)", log_x=True),
+                "Goodput (left) and retransmitted bytes (right) per algorithm vs the bottleneck buffer; "
+                "bars: 95% t-intervals over repeats.", cls="wide"), "buffer-sweep"),
+            S("Goodput (Mbit/s)", pivot_table(summary, "buffer_bdp", "sum_goodput_mbit", "{:.1f}", "cc"), "buffer-goodput"),
+            S("Retransmitted bytes (%)", pivot_table(summary, "buffer_bdp", "retrans_pct", "{:.2f}", "cc"),
+              "buffer-retrans"),
+            S("RTT p50 (ms)", pivot_table(summary, "buffer_bdp", "rtt_p50_ms", "{:.1f}", "cc"), "buffer-rtt"),
+        ]
     if kind == "loss-resilience":
-        sections.append(("Goodput vs random loss", _img(out, "loss_resilience.png", sweep_figure(
-            summary["cases"], "loss_pct", "random loss (%)", log_x=True, normalize=True, mark=0.75))))
-        l75 = [[cc, ("> " if v["censored"] == ">max" else "≤ " if v["censored"] == "<=min" else "")
-                + (f"{v['loss_pct']:g}%" if v["loss_pct"] is not None else "–")]
-               for cc, v in sorted(summary.get("loss_at_75pct", {}).items())]
-        sections.append(("Loss rate at which each algorithm keeps 75% of its best goodput",
-                         table(["cc", "loss at 75% goodput"], l75)))
-        sections.append(("Goodput (Mbit/s)", pivot_table(summary, "loss_pct", "sum_goodput_mbit", "{:.1f}", "cc")))
+        sections += [
+            S("Goodput vs random loss", _img(out, "loss_resilience.png", sweep_figure(
+                summary["cases"], "loss_pct", "random loss (%)", log_x=True, normalize=True, mark=0.75),
+                "Goodput as a share of each algorithm's best (left) and retransmitted bytes (right) vs random loss; "
+                "dashed: 75% of the best.", cls="wide"), "loss-resilience"),
+            S("Loss rate at which each algorithm keeps 75% of its best goodput", loss75_table(summary), "loss-75",
+              "The Pantheon/PCC metric."),
+            S("Goodput (Mbit/s)", pivot_table(summary, "loss_pct", "sum_goodput_mbit", "{:.1f}", "cc"), "loss-goodput"),
+        ]
     if kind == "size-fairness":
-        sections.append(("Small-request latency", _img(out, "size_latency.png", latency_figure(summary["cases"]))))
-        sections.append(("Goodput and latency per size class", classes_table(summary, res)))
+        sections += [
+            S("Small-request latency", _img(out, "size_latency.png", latency_figure(summary["cases"]),
+                                            "Client-side latency per request size class and case: p50, p99, p99.9 "
+                                            "(darker → lighter), log scale.", cls="wide"), "latency"),
+            S("Goodput and latency per size class", classes_table(summary, res), "classes"),
+        ]
     if kind == "fairness":
-        sections.append(("Goodput shares", _img(out, "fairness_shares.png", share_figure(first))))
+        sections.append(S("Goodput shares", _img(out, "fairness_shares.png", share_figure(first),
+                                                 "Goodput per flow over the window where all flows are active, "
+                                                 "stacked per case (first repeat)."), "shares"))
     if kind in ("fairness", "size-fairness"):
+        figs = []
         for c in first:
             name = f"case_{c['case']}.png"
-            sections.append((f"{c['case']}: goodput, cwnd and RTT per flow",
-                             _img(out, name, case_figure(c, float(c["bottleneck"]["rate_mbit"])))))
+            figs.append(_img(out, name, case_figure(c, float(c["bottleneck"]["rate_mbit"])),
+                             f"{c['case']}: goodput, cwnd and smoothed RTT per flow ({_bn_text(c)}); "
+                             "red bands: flow collapse."))
+        sections.append(S("Goodput, cwnd and RTT per flow over time",
+                          h.Html('<div class="figures">' + h.join(*figs) + "</div>"), "per-case",
+                          "Brakmo's per-run graphs, first repeat of each case."))
     else:
-        sections.append(("Goodput over time per case", _img(out, "goodput_grid.png",
-                                                             grid_figure(first, "goodput_bps", "goodput (Mbit/s)", 1e-6))))
-        sections.append(("cwnd over time per case", _img(out, "cwnd_grid.png", grid_figure(first, "cwnd", "cwnd (segments)"))))
-    sections.append(("Per flow", flows_table(res["cases"])))
-    rows = res["rows"]
-    meta_lines = [
-        f"rollout_id {run['rollout_id']} · PoP lab · seed {run['seed']} · repeats {run['repeat']}",
-        f"kernel {run['kernel']} · algorithms offered: {' '.join(run['environment']['cc_available'])} · "
-        f"delay emulation: {run['delay_emulation']} · {run['environment'].get('nginx', '')}",
-        f"warehouse rows: tcp_samples {rows['tcp_rows']:,}, http_requests {rows['http_rows']:,} · "
-        f"sockets' cc seen: {', '.join(rows['ccs'])}",
-    ]
-    page = render_html(f"ccab lab — {run['experiment']}", meta_lines, notes_for(run), sections)
-    (out / "index.html").write_text(page)
-    return out / "index.html"
+        sections += [
+            S("Goodput over time per case", _img(out, "goodput_grid.png", grid_figure(
+                first, "goodput_bps", "goodput (Mbit/s)", 1e-6), "Goodput of every long flow, one panel per case "
+                "(first repeat).", cls="wide"), "goodput-grid"),
+            S("cwnd over time per case", _img(out, "cwnd_grid.png", grid_figure(first, "cwnd", "cwnd (segments)"),
+                                              "Congestion window of every long flow, one panel per case.", cls="wide"),
+              "cwnd-grid"),
+        ]
+    sections.append(S("Per flow", flows_table(res["cases"]), "flows",
+                      "Every long flow of every repeat over the all-flows-active window; rows with a flow collapse "
+                      "are red."))
+    subtitle = (f"{run['kind']} · rollout_id {run['rollout_id']} · PoP lab · "
+                f"kernel {run['kernel']} · seed {run['seed']} · {run['repeat']} repeat(s)")
+    generated = (f"Generated by `ccab lab report {run_dir}` at "
+                 f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.")
+    return h.write_page(out / "index.html", h.render_page(f"ccab lab — {run['experiment']}", sections, subtitle,
+                                                          generated))

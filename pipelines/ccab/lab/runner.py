@@ -158,6 +158,7 @@ def run(exp: Experiment, out_dir: Path, repeat: int = 1, seed: int | None = None
         meta["finished_traffic_at"] = time.time()
         log("lab: loading Kafka → warehouse")
         meta["load"] = load(bootstrap, [topic_tcp, topic_http], f"ccab-lab-{rollout_id}")
+        meta["cohorts"] = cohort_rollup(rollout_id, log)
         results = analyze(meta, exp, run_dir)
         _write_json(run_dir / "results.json", results)
         meta["rows"] = results["rows"]
@@ -252,6 +253,35 @@ def load(bootstrap: str, topics: list[str], group: str) -> dict:
         return {"inserted": totals.inserted, "dead_letters": totals.dead_total}
     finally:
         wh.close()
+
+
+def cohort_rollup(rollout_id: str, log=print) -> dict:
+    """The production hourly cohort job (``ccab.cohorts.job.run_window``) over the UTC hours the
+    run's rows touch, so the run lands in ``cohort_hourly`` / ``cohort_heatmap_hourly`` under PoP
+    ``lab`` like production data. The job recomputes whole hours (every PoP), idempotently, exactly
+    as the scheduled job would; no look-back: the lab adds rows to its own hours only."""
+    from datetime import datetime, timezone
+
+    from ccab.cohorts.job import HOUR, run_window
+    from ccab.warehouse import connect
+
+    wh = connect()
+    try:
+        span = analysis.time_range(wh, rollout_id)
+        if span is None:
+            log("lab: no rows in the warehouse for this run; cohort job not run")
+            return {"hours": [], "summary": "no rows"}
+        first, last = (datetime.fromtimestamp(ms / 1000, timezone.utc).replace(minute=0, second=0, microsecond=0)
+                       for ms in span)
+        report = run_window(wh, first, last + HOUR, lookback=False)
+    finally:
+        wh.close()
+    log(f"lab: cohort job {first:%Y-%m-%dT%H}:00Z–{last + HOUR:%Y-%m-%dT%H}:00Z: {report.summary()}")
+    return {"hours": [h.hour.strftime("%Y-%m-%dT%H:00Z") for h in report.computed],
+            "connections": sum(h.connections for h in report.computed),
+            "rollup_rows": sum(h.rollup_rows for h in report.computed),
+            "heatmap_rows": sum(h.heatmap_rows for h in report.computed),
+            "summary": report.summary()}
 
 
 def _delete_topics(bootstrap: str, topics: list[str]) -> None:
@@ -398,11 +428,13 @@ def summarize(kind: str, cases: list[dict]) -> dict:
 
 
 def reanalyze(run_dir: Path) -> Path:
-    """Run the analysis again on a finished run (the rows are in the warehouse)."""
+    """Run the cohort job and the analysis again on a finished run (the rows are in the warehouse)."""
     from ccab.lab import spec
 
     meta = json.loads((run_dir / "run.json").read_text())
     exp = spec.expand(meta["yaml"])
+    meta["cohorts"] = cohort_rollup(meta["rollout_id"], log=lambda _m: None)
+    _write_json(run_dir / "run.json", meta)
     results = analyze(meta, exp, run_dir)
     _write_json(run_dir / "results.json", results)
     return run_dir / "results.json"
