@@ -204,3 +204,22 @@ def test_gates_pass_on_clean_aa_data(warehouse, aa_sim, tmp_path):
     verdict, gates = _judge_modified(warehouse, aa_sim, tmp_path)
     assert [g for g in gates if g.status == "fail"] == []
     assert verdict.decision in ("pass", "halt", "continue")  # a decision, not "no_decision"
+
+
+def test_the_rollout_plan_sets_control_guardrails_and_breakers(warehouse_env):
+    import shutil
+
+    from ccab.judge.core import stored_plan_options
+
+    assert stored_plan_options("tyo1-bbr-canary") == (None, None, None, "")  # no controller, no plan
+    stored = warehouse_env / "rollouts" / "tyo1-bbr-canary"
+    stored.mkdir(parents=True)
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copy(repo / "rollout/plans/tyo1-bbr-canary.yaml", stored / "plan.yaml")
+    shutil.copy(repo / "rollout/plans/tyo1-hosts.txt", stored / "tyo1-hosts.txt")
+    control, guardrails, breakers, note = stored_plan_options("tyo1-bbr-canary")
+    assert control == "control" and note == ""
+    assert ("retrans_pct", "p50", 4.0) in {(g.metric, g.statistic, g.margin) for g in guardrails}
+    assert [(b.ratio, b.minutes) for b in breakers] == [(20.0, 30)]
+    (stored / "plan.yaml").write_text("rollout_id: [")
+    assert "invalid" in stored_plan_options("tyo1-bbr-canary")[3]

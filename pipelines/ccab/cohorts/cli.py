@@ -78,8 +78,9 @@ def register(sub) -> None:
                    help="bulk filter for goodput and the 'bulk' segment, bytes (default: %(default)s = 1 MiB)")
     p.add_argument("--lookback-hours", type=int, default=24, metavar="H",
                    help="also recompute stale hours this far before --from (default: %(default)s; 0 = off)")
-    p.add_argument("--control", default="control", metavar="ARM",
-                   help="the arm the others are compared with (default: %(default)s)")
+    p.add_argument("--control", default=None, metavar="ARM",
+                   help="the arm the others are compared with (default: the rollout plan's control arm "
+                        "when the controller started the rollout, else 'control')")
     p.add_argument("--look", type=int, default=1, metavar="K",
                    help="which look of a sequential plan this is (alpha spent so far; default: %(default)s)")
     p.add_argument("--looks", type=int, default=1, metavar="N", help="planned looks (default: %(default)s)")

@@ -80,9 +80,11 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
     Parameters
     ----------
     control_arm : str, optional
-        The arm every other arm is compared with; default ``control``.
+        The arm every other arm is compared with; default: the rollout plan's control arm (when the
+        controller started this rollout), else ``control``.
     guardrails, breakers : optional
-        Declared per rollout (the plan); defaults :data:`DEFAULT_GUARDRAILS`, :data:`DEFAULT_BREAKERS`.
+        Declared per rollout; default: the rollout plan's, else :data:`DEFAULT_GUARDRAILS`,
+        :data:`DEFAULT_BREAKERS`.
     look, looks_planned : int
         Which look of a group-sequential plan this is; a single analysis is look 1 of 1.
     write : bool
@@ -97,16 +99,22 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
     from ccab.judge import alerts as alerts_mod  # alerts imports core's types
 
     start, end = utc_hour(start), utc_hour(end)
-    guardrails = tuple(DEFAULT_GUARDRAILS if guardrails is None else guardrails)
-    breakers = tuple(DEFAULT_BREAKERS if breakers is None else breakers)
     if not 1 <= look:
         raise ValueError(f"look must be >= 1, got {look}")
     report = JudgeReport(start, end, look, looks_planned)
     for pop, rollout in rollouts_in(wh, start, end, rollout_id):
         if not rollout:
             continue  # hosts outside any rollout: nothing to compare
-        j = judge_rollout(wh, pop, rollout, start, end, control_arm=control_arm or "control",
-                          guardrails=guardrails, breakers=breakers, look=look, looks_planned=looks_planned)
+        plan_control, plan_guardrails, plan_breakers, plan_note = stored_plan_options(rollout)
+        j = judge_rollout(wh, pop, rollout, start, end, control_arm=control_arm or plan_control or "control",
+                          guardrails=tuple(guardrails if guardrails is not None else
+                                           plan_guardrails or DEFAULT_GUARDRAILS),
+                          breakers=tuple(breakers if breakers is not None else
+                                         plan_breakers if plan_breakers is not None else DEFAULT_BREAKERS),
+                          look=look, looks_planned=looks_planned)
+        if plan_note:
+            for v in j.verdicts:
+                v.reasons.append(plan_note)
         template = report_url if report_url is not None else settings().report_url_template
         j.alerts = alerts_mod.build_alerts(j, start, end, report_url=template.replace("{rollout_id}", rollout))
         for v in j.verdicts:
@@ -122,6 +130,25 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
         if notify_url:
             alerts_mod.notify(notify_url, [a for a in changed if a.severity in ("page", "ticket")])
     return report
+
+
+def stored_plan_options(rollout_id: str):
+    """(control arm, guardrails, breakers, note) from the plan the rollout controller started this
+    rollout with (``$CCAB_DATA_DIR/rollouts/<id>/plan.yaml``), so ``ccab analyze`` and the DAGs judge
+    a rollout the way its controller does; all None when there is no such plan."""
+    from ccab.rollout.plan import PlanError, load_plan
+    from ccab.rollout.state import Store
+
+    path = Store.for_rollout(rollout_id).plan_file
+    if not path.exists():
+        return None, None, None, ""
+    try:
+        plan = load_plan(path)
+    except PlanError as exc:
+        return None, None, None, f"the rollout's stored plan {path} is invalid ({exc}); default guardrails used"
+    return (plan.control_arm,
+            tuple(Guardrail(g.metric, g.statistic, g.margin, g.severity) for g in plan.guardrails),
+            tuple(Breaker(b.metric, b.ratio, b.minutes) for b in plan.breakers) or None, "")
 
 
 def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: datetime, *, control_arm: str,
