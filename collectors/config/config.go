@@ -35,6 +35,7 @@ type Config struct {
 	StateDir         string   `json:"state_dir"`
 	RolloutStateFile string   `json:"rollout_state_file"`
 	ProcFS           string   `json:"procfs"`
+	CCNetns          string   `json:"cc_netns"` // network namespace whose default cc is the host's ("" = own)
 	MetricsAddr      string   `json:"metrics_addr"`
 	LogLevel         string   `json:"log_level"`
 	LogFormat        string   `json:"log_format"`
@@ -264,6 +265,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "`dir` for the checkpoint, the spool and sink state")
 	fs.StringVar(&c.RolloutStateFile, "rollout-state-file", c.RolloutStateFile, "the rollout agent's state `file` ({\"rollout_id\",\"arm\",\"cc\",\"generation\"})")
 	fs.StringVar(&c.ProcFS, "path-procfs", c.ProcFS, "procfs mount point")
+	fs.StringVar(&c.CCNetns, "cc-netns", c.CCNetns, "network namespace `name or path` whose net.ipv4.tcp_congestion_control is the host's default cc (default: the collector's own; set it when the host is a namespace, as in the lab)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "`host:port` of /metrics (\"\" disables)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")

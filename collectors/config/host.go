@@ -14,6 +14,7 @@ import (
 
 	"github.com/ccab-dev/ccab/collectors/metrics"
 	"github.com/ccab-dev/ccab/collectors/record"
+	"github.com/ccab-dev/ccab/internal/netns"
 )
 
 // RolloutState is the rollout agent's state file.
@@ -26,7 +27,8 @@ type RolloutState struct {
 
 // Host stamps records: pop, host, kernel from the configuration (or the OS), arm and
 // rollout_id from the rollout agent's state file, and cc (the host's default congestion
-// control) from procfs. The state file and cc are checked at most every RefreshEvery; the
+// control) from procfs — read inside CCNetns when the host is a network namespace (net sysctls
+// belong to the reading thread's namespace). The state file and cc are checked at most every RefreshEvery; the
 // file is read again only when its mtime or size changed. A missing or unreadable state
 // file gives empty arm and rollout_id, ccab_collector_rollout_state_ok 0, and a count in
 // ccab_collector_rollout_state_errors_total{reason}.
@@ -36,6 +38,7 @@ type Host struct {
 	mu        sync.Mutex
 	base      record.Meta
 	procfs    string
+	ccNetns   string // netns.Path of the namespace whose cc is the host's ("" = own)
 	statePath string
 	m         *metrics.Metrics
 	log       *slog.Logger
@@ -58,7 +61,7 @@ func NewHost(c *Config, m *metrics.Metrics, log *slog.Logger) (*Host, error) {
 	if c.Kernel == "" {
 		c.Kernel = kernelRelease(c.ProcFS)
 	}
-	h := &Host{RefreshEvery: time.Second, procfs: c.ProcFS, statePath: c.RolloutStateFile, m: m, log: log,
+	h := &Host{RefreshEvery: time.Second, procfs: c.ProcFS, ccNetns: netns.Path(c.CCNetns), statePath: c.RolloutStateFile, m: m, log: log,
 		base: record.Meta{Pop: c.Pop, Host: c.Host, Kernel: c.Kernel, SampleRate: c.SampleRate}}
 	h.refresh(time.Now(), true)
 	return h, nil
@@ -98,8 +101,15 @@ func (h *Host) Meta() record.Meta {
 // refresh re-reads cc and, if it changed, the state file. Lock held (or not yet shared).
 func (h *Host) refresh(now time.Time, first bool) {
 	h.checked = now
-	if b, err := os.ReadFile(filepath.Join(h.procfs, "sys/net/ipv4/tcp_congestion_control")); err == nil {
-		h.base.CC = strings.TrimSpace(string(b))
+	var ccText []byte
+	err := netns.Do(h.ccNetns, func() (err error) {
+		ccText, err = os.ReadFile(filepath.Join(h.procfs, "sys/net/ipv4/tcp_congestion_control"))
+		return err
+	})
+	if err == nil {
+		h.base.CC = strings.TrimSpace(string(ccText))
+	} else if first {
+		h.log.Warn("host congestion control unreadable", "netns", h.ccNetns, "err", err)
 	}
 	fi, err := os.Stat(h.statePath)
 	if err != nil {

@@ -217,7 +217,7 @@ class Collector:
             "--kafka-brokers", bootstrap, "--topic-tcp", topic_tcp, "--topic-http", topic_http,
             "--state-dir", str(root / "state"), "--nginx-paths", str(access_log), "--nginx-format", "json",
             "--nginx-poll-interval", "100ms", "--nginx-checkpoint-interval", "1s",
-            "--pop", "lab", "--host", host, "--rollout-state-file", str(state_file),
+            "--pop", "lab", "--host", host, "--rollout-state-file", str(state_file), "--cc-netns", ns,
             "--tcp-info-enabled", "--tcp-info-interval", f"{interval_ms}ms", "--tcp-info-namespaces", ns,
             "--tcp-info-local-ports", "80", "--tcp-info-salt", "ccab-lab",
             "--kafka-shutdown-timeout", "10s", "--kafka-linger", "50ms",
