@@ -65,9 +65,7 @@ SELECT host, any(cc) AS cc,
        count() AS requests, sum(body_bytes_sent) AS bytes,
        quantileExact(0.5)(request_time_ms) AS rt_p50_ms, quantileExact(0.99)(request_time_ms) AS rt_p99_ms,
        quantileExact(0.999)(request_time_ms) AS rt_p999_ms,
-       -- not the table's goodput_bps ALIAS: its NULL branch fails the Float64 cast when request_time_ms = 0
-       avgIf(body_bytes_sent * 8000 / request_time_ms, body_bytes_sent >= 1048576 AND request_time_ms > 0)
-           AS bulk_goodput_bps
+       avgIf(goodput_bps, body_bytes_sent >= 1048576) AS bulk_goodput_bps  -- NULL (request_time 0) skipped
 FROM http_requests
 WHERE rollout_id = {rollout:String} AND host IN {hosts:Array(String)}
 GROUP BY host, size_class
