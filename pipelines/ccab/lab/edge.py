@@ -8,7 +8,6 @@ the host's namespace with ``--tcp-info-namespaces`` (setns per dump; needs CAP_S
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ from pathlib import Path
 from ccab.lab.netns import LabError, Registry, in_ns
 
 REPO = Path(__file__).resolve().parents[3]
-TEST_KEY_SEED = Path("/work/shared/contracts/vectors/test_ed25519_seed.hex")
+TEST_KEY_SEED = REPO.parent / "shared" / "contracts" / "vectors" / "test_ed25519_seed.hex"  # ../shared beside the repo
 
 # The ccab log_format of shared/notes/nginx.md.
 CCAB_LOG_FORMAT = (
@@ -55,27 +54,7 @@ def make_www(www: Path, sizes: list[int]) -> None:
             p.write_bytes(os.urandom(n))
 
 
-# --- congestion control: the agent, and the seam until it lands -------------------------------------
-
-
-def sign_assignment(record: dict, seed_hex: str | None = None) -> dict:
-    """``record`` with ``signature``: Ed25519 over ccab.contracts.canonical_json, by the test key."""
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    from ccab.contracts import canonical_json
-
-    seed = bytes.fromhex((seed_hex or TEST_KEY_SEED.read_text()).strip())
-    key = Ed25519PrivateKey.from_private_bytes(seed)
-    return {**record, "signature": base64.b64encode(key.sign(canonical_json(record))).decode()}
-
-
-def public_key_b64(seed_hex: str | None = None) -> str:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
-    seed = bytes.fromhex((seed_hex or TEST_KEY_SEED.read_text()).strip())
-    pub = Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    return base64.b64encode(pub).decode()
+# --- congestion control: set by the real agent from a signed assignment ------------------------------
 
 
 def agent_binary() -> Path | None:
@@ -93,14 +72,17 @@ def apply_cc(ns: str, host: str, cc: str, rollout_id: str, generation: int, work
     workdir.mkdir(parents=True, exist_ok=True)
     record = {"schema": "assignment/1", "rollout_id": rollout_id, "generation": generation, "pop": "lab",
               "host": host, "arm": cc, "cc": cc, "qdisc": None, "issued_at_ms": int(time.time() * 1000)}
-    signed = sign_assignment(record)
+    from ccab.rollout import signing
+
+    key = signing.load_private_key(TEST_KEY_SEED)  # the lab's hosts trust the test key only
+    signed = signing.sign(record, key)
     assignment = workdir / "assignment.json"
     assignment.write_text(json.dumps(signed))
     state_file = workdir / "state.json"
     agent = agent_binary()
     if agent is not None:
         pub = workdir / "controller.pub"
-        pub.write_text(public_key_b64() + "\n")
+        pub.write_text(signing.public_b64(key) + "\n")
         cmd = [str(agent), "--once", "--assignment-file", str(assignment), "--netns", ns,
                "--public-key", str(pub), "--state-file", str(state_file), "--host", host, "--pop", "lab",
                "--metrics-addr", ""]
