@@ -117,6 +117,27 @@ def test_canary_flags_bbr1_retransmits_and_bbr2_high_loss_tail(canary_sim, wareh
     after = {a["alert_id"]: a["action"] for a in _alerts_json(capsys, "--rollout", "tyo1-bbr-canary")}
     assert after[bbr1["alert_id"]] == "rolled_back"
 
+    # power from the history's host-level spread: the per-host window statistic computed in SQL
+    # equals the one read from the host's merged histogram in Python
+    from ccab.judge import data
+    from ccab.judge.power import host_window_values
+    from ccab.judge.stats import arm_quantile_ci
+
+    with warehouse() as wh:
+        in_sql = host_window_values(wh, "goodput_bps", "p10", 1, START, END, pop="tyo1", arm="control")
+        rows = data.host_rows(wh, "tyo1", "tyo1-bbr-canary", "all", START, START.replace(hour=1), ["goodput_bps"],
+                              ["control"])["goodput_bps"]
+    arr = data.host_arrays(rows, "none", "control")
+    in_python = sorted(arm_quantile_ci(arr.hist[i:i + 1], arr.n_zero[i:i + 1], arr.bins, 0.1)[0]
+                       for i in range(arr.n.size))
+    assert len(in_sql) == HOURS and sorted(in_sql[0]) == pytest.approx(in_python, rel=1e-9)
+    capsys.readouterr()
+    assert cli.main(["power", "--metric", "goodput_bps", "--statistic", "p10", "--mde", "0.05", "--arm", "control",
+                     "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert table[0]["duration_h"] == 1 and table[0]["windows"] == HOURS and table[0]["hosts"] == 7
+    assert table[0]["sigma_log"] > 0 and table[0]["hosts_per_arm"] >= 2
+
 
 def test_aa_flags_nothing(aa_sim, warehouse_env, capsys):
     assert cli.main(["load", str(aa_sim / "ccab.tcp.v1.jsonl"), str(aa_sim / "ccab.http.v1.jsonl")]) == 0
