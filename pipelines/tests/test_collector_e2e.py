@@ -30,19 +30,11 @@ from pathlib import Path
 
 import pytest
 
+from ccab.lab.edge import nginx_config
+
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.kafka
-
-# The ccab log_format of shared/notes/nginx.md.
-CCAB_LOG_FORMAT = (
-    "log_format ccab escape=json '{\"msec\":$msec,\"remote_addr\":\"$remote_addr\",\"connection\":$connection,'\n"
-    "  '\"connection_requests\":$connection_requests,\"request_method\":\"$request_method\",\"status\":$status,'\n"
-    "  '\"bytes_sent\":$bytes_sent,\"body_bytes_sent\":$body_bytes_sent,\"request_time\":$request_time,'\n"
-    "  '\"tcpinfo_rtt\":\"$tcpinfo_rtt\",\"tcpinfo_rttvar\":\"$tcpinfo_rttvar\",'\n"
-    "  '\"tcpinfo_snd_cwnd\":\"$tcpinfo_snd_cwnd\",\"tcpinfo_rcv_space\":\"$tcpinfo_rcv_space\"}';"
-)
-
 
 # --- helpers ---------------------------------------------------------------------------------------
 
@@ -210,28 +202,8 @@ class Lab:
         (self.www / "medium").write_bytes(os.urandom(200 * 1024))
         (self.www / "big").write_bytes(os.urandom(2 * 1024 * 1024))
         tmp = self.root / "nginx"
-        self.nginx_conf.write_text(f"""
-worker_processes 2;
-pid {tmp}/nginx.pid;
-error_log {tmp}/error.log warn;
-user root;
-events {{ worker_connections 256; }}
-http {{
-    {CCAB_LOG_FORMAT}
-    access_log {self.logs}/access.log ccab;
-    client_body_temp_path {tmp}/body;
-    proxy_temp_path {tmp}/proxy;
-    fastcgi_temp_path {tmp}/fastcgi;
-    uwsgi_temp_path {tmp}/uwsgi;
-    scgi_temp_path {tmp}/scgi;
-    sendfile on;
-    keepalive_timeout 10;
-    server {{
-        listen {self.srv_ip}:8080;
-        root {self.www};
-    }}
-}}
-""")
+        self.nginx_conf.write_text(nginx_config(tmp, self.logs / "access.log", f"{self.srv_ip}:8080", self.www,
+                                                workers=2, worker_connections=256))
         _sh("ip", "netns", "exec", self.srv, "nginx", "-p", str(tmp), "-c", str(self.nginx_conf))
 
     def reopen_nginx(self) -> None:

@@ -32,6 +32,39 @@ CCAB_LOG_FORMAT = (
     "  '\"tcpinfo_snd_cwnd\":\"$tcpinfo_snd_cwnd\",\"tcpinfo_rcv_space\":\"$tcpinfo_rcv_space\"}';"
 )
 
+
+
+def nginx_config(prefix: Path, access_log: Path, listen: str, www: Path, *, workers: int = 1,
+                 worker_connections: int = 1024) -> str:
+    """An nginx.conf for a test or lab nginx run as ``nginx -p PREFIX -c FILE``: everything it
+    writes stays under ``prefix``, the access log is in the ``ccab`` JSON log_format, ``www`` is
+    served as is on ``listen`` (e.g. ``10.0.0.1:80 backlog=1024``)."""
+    return f"""
+worker_processes {workers};
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+user root;
+events {{ worker_connections {worker_connections}; }}
+http {{
+    {CCAB_LOG_FORMAT}
+    access_log {access_log} ccab;
+    client_body_temp_path {prefix}/body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_timeout 10;
+    default_type application/octet-stream;
+    server {{
+        listen {listen};
+        root {www};
+    }}
+}}
+"""
+
+
 STREAM_FILE_BYTES = 8 << 30  # sparse: sendfile reads zero pages, no disk I/O
 
 
@@ -128,30 +161,7 @@ class Nginx:
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         r = self.root
-        self.conf.write_text(f"""
-worker_processes 1;
-pid {r}/nginx.pid;
-error_log {r}/error.log warn;
-user root;
-events {{ worker_connections 1024; }}
-http {{
-    {CCAB_LOG_FORMAT}
-    access_log {self.access_log} ccab;
-    client_body_temp_path {r}/body;
-    proxy_temp_path {r}/proxy;
-    fastcgi_temp_path {r}/fastcgi;
-    uwsgi_temp_path {r}/uwsgi;
-    scgi_temp_path {r}/scgi;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_timeout 10;
-    default_type application/octet-stream;
-    server {{
-        listen {self.ip}:80 backlog=1024;
-        root {self.www};
-    }}
-}}
-""")
+        self.conf.write_text(nginx_config(r, self.access_log, f"{self.ip}:80 backlog=1024", self.www))
         in_ns(self.ns, "nginx", "-p", str(r), "-c", str(self.conf))
         for _ in range(50):
             if self.pid_file.exists() and self.pid_file.read_text().strip():
