@@ -20,7 +20,7 @@ import pytest
 
 from ccab import cli
 from ccab.cohorts.job import run_window
-from ccab.judge import judge_window
+from ccab.judge import DEFAULT_GUARDRAILS, judge_window
 from ccab.loader import load_files
 
 HOURS = 3
@@ -225,6 +225,10 @@ def test_gates_pass_on_clean_aa_data(warehouse, aa_sim, tmp_path):
     verdict, gates = _judge_modified(warehouse, aa_sim, tmp_path)
     assert [g for g in gates if g.status == "fail"] == []
     assert verdict.decision in ("pass", "halt", "continue")  # a decision, not "no_decision"
+    # one kernel for every host: no kernel segment (it would only repeat 'all')
+    results = judge_window(warehouse, START, END, "tyo1-aa", write=False).rollouts[0].results
+    assert not [r for r in results if r.segment.startswith("kernel:")]
+    assert {r.segment for r in results if r.role == "segment"} >= {"rtt:0-20ms", "size:<4MiB"}
 
 
 def test_the_rollout_plan_sets_control_guardrails_and_breakers(warehouse_env):
@@ -244,3 +248,23 @@ def test_the_rollout_plan_sets_control_guardrails_and_breakers(warehouse_env):
     assert [(b.ratio, b.minutes) for b in breakers] == [(20.0, 30)]
     (stored / "plan.yaml").write_text("rollout_id: [")
     assert "invalid" in stored_plan_options("tyo1-bbr-canary")[3]
+
+
+def test_kernel_is_a_heterogeneity_segment_when_both_arms_run_several_kernels(warehouse, aa_sim, tmp_path):
+    """Half of each arm's hosts on another kernel: each guardrail is also estimated per kernel
+    (a pre-treatment attribute here), with BH within the guardrail's family."""
+    truth = json.loads((aa_sim / "truth.json").read_text())
+    by_arm: dict[str, list[str]] = {}
+    for h in truth["hosts"]:
+        by_arm.setdefault(h["arm"], []).append(h["host"])
+    newer = {h for hosts in by_arm.values() for h in sorted(hosts)[: len(hosts) // 2]}
+
+    def kernel(rec):
+        return {**rec, "kernel": "6.12.0-test"} if rec["host"] in newer else rec
+
+    _judge_modified(warehouse, aa_sim, tmp_path, kernel, kernel)
+    report = judge_window(warehouse, START, END, "tyo1-aa", write=False)
+    segs = [r for r in report.rollouts[0].results if r.role == "segment" and r.segment.startswith("kernel:")]
+    assert {r.segment for r in segs} == {"kernel:6.12.0-test", "kernel:6.1.0-18-amd64"}
+    assert {(r.metric, r.statistic) for r in segs} == {(g.metric, g.statistic) for g in DEFAULT_GUARDRAILS}
+    assert all(r.q_value is not None and r.hosts_treatment >= 2 and r.hosts_control >= 2 for r in segs)

@@ -251,14 +251,25 @@ def guardrail_result(arr: HostArrays, g: Guardrail, arm: str, control_arm: str, 
 
 
 def segment_results(wh, pop, rollout, start, end, guardrails, arm, control_arm, arms, seed) -> list[Result]:
-    """Each guardrail's effect per pre-treatment segment, two-sided, BH within the guardrail."""
+    """Each guardrail's effect per pre-treatment segment, two-sided, BH within the guardrail.
+
+    Segments: the client prefix's RTT class, the response size class (request metrics), and the
+    host's kernel — only kernels both arms run on at least 2 hosts each, and only when the two
+    arms' hosts run more than one kernel (a kernel that differs *by arm* is part of the
+    treatment, not a pre-treatment attribute)."""
     out: list[Result] = []
     needed = {g.metric for g in guardrails}
     segments = sorted({s for m in needed for s in _segments_for(m)})
     cache = {s: data.host_rows(wh, pop, rollout, s, start, end, sorted(needed), arms) for s in segments}
+    per_kernel = data.hosts_per_kernel(wh, pop, rollout, start, end)
+    in_pair = {k: v for k, v in per_kernel.items() if v.get(arm) or v.get(control_arm)}
+    kernels = sorted(k for k, v in in_pair.items() if v.get(arm, 0) >= 2 and v.get(control_arm, 0) >= 2) \
+        if len(in_pair) > 1 else []
+    for k in kernels:
+        cache[f"kernel:{k}"] = data.host_rows(wh, pop, rollout, "all", start, end, sorted(needed), arms, kernel=k)
     for g in guardrails:
         family = []
-        for s in _segments_for(g.metric):
+        for s in _segments_for(g.metric) + tuple(f"kernel:{k}" for k in kernels):
             rows = cache[s].get(g.metric)
             if not rows:
                 continue

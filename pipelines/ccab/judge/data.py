@@ -25,6 +25,7 @@ FROM cohort_hourly
 WHERE pop = {pop:String} AND rollout_id = {rollout:String} AND segment = {segment:String}
   AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
   AND has({metrics:Array(String)}, metric) AND has({arms:Array(String)}, arm)
+  AND ({kernel:String} = '' OR kernel = {kernel:String})
 GROUP BY metric, arm, host
 ORDER BY metric, arm, host
 """
@@ -45,11 +46,12 @@ class HostRow:
 
 
 def host_rows(wh: Warehouse, pop: str, rollout_id: str, segment: str, start: datetime, end: datetime,
-              metrics: list[str], arms: list[str]) -> dict[str, list[HostRow]]:
-    """metric -> one row per (arm, host) with the window's sums and merged histogram."""
+              metrics: list[str], arms: list[str], kernel: str = "") -> dict[str, list[HostRow]]:
+    """metric -> one row per (arm, host) with the window's sums and merged histogram (only the
+    hosts' rows on ``kernel`` when given)."""
     res = wh.query(_HOST_SUMS, params={"pop": pop, "rollout": rollout_id, "segment": segment,
                                        "a": sql_time(start), "b": sql_time(end),
-                                       "metrics": list(metrics), "arms": list(arms)})
+                                       "metrics": list(metrics), "arms": list(arms), "kernel": kernel})
     out: dict[str, list[HostRow]] = {}
     for metric, arm, host, n, nz, na, vs, rn, rd, bins, counts in res.rows:
         out.setdefault(metric, []).append(HostRow(arm, host, float(n), float(nz), float(na), float(vs or 0),
@@ -82,6 +84,20 @@ def arms_in(wh: Warehouse, pop: str, rollout_id: str, start: datetime, end: date
                         AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')} ORDER BY arm""",
                    params={"pop": pop, "r": rollout_id, "a": sql_time(start), "b": sql_time(end)})
     return [a for (a,) in res.rows]
+
+
+def hosts_per_kernel(wh: Warehouse, pop: str, rollout_id: str, start: datetime, end: datetime) -> dict[str, dict[str, int]]:
+    """kernel -> arm -> hosts with connections on that kernel in the window."""
+    res = wh.query("""SELECT kernel, arm, uniqExact(host) FROM cohort_hourly
+                      WHERE pop = {pop:String} AND rollout_id = {r:String} AND metric = 'rtt_us'
+                        AND segment = 'all' AND n > 0
+                        AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
+                      GROUP BY kernel, arm""",
+                   params={"pop": pop, "r": rollout_id, "a": sql_time(start), "b": sql_time(end)})
+    out: dict[str, dict[str, int]] = {}
+    for kernel, arm, hosts in res.rows:
+        out.setdefault(kernel, {})[arm] = int(hosts)
+    return out
 
 
 # ---- data-quality inputs --------------------------------------------------------------------------
