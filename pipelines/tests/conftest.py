@@ -102,3 +102,18 @@ def warehouse_env(tmp_path, monkeypatch):
     monkeypatch.setenv("CCAB_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("CCAB_CLICKHOUSE_URL", raising=False)
     return tmp_path / "data"
+
+
+@pytest.fixture(scope="session")
+def collector_bin(tmp_path_factory):
+    """The collector, built from this tree once per test session."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if not shutil.which("go"):
+        pytest.skip("go is not installed: cannot build ccab-collector")
+    out = tmp_path_factory.mktemp("bin") / "ccab-collector"
+    subprocess.run(["go", "build", "-o", str(out), "./collectors/cmd/ccab-collector"],
+                   cwd=Path(__file__).resolve().parents[2], check=True, env=dict(os.environ, CGO_ENABLED="0"))
+    return out

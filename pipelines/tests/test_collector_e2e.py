@@ -21,7 +21,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -30,30 +29,13 @@ from pathlib import Path
 
 import pytest
 
-from ccab.lab.edge import nginx_config
+from ccab.lab.edge import free_port, nginx_config
 
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.kafka
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def collector_bin(tmp_path_factory) -> Path:
-    """The collector, built from this tree for the test session."""
-    if not shutil.which("go"):
-        pytest.skip("go is not installed: cannot build ccab-collector")
-    out = tmp_path_factory.mktemp("bin") / "ccab-collector"
-    subprocess.run(["go", "build", "-o", str(out), "./collectors/cmd/ccab-collector"], cwd=REPO, check=True,
-                   env=dict(os.environ, CGO_ENABLED="0"))
-    return out
 
 
 def metrics_of(port: int) -> dict[str, float]:
@@ -75,7 +57,7 @@ class Collector:
     """One ccab-collector run process; restartable with the same arguments and state."""
 
     def __init__(self, binary: Path, args: list[str], log: Path):
-        self.metrics_port = _free_port()
+        self.metrics_port = free_port()
         self.cmd = [str(binary), "run", "--metrics-addr", f"127.0.0.1:{self.metrics_port}", *args]
         self.log = log
         self.proc: subprocess.Popen | None = None

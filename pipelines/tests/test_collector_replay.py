@@ -20,8 +20,6 @@ beginning of the file); its records must be the simulator's:
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from collections import Counter, defaultdict
 from decimal import Decimal
@@ -31,7 +29,6 @@ import pytest
 
 from ccab.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
 
 # tcp_sample/1 fields the ss text carries (ts_ms and the host metadata are compared separately).
 SS_FIELDS = [
@@ -44,16 +41,6 @@ SS_FIELDS = [
 ]
 MS_G_FIELDS = {"rtt_us", "rttvar_us", "min_rtt_us", "bbr_min_rtt_us"}  # printed as ms with %g
 HIDDEN_WHEN_ZERO = {"lastsnd_ms", "lastrcv_ms", "lastack_ms", "snd_wnd"}  # ss hides 0; parsed as null
-
-
-@pytest.fixture(scope="module")
-def collector_bin(tmp_path_factory) -> Path:
-    if not shutil.which("go"):
-        pytest.skip("go is not installed: cannot build ccab-collector")
-    out = tmp_path_factory.mktemp("bin") / "ccab-collector"
-    subprocess.run(["go", "build", "-o", str(out), "./collectors/cmd/ccab-collector"], cwd=REPO, check=True,
-                   env=dict(os.environ, CGO_ENABLED="0"))
-    return out
 
 
 @pytest.fixture(scope="module")
