@@ -51,7 +51,7 @@ func parseBBRInfo(p []byte) (BBRInfo, bool) {
 	return b, true
 }
 
-// bbrVersion tells the BBR variant (../../../shared/notes/ss_tcp_info_bbr.md): the name
+// bbrVersion tells the BBR variant (docs/reference/ss_tcp_info_bbr.md): the name
 // "bbr2" is Google's v2alpha; a 52-byte payload carries its version byte; a 20-byte payload
 // is mainline v1. 0: cannot tell.
 func bbrVersion(cc string, b *BBRInfo) int64 {

@@ -8,7 +8,7 @@ import "encoding/binary"
 // is ignored), exactly as ss handles it.
 const TCPInfoMaxLen = 280
 
-// Offsets and ends of struct tcp_info fields (../../../shared/notes/tcp_info_offsets.txt).
+// Offsets and ends of struct tcp_info fields (docs/reference/tcp_info_offsets.txt).
 // A field exists in a kernel's struct when the attribute's length reaches the field's end.
 const (
 	offState       = 0

@@ -2,7 +2,7 @@
 //
 // Two kinds of input:
 //   - JSON lines whose keys are nginx variable names without the "$" (the `ccab` log_format
-//     of shared/notes/nginx.md: {"msec":…,"remote_addr":"…",…}); keys may come in any order;
+//     of docs/reference/nginx.md: {"msec":…,"remote_addr":"…",…}); keys may come in any order;
 //   - any text log_format, given as nginx writes it in its configuration (`combined`, or
 //     `log_format name [escape=default|json|none] '…' '…';`, or just the format text). The
 //     format is compiled once into an anchored regular expression; each variable becomes a

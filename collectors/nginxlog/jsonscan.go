@@ -128,7 +128,7 @@ func skipWS(b []byte, i int) int {
 	return i
 }
 
-// ccabNext is the key after id in the ccab log_format of shared/notes/nginx.md.
+// ccabNext is the key after id in the ccab log_format of docs/reference/nginx.md.
 func ccabNext(id varID) varID {
 	switch id {
 	case vMsec:

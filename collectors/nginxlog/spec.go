@@ -28,7 +28,7 @@ type Segment struct {
 	Var string // name without "$"
 }
 
-// Predefined returns nginx's built-in formats, and the `ccab` format of shared/notes/nginx.md.
+// Predefined returns nginx's built-in formats, and the `ccab` format of docs/reference/nginx.md.
 func Predefined(name string) (Format, bool) {
 	var text string
 	esc := EscapeDefault

@@ -1,4 +1,4 @@
-// Package record holds the wire records of ../../shared/contracts/CONTRACTS.md that the edge
+// Package record holds the wire records of contracts/CONTRACTS.md that the edge
 // collector writes: tcp_sample/1 and http_request/1.
 //
 // Field order in the structs is the contract's order, and encoding/json keeps declaration

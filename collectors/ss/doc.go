@@ -2,7 +2,7 @@
 // tcp_sample/1 records. It does no I/O of its own: Scanner groups lines of any io.Reader into
 // socket entries, and ParseEntry turns one entry into a Socket.
 //
-// Accepted forms (see ../../../shared/notes/ss_tcp_info_bbr.md for the formats by version):
+// Accepted forms (see docs/reference/ss_tcp_info_bbr.md for the formats by version):
 //   - the socket line with or without the Netid and State columns, with or without the header
 //     line (with or without its Process column), with -e/-o/-m/-p tokens (uid:, ino:, sk:,
 //     cgroup:, timer:(…), skmem:(…), users:((…))) anywhere after the addresses;

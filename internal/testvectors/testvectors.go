@@ -1,6 +1,6 @@
-// Package testvectors finds the shared contract vectors for the collector and rollout tests:
-// ../shared/contracts/vectors beside the repository root (the directory holding go.mod).
-// CCAB_SHARED_DIR overrides the location of shared/.
+// Package testvectors finds the contract test vectors for the collector and rollout tests:
+// contracts/vectors in the repository (the directory holding go.mod). The repository owns them;
+// a changed meaning is a new record version there.
 package testvectors
 
 import (
@@ -15,17 +15,13 @@ import (
 // Dir returns the vectors directory, or fails the test.
 func Dir(t testing.TB) string {
 	t.Helper()
-	shared := os.Getenv("CCAB_SHARED_DIR")
-	if shared == "" {
-		root, err := RepoRoot()
-		if err != nil {
-			t.Fatalf("testvectors: %v", err)
-		}
-		shared = filepath.Join(root, "..", "shared")
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatalf("testvectors: %v", err)
 	}
-	dir := filepath.Join(shared, "contracts", "vectors")
+	dir := filepath.Join(root, "contracts", "vectors")
 	if _, err := os.Stat(filepath.Join(dir, "README.md")); err != nil {
-		t.Fatalf("testvectors: shared vectors not found (set CCAB_SHARED_DIR): %v", err)
+		t.Fatalf("testvectors: contract vectors not found in the repository: %v", err)
 	}
 	return dir
 }

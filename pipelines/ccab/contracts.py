@@ -1,4 +1,4 @@
-"""The wire records of ``../shared/contracts/CONTRACTS.md``, written down once.
+"""The wire records of ``contracts/CONTRACTS.md``, written down once.
 
 Everything that needs to know a record's fields derives them from ``SCHEMAS``:
 

@@ -21,8 +21,7 @@ from typing import Iterable, Iterator
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-VECTORS = Path(os.environ.get("CCAB_SHARED_DIR", REPO.parent / "shared")) / "contracts" / "vectors"
+from paths import REPO, VECTORS
 
 
 def sh(*args: str) -> str:

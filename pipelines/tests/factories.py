@@ -1,11 +1,11 @@
-"""Valid contract records for tests, built from the shared vectors (so they stay realistic)."""
+"""Valid contract records for tests, built from the contract vectors (so they stay realistic)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "contracts" / "vectors"
+from paths import VECTORS
 _SS = [json.loads(line) for line in (VECTORS / "ss_tinHOe_iproute2-6.1.expected.jsonl").read_text().splitlines()]
 _NGINX = [json.loads(line) for line in (VECTORS / "nginx_ccab_json.expected.jsonl").read_text().splitlines()]
 BASE_TS_MS = 1763769600000

@@ -1,4 +1,4 @@
-"""Contract tests against ../shared/contracts/vectors (the same files the Go side tests against)."""
+"""Contract tests against contracts/vectors (the same files the Go side tests against)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from ccab import contracts
 from ccab.migrate import LANDING_FILE
 
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "contracts" / "vectors"
+from paths import VECTORS
 
 # What a sampler adds to the fields the ss text carries (the vectors leave these out).
 SAMPLER_FIELDS = dict(schema="tcp_sample/1", ts_ms=1763769600000, pop="tyo1", host="edge-tyo1-03",

@@ -2,7 +2,7 @@
 
 Seeded, so every run gives the same numbers; each test prints them (pytest -s to see). A test that
 treats connections as independent fails the first one badly (66–72 % false positives,
-../shared/notes/statistics.md) — see test_connection_level_test_would_fail_this_calibration.
+docs/reference/statistics.md) — see test_connection_level_test_would_fail_this_calibration.
 """
 
 from __future__ import annotations

@@ -17,10 +17,7 @@ from ccab.rollout.plan import PlanError, load_plan, plan_from_dict, plan_to_yaml
 from ccab.rollout.signing import load_private_key, load_public_key, sign, verify
 from ccab.rollout.state import Store
 
-REPO = Path(__file__).resolve().parents[2]
-VECTORS = Path("/work/shared/contracts/vectors")
-if not VECTORS.exists():
-    VECTORS = REPO.parent / "shared" / "contracts" / "vectors"
+from paths import REPO, VECTORS
 PLAN = REPO / "rollout" / "plans" / "tyo1-bbr-canary.yaml"
 
 

@@ -1,7 +1,7 @@
 """ccab sim --raw: the nginx lines and ss snapshots carry the same facts as the JSONL records.
 
-The parsers here are small, independent re-implementations written from shared/notes/nginx.md and
-shared/notes/ss_tcp_info_bbr.md (not the generator's code), so a format drift on either side fails.
+The parsers here are small, independent re-implementations written from docs/reference/nginx.md and
+docs/reference/ss_tcp_info_bbr.md (not the generator's code), so a format drift on either side fails.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ccab.cli import main
+from paths import VECTORS
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +185,7 @@ def test_ss_snapshots_carry_the_records_key_fields(raw_run):
 
 
 def test_ss_lines_look_like_iproute2(raw_run):
-    vector = Path("/work/shared/contracts/vectors/ss_tinHOe_iproute2-6.1.txt")
+    vector = VECTORS / "ss_tinHOe_iproute2-6.1.txt"
     text = "".join(f.read_text() for f in sorted((raw_run / "ss").glob("*/*.txt"))[:200])
     order = ["ts", "sack", "wscale:", "rto:", "rtt:", "mss:", "pmtu:", "rcvmss:", "advmss:", "cwnd:",
              "bytes_sent:", "bytes_acked:", "segs_out:", "segs_in:", "data_segs_out:", "send", "pacing_rate",
@@ -195,6 +196,6 @@ def test_ss_lines_look_like_iproute2(raw_run):
                for o in order]
         assert pos == sorted(pos), line
         assert re.match(r"^\d+ +\d+ +\S+:\d+ \S+:\d+ (timer:\(on,[0-9.]+(ms|sec),0\) )?uid:33 ino:\d+ sk:[0-9a-f]+ ", line)
-    if vector.exists():  # the shared vector has the same shape of socket columns and -e details
+    if vector.exists():  # the contract vector has the same shape of socket columns and -e details
         for line in vector.read_text().splitlines():
             assert re.match(r"^\d+ +\d+ +\S+:\d+ \S+:\d+ (timer:\([a-z]+,[0-9.]+(ms|sec),\d+\) )?ino:\d+ sk:[0-9a-f]+ ", line)

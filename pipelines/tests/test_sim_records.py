@@ -11,7 +11,7 @@ import pytest
 
 from ccab.cli import main
 
-# Written from shared/contracts/CONTRACTS.md, independently of the generator. "int?" = int or null.
+# Written from contracts/CONTRACTS.md, independently of the generator. "int?" = int or null.
 TCP_SAMPLE_FIELDS = {
     "schema": "str", "ts_ms": "int", "pop": "str", "host": "str", "kernel": "str", "arm": "str",
     "rollout_id": "str", "cc": "str", "cc_version": "int?", "sock_id": "str", "peer_prefix": "str",

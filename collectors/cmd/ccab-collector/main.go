@@ -1,5 +1,5 @@
 // Command ccab-collector is the edge collector of ccab: it turns what an edge host can see
-// (ss output, nginx access logs) into the wire records of shared/contracts/CONTRACTS.md.
+// (ss output, nginx access logs) into the wire records of contracts/CONTRACTS.md.
 //
 // main only wires things: the subcommands live in collectors/internal/cli; add one by
 // writing its Command and listing it here.

@@ -2,7 +2,7 @@
 
 With host randomization the noise that matters is the **between-host** spread of the statistic
 (a host's p10 goodput differs from another's for reasons that have nothing to do with the
-algorithm), and more connections stop helping once each host has many (../shared/notes/
+algorithm), and more connections stop helping once each host has many (docs/reference/
 statistics.md). So the power of a comparison comes from the historical host-level data:
 
 1. for a window length ``d`` (1 h, 6 h, 24 h, …), cut the history into consecutive windows of

@@ -14,7 +14,7 @@ rejects when its one-sided p-value is at most the nominal ``α_k = 1 − Φ(c_k)
 
 Why this and not an always-valid (mSPRT) p-value: with host randomization the information
 saturates (Var → σ_b²(1/G_t + 1/G_c)), so i.i.d.-connection sequences are wrong; host-level
-statistics at a few planned looks fit (../shared/notes/statistics.md). Saturation makes looks more
+statistics at a few planned looks fit (docs/reference/statistics.md). Saturation makes looks more
 correlated than the canonical √(t_j/t_k), which only makes these boundaries conservative.
 """
 

@@ -1,7 +1,7 @@
 """Host-clustered comparisons of two arms from host-level sufficient statistics (pure numpy/scipy).
 
 Arms are randomized by host; values are per connection. Every estimator here therefore treats the
-**host** as the unit (../shared/notes/statistics.md):
+**host** as the unit (docs/reference/statistics.md):
 
 - ratio statistics (a mean is Σvalue / Σn, a ratio metric Σnum / Σden, a share Σabove / Σn): the
   delta method on host sums — per host ``L_h = (X_h − R̂·Y_h) / Ȳ``, ``Var(R̂) = Σ L_h² / (G(G−1))``

@@ -21,9 +21,8 @@ from pathlib import Path
 from ccab.lab.netns import LabError, Registry, in_ns
 
 REPO = Path(__file__).resolve().parents[3]
-TEST_KEY_SEED = REPO.parent / "shared" / "contracts" / "vectors" / "test_ed25519_seed.hex"  # ../shared beside the repo
 
-# The ccab log_format of shared/notes/nginx.md.
+# The ccab log_format of docs/reference/nginx.md.
 CCAB_LOG_FORMAT = (
     "log_format ccab escape=json '{\"msec\":$msec,\"remote_addr\":\"$remote_addr\",\"connection\":$connection,'\n"
     "  '\"connection_requests\":$connection_requests,\"request_method\":\"$request_method\",\"status\":$status,'\n"
@@ -95,6 +94,18 @@ def agent_binary() -> Path | None:
     return p if p.exists() and os.access(p, os.X_OK) else None
 
 
+_KEY = None
+
+
+def _lab_key():
+    """The signing key of this lab run: generated in memory, trusted only by this run's agents."""
+    global _KEY
+    if _KEY is None:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        _KEY = Ed25519PrivateKey.generate()
+    return _KEY
+
+
 def apply_cc(ns: str, host: str, cc: str, rollout_id: str, generation: int, workdir: Path) -> dict:
     """Set ``cc`` in namespace ``ns`` through the real agent with a signed assignment, and
     return what happened: {"setter", "state", "cc_effective", "state_file", ...}.
@@ -107,7 +118,7 @@ def apply_cc(ns: str, host: str, cc: str, rollout_id: str, generation: int, work
               "host": host, "arm": cc, "cc": cc, "qdisc": None, "issued_at_ms": int(time.time() * 1000)}
     from ccab.rollout import signing
 
-    key = signing.load_private_key(TEST_KEY_SEED)  # the lab's hosts trust the test key only
+    key = _lab_key()  # a key made for this run: the lab's hosts trust nothing else
     signed = signing.sign(record, key)
     assignment = workdir / "assignment.json"
     assignment.write_text(json.dumps(signed))

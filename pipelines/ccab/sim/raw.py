@@ -1,10 +1,10 @@
 """Raw collector inputs: ``ss -tinHOe state established`` lines and nginx ``ccab`` log lines.
 
 The token order and hiding rules follow iproute2 6.1 ``misc/ss.c`` (``tcp_stats_print``,
-``tcp_timer_print``, ``sock_details_print``) as in ``shared/contracts/vectors``: most tokens are
+``tcp_timer_print``, ``sock_details_print``) as in ``contracts/vectors``: most tokens are
 printed only when non-zero, ``ssthresh`` is hidden when infinite, ``reordering`` when 3, rates are
 raw ``bps`` (``-n``). BBRv2 sockets carry Google's extended ``bbr:(...,version:2,...)`` block.
-The nginx lines use the ``ccab`` JSON log_format of ``shared/notes/nginx.md``, key for key.
+The nginx lines use the ``ccab`` JSON log_format of ``docs/reference/nginx.md``, key for key.
 """
 
 from __future__ import annotations

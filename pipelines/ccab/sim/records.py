@@ -1,7 +1,7 @@
 """Contract records as JSON lines, formatted from column arrays without a dict per record.
 
 Field names, order and units follow ``tcp_sample/1`` and ``http_request/1`` of
-``shared/contracts/CONTRACTS.md``. Strings that are constant per host are pre-rendered once
+``contracts/CONTRACTS.md``. Strings that are constant per host are pre-rendered once
 (:func:`host_fragment`); nullable fields are pre-rendered per row as ``null`` or a number; the
 rest goes through one ``%`` template per record, which measured about 3x faster than building
 dicts for orjson.

@@ -1,5 +1,5 @@
-// Package testkit helps rollout tests: it finds the shared contract vectors
-// (../shared/contracts/vectors beside the directory holding go.mod, or $CCAB_SHARED_DIR) and
+// Package testkit helps rollout tests: it finds the contract vectors
+// (contracts/vectors in the repository) and
 // signs assignment/1 records with the test-only Ed25519 key of those vectors.
 package testkit
 
@@ -18,7 +18,7 @@ import (
 	"github.com/ccab-dev/ccab/rollout/assignment"
 )
 
-// VectorsDir returns the shared vectors directory, or fails the test.
+// VectorsDir returns the contract vectors directory, or fails the test.
 func VectorsDir(t testing.TB) string {
 	t.Helper()
 	return testvectors.Dir(t)
