@@ -47,10 +47,10 @@ def main() -> int:
         assert cli.main(["load", *map(str, sorted(sim.glob("*.jsonl")))]) == 0
     assert cli.main(["analyze", "--from", "2025-11-20T00:00Z", "--to", "2025-11-20T06:00Z", "--no-progress"]) == 0
 
-    from ccab.cohorts.report import PDF_BINS_PER_OCTAVE
-    from ccab.cohorts.tasks import warehouse
+    from ccab.report.daily import PDF_BINS_PER_OCTAVE
+    from ccab.dags.tasks import warehouse
     from ccab.plots import data, render
-    from ccab.query import format_table
+    from ccab.cli.query import format_table
 
     out = REPO / "docs" / "cohorts"
     with warehouse() as wh:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import pytest
-
 from paths import REPO, VECTORS
 
 

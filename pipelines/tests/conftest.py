@@ -3,7 +3,7 @@
 Kafka:
 - ``kafka_broker`` (session): bootstrap servers of one real broker for the whole test session.
   With ``CCAB_KAFKA_BROKERS`` set it is that cluster and nothing is started; otherwise a local
-  broker is started (``ccab.kafka_local.up``) in a temporary data dir on a free port pair, with
+  broker is started (``ccab.kafka.broker.up``) in a temporary data dir on a free port pair, with
   ``CCAB_DATA_DIR`` / ``CCAB_KAFKA_PORT`` pointing at it until the session ends.
 - ``fresh_topic`` (per test): a factory ``fresh_topic(prefix, partitions=3, config=None) -> name``
   creating a uniquely named topic on that broker (deleted after the test), for tests that want
@@ -19,6 +19,7 @@ import uuid
 from typing import Callable, Iterator, Mapping
 
 import pytest
+from paths import REPO
 
 # --- Kafka ---------------------------------------------------------------------------------------
 
@@ -26,24 +27,25 @@ import pytest
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Bootstrap servers of a real Kafka broker shared by the whole session."""
-    from ccab import kafka_local
+    from ccab.kafka import broker
+    from ccab.kafka import topics as kafka_topics
 
     external = os.environ.get("CCAB_KAFKA_BROKERS")
     if external:
-        kafka_local.ensure_topics(external)
+        kafka_topics.ensure_topics(external)
         yield external
         return
 
     env = pytest.MonkeyPatch()
     env.setenv("CCAB_DATA_DIR", str(tmp_path_factory.mktemp("kafka-session")))
-    env.setenv("CCAB_KAFKA_PORT", str(kafka_local.find_free_port_pair()))
+    env.setenv("CCAB_KAFKA_PORT", str(broker.find_free_port_pair()))
     quiet: Callable[[str], None] = lambda _message: None
     try:
-        bootstrap = kafka_local.up(timeout_s=120, progress=quiet)
+        bootstrap = broker.up(timeout_s=120, progress=quiet)
         yield bootstrap
     finally:
         try:
-            kafka_local.down(progress=quiet)
+            broker.down(progress=quiet)
         finally:
             env.undo()
 
@@ -51,9 +53,8 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 def fresh_topic(kafka_broker: str) -> Iterator[Callable[..., str]]:
     """Factory creating uniquely named topics on ``kafka_broker``; they are deleted afterwards."""
+    from ccab.kafka.topics import TopicSpec, ensure_topics
     from confluent_kafka.admin import AdminClient
-
-    from ccab.kafka_local import TopicSpec, ensure_topics
 
     created: list[str] = []
 
@@ -85,8 +86,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def warehouse(tmp_path):
     """A migrated embedded warehouse (real ClickHouse engine via chdb) in a fresh directory."""
-    from ccab import migrate
-    from ccab.warehouse import ChdbWarehouse
+    from ccab.base import schema as migrate
+    from ccab.base.warehouse import ChdbWarehouse
 
     wh = ChdbWarehouse(tmp_path / "warehouse")
     migrate.migrate(wh, log=lambda _m: None)
@@ -109,11 +110,10 @@ def collector_bin(tmp_path_factory):
     """The collector, built from this tree once per test session."""
     import shutil
     import subprocess
-    from pathlib import Path
 
     if not shutil.which("go"):
         pytest.skip("go is not installed: cannot build ccab-collector")
     out = tmp_path_factory.mktemp("bin") / "ccab-collector"
     subprocess.run(["go", "build", "-o", str(out), "./collectors/cmd/ccab-collector"],
-                   cwd=Path(__file__).resolve().parents[2], check=True, env=dict(os.environ, CGO_ENABLED="0"))
+                   cwd=REPO, check=True, env=dict(os.environ, CGO_ENABLED="0"))
     return out

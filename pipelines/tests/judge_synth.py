@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from ccab.cohorts.bins import fine_bins
+from ccab.base.bins import fine_bins
 from ccab.judge.stats import HostArrays
 
 

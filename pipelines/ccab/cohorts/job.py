@@ -26,14 +26,14 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable, Mapping
 
-from ccab.warehouse import Warehouse, WarehouseError
+from ccab.base.chtime import HOUR, hours_between, parse_sql_time, sql_time, utc_hour
+from ccab.base.warehouse import Warehouse, WarehouseError
 
 SQL_DIR = Path(__file__).with_name("sql")
-HOUR = timedelta(hours=1)
 DEFAULT_BULK_MIN_BYTES = 1 << 20
 DEFAULT_LOOKBACK = timedelta(hours=24)
 
@@ -136,37 +136,6 @@ class WindowReport:
 # --------------------------------------------------------------------------- pure helpers
 
 
-def utc_hour(value: datetime) -> datetime:
-    """``value`` as an aware UTC datetime on an hour boundary; naive means UTC."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    value = value.astimezone(timezone.utc)
-    # a plain datetime, whatever came in (Airflow passes pendulum DateTimes, which do not compare
-    # with stdlib-aware datetimes)
-    value = datetime(value.year, value.month, value.day, value.hour, value.minute, value.second,
-                     value.microsecond, tzinfo=timezone.utc)
-    if value != value.replace(minute=0, second=0, microsecond=0):
-        raise ValueError(f"{value.isoformat()} is not on an hour boundary (cohort hours are UTC hours)")
-    return value
-
-
-def hours_between(start: datetime, end: datetime) -> list[datetime]:
-    """The hours in ``[start, end)``; both must be on hour boundaries."""
-    start, end = utc_hour(start), utc_hour(end)
-    if end < start:
-        raise ValueError(f"window end {end.isoformat()} is before its start {start.isoformat()}")
-    out, h = [], start
-    while h < end:
-        out.append(h)
-        h += HOUR
-    return out
-
-
-def sql_time(value: datetime) -> str:
-    """A UTC datetime as ClickHouse reads a ``DateTime('UTC')`` parameter."""
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def partition_id(hour: datetime) -> str:
     """Partition id of ``hour`` in the hourly-partitioned tables (unix seconds)."""
     return str(int(utc_hour(hour).timestamp()))
@@ -259,7 +228,7 @@ def source_rows(wh: Warehouse, start: datetime, end: datetime) -> dict[tuple[str
                    params={"range_start": sql_time(start), "range_end": sql_time(end)})
     out = {}
     for source, hour, rows, max_loaded in res.rows:
-        h = datetime.strptime(hour, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        h = parse_sql_time(hour)
         out[(source, h)] = (int(rows), str(max_loaded))
     return out
 
@@ -273,7 +242,7 @@ def watermarks(wh: Warehouse, start: datetime, end: datetime) -> dict[datetime, 
         params={"a": sql_time(start), "b": sql_time(end)})
     out = {}
     for hour, tcp_rows, tcp_max, http_rows, http_max, bulk, version in res.rows:
-        h = datetime.strptime(hour, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        h = parse_sql_time(hour)
         out[h] = Watermark(Fingerprint(int(tcp_rows), str(tcp_max), int(http_rows), str(http_max), -1),
                            int(bulk), version)
     return out
@@ -417,3 +386,11 @@ def refresh_late(wh: Warehouse, before: datetime, cfg: JobConfig | None = None,
             on_hour(res, i, len(todo))
     return report
 
+
+def rollup_span(wh: Warehouse) -> tuple[datetime, datetime] | None:
+    """First hour and the end of the last hour the rollups hold, or None when empty."""
+    res = wh.query("SELECT count(), min(hour), max(hour) FROM cohort_hourly")
+    count, lo, hi = res.rows[0]
+    if not count:
+        return None
+    return parse_sql_time(lo), parse_sql_time(hi) + HOUR

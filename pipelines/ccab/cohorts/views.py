@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ccab.migrate import REPO_ROOT
-from ccab.warehouse import Warehouse, WarehouseError
+from ccab.base.config import REPO_ROOT
+from ccab.base.warehouse import Warehouse, WarehouseError
 
 VIEWS_DIR = REPO_ROOT / "sql" / "views"
 

@@ -1,17 +1,14 @@
-"""Render the dashboards and provisioning files, and the ``ccab dashboards build|check`` command."""
+"""Render the dashboards and provisioning files (``ccab dashboards build|check``: :mod:`ccab.cli.dashboards`)."""
 
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 from pathlib import Path
 
 import yaml
-
+from ccab.base import atomicfile
+from ccab.base.config import REPO_ROOT
 from ccab.dashboards import definitions, provisioning
-from ccab.migrate import REPO_ROOT
 
 GENERATED_DIR = REPO_ROOT / "dashboards" / "generated"
 PROVISIONING_DIR = REPO_ROOT / "dashboards" / "provisioning"
@@ -41,21 +38,12 @@ def render() -> dict[str, str]:
     return out
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)  # Grafana runs as another user and must read them
-    os.replace(tmp, path)
-
-
 def build(out: Path = GENERATED_DIR, provisioning_out: Path = PROVISIONING_DIR) -> list[Path]:
     written = []
     for rel, text in render().items():
         base, _, rest = rel.partition("/")
         path = (out if base == "generated" else provisioning_out) / rest
-        _write_atomic(path, text)
+        atomicfile.write_text(path, text)
         written.append(path)
     return written
 
@@ -69,32 +57,3 @@ def stale(out: Path = GENERATED_DIR, provisioning_out: Path = PROVISIONING_DIR) 
         if not path.exists() or path.read_text() != text:
             bad.append(path)
     return bad
-
-
-def _cmd_build(args) -> int:
-    for path in build(args.out, args.provisioning):
-        print(path)
-    return 0
-
-
-def _cmd_check(args) -> int:
-    bad = stale(args.out, args.provisioning)
-    for path in bad:
-        print(f"ccab dashboards check: {path} is not what the code generates (run `ccab dashboards build`)",
-              file=sys.stderr)
-    return 1 if bad else 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("dashboards", help="Grafana dashboards and provisioning files from code",
-                       description="Write (build) or verify (check) the Grafana dashboards JSON and the provisioning "
-                                   "files (ClickHouse datasource, dashboard provider, guardrail alert rules).")
-    dsub = p.add_subparsers(dest="dashboards_command", metavar="ACTION", required=True)
-    for name, func, helptext in (("build", _cmd_build, "write the files"),
-                                 ("check", _cmd_check, "fail if the committed files differ from the code")):
-        q = dsub.add_parser(name, help=helptext)
-        q.add_argument("--out", type=Path, default=GENERATED_DIR, metavar="DIR",
-                       help="dashboards JSON directory (default: dashboards/generated)")
-        q.add_argument("--provisioning", type=Path, default=PROVISIONING_DIR, metavar="DIR",
-                       help="provisioning directory (default: dashboards/provisioning)")
-        q.set_defaults(func=func)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ccab.dashboards.model import (DS_REF, FORMAT_TABLE, Panel, Row, custom_variable, dashboard,
-                                   datasource_variable, query_variable, sql_in, sql_value)
+from ccab.dashboards.model import (DS_REF, FORMAT_TABLE, Panel, Row, custom_variable, dashboard, datasource_variable,
+                                   query_variable, sql_in, sql_value)
 
 POP = f"pop = {sql_value('pop')}"
 ROLLOUT = f"rollout_id = {sql_value('rollout')}"

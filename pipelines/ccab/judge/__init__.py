@@ -6,7 +6,7 @@ Read ``docs/judge/README.md`` for the methods and their validation. Entry point:
 """
 
 from ccab.judge.core import JudgeReport, judge_window
-from ccab.judge.model import (DEFAULT_BREAKERS, DEFAULT_GUARDRAILS, Breaker, Guardrail, Verdict)
+from ccab.judge.model import DEFAULT_BREAKERS, DEFAULT_GUARDRAILS, Breaker, Guardrail, Verdict
 
 __all__ = ["judge_window", "JudgeReport", "Guardrail", "Breaker", "Verdict", "DEFAULT_GUARDRAILS",
            "DEFAULT_BREAKERS"]

@@ -22,11 +22,10 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
 import orjson
-
-from ccab.cohorts.job import sql_time
-from ccab.cohorts.metrics import get as get_metric
+from ccab.base.chtime import sql_time
+from ccab.base.vocabulary import get as get_metric
+from ccab.base.warehouse import Warehouse
 from ccab.judge.model import HIGHER_IS_WORSE, RolloutJudgement
-from ccab.warehouse import Warehouse
 
 ACTIONS = ("none", "halted", "rolled_back")
 

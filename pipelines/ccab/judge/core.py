@@ -24,20 +24,25 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Iterable
+from datetime import datetime
+from typing import Callable, Iterable
 
-from ccab.cohorts.compare import rollouts_in
-from ccab.cohorts.job import utc_hour
-from ccab.cohorts.metrics import RTT_CLASSES, SIZE_CLASSES, get as get_metric
-from ccab.judge import data, gates as gates_mod
+from ccab.base.chtime import parse_sql_time, utc_hour
+from ccab.base.config import settings
+from ccab.base.vocabulary import RTT_CLASSES, SIZE_CLASSES
+from ccab.base.vocabulary import get as get_metric
+from ccab.base.warehouse import Warehouse
+from ccab.cohorts.summaries import rollouts_in
+from ccab.judge import alerts as alerts_mod
+from ccab.judge import data
+from ccab.judge import gates as gates_mod
+from ccab.judge import store
 from ccab.judge.model import (DEFAULT_BREAKERS, DEFAULT_GUARDRAILS, HIGHER_IS_WORSE, JUDGED_METRICS, QUANTILES,
-                              SHARE_ABOVE, Breaker, BreakerTrip, Guardrail, Result, RolloutJudgement, Verdict,
-                              statistics_of)
+                              SHARE_ABOVE, Breaker, BreakerTrip, Guardrail, Result, RolloutJudgement, RolloutOptions,
+                              Verdict, statistics_of)
 from ccab.judge.sequential import alpha_at_look
 from ccab.judge.stats import (Effect, HostArrays, bh_adjust, min_attainable_p, quantile_effect, ratio_effect,
                               share_difference_effect, shift_test)
-from ccab.warehouse import Warehouse
 
 ALPHA = 0.05          # one-sided, per guardrail, over all looks
 INFO_FDR = 0.05       # BH level of informational and segment findings
@@ -74,17 +79,22 @@ class JudgeReport:
 def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str = "", *,
                  control_arm: str | None = None, guardrails: Iterable[Guardrail] | None = None,
                  breakers: Iterable[Breaker] | None = None, look: int = 1, looks_planned: int = 1,
+                 options_for: Callable[[str], RolloutOptions | None] | None = None,
                  write: bool = True, notify_url: str | None = None, report_url: str | None = None) -> JudgeReport:
     """Judge every (pop, rollout) with rollups in ``[start, end)`` (UTC hours).
 
     Parameters
     ----------
     control_arm : str, optional
-        The arm every other arm is compared with; default: the rollout plan's control arm (when the
-        controller started this rollout), else ``control``.
+        The arm every other arm is compared with; default: the rollout's options (below), else
+        ``control``.
     guardrails, breakers : optional
-        Declared per rollout; default: the rollout plan's, else :data:`DEFAULT_GUARDRAILS`,
+        Declared by the caller; default: the rollout's options, else :data:`DEFAULT_GUARDRAILS`,
         :data:`DEFAULT_BREAKERS`.
+    options_for : callable, optional
+        ``rollout_id -> RolloutOptions | None``: what a rollout declared (its plan's control arm,
+        guardrails and breakers). The judge knows nothing of rollout state; :mod:`ccab.pipeline`
+        passes the rollout controller's stored plans here.
     look, looks_planned : int
         Which look of a group-sequential plan this is; a single analysis is look 1 of 1.
     write : bool
@@ -93,11 +103,8 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
         POST new or changed page/ticket alerts to this Alertmanager-compatible URL.
     report_url : str, optional
         The canary report alerts link to (``{rollout_id}`` is filled in); default from
-        ``CCAB_REPORT_URL`` (:mod:`ccab.config`).
+        ``CCAB_REPORT_URL`` (:mod:`ccab.base.config`).
     """
-    from ccab.config import settings
-    from ccab.judge import alerts as alerts_mod  # alerts imports core's types
-
     start, end = utc_hour(start), utc_hour(end)
     if not 1 <= look:
         raise ValueError(f"look must be >= 1, got {look}")
@@ -105,7 +112,10 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
     for pop, rollout in rollouts_in(wh, start, end, rollout_id):
         if not rollout:
             continue  # hosts outside any rollout: nothing to compare
-        plan_control, plan_guardrails, plan_breakers, plan_note = stored_plan_options(rollout)
+        declared = options_for(rollout) if options_for is not None else None
+        plan_control, plan_guardrails, plan_breakers, plan_note = (
+            (declared.control_arm, declared.guardrails, declared.breakers, declared.note) if declared
+            else (None, None, None, ""))
         j = judge_rollout(wh, pop, rollout, start, end, control_arm=control_arm or plan_control or "control",
                           guardrails=tuple(guardrails if guardrails is not None else
                                            plan_guardrails or DEFAULT_GUARDRAILS),
@@ -122,7 +132,6 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
                            if a.treatment_arm == v.treatment_arm and a.kind in ("guardrail", "breaker", "gate")]
         report.rollouts.append(j)
     if write:
-        from ccab.judge import store
         seq = time.time_ns()
         for j in report.rollouts:
             store.write_judgement(wh, j, report, seq)
@@ -130,25 +139,6 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
         if notify_url:
             alerts_mod.notify(notify_url, [a for a in changed if a.severity in ("page", "ticket")])
     return report
-
-
-def stored_plan_options(rollout_id: str):
-    """(control arm, guardrails, breakers, note) from the plan the rollout controller started this
-    rollout with (``$CCAB_DATA_DIR/rollouts/<id>/plan.yaml``), so ``ccab analyze`` and the DAGs judge
-    a rollout the way its controller does; all None when there is no such plan."""
-    from ccab.rollout.plan import PlanError, load_plan
-    from ccab.rollout.state import Store
-
-    path = Store.for_rollout(rollout_id).plan_file
-    if not path.exists():
-        return None, None, None, ""
-    try:
-        plan = load_plan(path)
-    except PlanError as exc:
-        return None, None, None, f"the rollout's stored plan {path} is invalid ({exc}); default guardrails used"
-    return (plan.control_arm,
-            tuple(Guardrail(g.metric, g.statistic, g.margin, g.severity) for g in plan.guardrails),
-            tuple(Breaker(b.metric, b.ratio, b.minutes) for b in plan.breakers) or None, "")
 
 
 def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: datetime, *, control_arm: str,
@@ -392,7 +382,7 @@ def data_first_hour(wh: Warehouse, pop: str, rollout: str) -> datetime | None:
     cnt, lo = res.rows[0]
     if not cnt:
         return None
-    return datetime.strptime(lo, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    return parse_sql_time(lo)
 
 
 # ---- decision -------------------------------------------------------------------------------------

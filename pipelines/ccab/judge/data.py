@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-
-from ccab.cohorts.job import sql_time
+from ccab.base.chtime import sql_time
+from ccab.base.warehouse import Warehouse
 from ccab.judge.stats import HostArrays
-from ccab.warehouse import Warehouse
 
 _HOST_SUMS = """
 SELECT metric, arm, host,

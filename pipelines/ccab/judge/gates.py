@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import numpy as np
-from scipy import stats as sps
-
+from ccab.base.chtime import hours_between, sql_time
 from ccab.judge.model import GateCheck
+from scipy import stats as sps
 
 CC_COMPLIANCE_MAX = 0.01
 SAMPLING_HOST_FACTOR = 2.0
@@ -33,11 +33,8 @@ TRAFFIC_SHARE_FACTOR = 1.5
 
 
 def window_hours(start: datetime, end: datetime) -> list[str]:
-    out, t = [], start
-    while t < end:
-        out.append(t.strftime("%Y-%m-%d %H:%M:%S"))
-        t += timedelta(hours=1)
-    return out
+    """The UTC hours of ``[start, end)`` as the warehouse writes them."""
+    return [sql_time(h) for h in hours_between(start, end)]
 
 
 def arm_hosts_gate(hosts_by_arm: dict[str, set[str]], arms: list[str]) -> list[GateCheck]:

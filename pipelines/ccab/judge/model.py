@@ -6,45 +6,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from ccab.cohorts.metrics import BY_NAME, get as get_metric
+from ccab.base.vocabulary import (HIGHER_IS_WORSE, JUDGED_METRICS, QUANTILES, SEVERITIES, SHARE_ABOVE, Severity,
+                                  check_statistic, statistics_of)
 
-Severity = Literal["page", "ticket", "info"]
+__all__ = ["HIGHER_IS_WORSE", "JUDGED_METRICS", "QUANTILES", "SEVERITIES", "SHARE_ABOVE", "Severity",
+           "check_statistic", "statistics_of", "Decision", "Guardrail", "Breaker", "RolloutOptions", "Result",
+           "GateCheck", "BreakerTrip", "Verdict", "RolloutJudgement", "DEFAULT_GUARDRAILS", "DEFAULT_BREAKERS"]
+
 Decision = Literal["rollback", "halt", "continue", "pass", "no_decision", "inconclusive_by_design"]
-SEVERITIES = ("page", "ticket", "info")
-
-#: metrics the judge compares, and which direction hurts users. Excluded on purpose:
-#: ``bbr_min_rtt_us`` (BBR sockets only; never comparable with another algorithm's min RTT) and
-#: the ``*_per_sample`` metrics (snapshot-weighted: long flows weigh more).
-HIGHER_IS_WORSE: dict[str, bool] = {
-    "retrans_pct": True,
-    "inflight_bytes": True,
-    "rtt_us": True,
-    "min_rtt_us": True,
-    "rwnd_limited_pct": True,
-    "sndbuf_limited_pct": True,
-    "delivery_rate_bps": False,
-    "goodput_bps": False,
-}
-JUDGED_METRICS = tuple(HIGHER_IS_WORSE)
-QUANTILES = {"p10": 0.10, "p50": 0.50, "p90": 0.90, "p99": 0.99}
-SHARE_ABOVE = "share_above:50"
-
-
-def statistics_of(metric: str) -> tuple[str, ...]:
-    """The statistics the judge reports for a metric: ratio of sums (ratio metrics) or mean,
-    quantiles, and the share above 50 % for percent metrics."""
-    m = get_metric(metric)
-    first = ("ratio",) if m.ratio else ("mean",)
-    return first + tuple(QUANTILES) + ((SHARE_ABOVE,) if m.is_percent else ())
-
-
-def check_statistic(metric: str, statistic: str) -> None:
-    """ValueError naming what is wrong with a (metric, statistic) pair."""
-    if metric not in HIGHER_IS_WORSE:
-        raise ValueError(f"metric {metric!r} cannot be judged; judged metrics: {', '.join(JUDGED_METRICS)}")
-    allowed = statistics_of(metric)
-    if statistic not in allowed:
-        raise ValueError(f"statistic {statistic!r} is not available for {metric}; use one of: {', '.join(allowed)}")
 
 
 @dataclass(frozen=True)
@@ -96,6 +65,10 @@ class Guardrail:
         return f"{self.metric} {self.statistic} (margin {sign}{m}, {self.severity})"
 
 
+#: metrics a circuit breaker can watch (per-minute sums in tcp_samples)
+BREAKER_METRICS: tuple[str, ...] = ("retrans_pct",)
+
+
 @dataclass(frozen=True)
 class Breaker:
     """Deterministic circuit breaker, no statistics: trips when the treatment arm's retransmitted
@@ -108,8 +81,8 @@ class Breaker:
     min_samples: int = 50
 
     def __post_init__(self):
-        if self.metric != "retrans_pct":
-            raise ValueError(f"breaker metric {self.metric!r}: only retrans_pct breakers exist")
+        if self.metric not in BREAKER_METRICS:
+            raise ValueError(f"breaker metric {self.metric!r}: only {', '.join(BREAKER_METRICS)} breakers exist")
         if not self.ratio > 1 or self.minutes < 1:
             raise ValueError(f"breaker: ratio must be > 1 and minutes >= 1, got ratio={self.ratio}, "
                              f"minutes={self.minutes}")
@@ -124,6 +97,17 @@ DEFAULT_GUARDRAILS: tuple[Guardrail, ...] = (
     Guardrail("rtt_us", "p50", 0.10, "ticket"),
 )
 DEFAULT_BREAKERS: tuple[Breaker, ...] = (Breaker(),)
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """What a rollout declared for its judge (its plan): control arm, guardrails, breakers; ``note``
+    says why a declared plan could not be used (the judge then uses its defaults and says so)."""
+
+    control_arm: str | None = None
+    guardrails: tuple[Guardrail, ...] | None = None
+    breakers: tuple[Breaker, ...] | None = None
+    note: str = ""
 
 
 @dataclass
@@ -211,7 +195,3 @@ class RolloutJudgement:
     trips: list[BreakerTrip] = field(default_factory=list)
     alerts: list = field(default_factory=list)  # ccab.judge.alerts.Alert
     error: str = ""
-
-
-def metric_known(name: str) -> bool:
-    return name in BY_NAME

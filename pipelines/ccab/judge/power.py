@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-from statsmodels.stats.power import TTestIndPower
-
-from ccab.cohorts.job import sql_time
+from ccab.base.chtime import sql_time
+from ccab.base.warehouse import Warehouse
 from ccab.judge.model import QUANTILES, SHARE_ABOVE, check_statistic
-from ccab.warehouse import Warehouse
+from statsmodels.stats.power import TTestIndPower
 
 DEFAULT_DURATIONS_H = (1, 6, 24, 72, 168)
 

@@ -97,13 +97,3 @@ def alpha_at_look(look: int, looks_planned: int, alpha: float = 0.05) -> float:
     return alphas[min(look, looks_planned) - 1]
 
 
-def cusum(z: list[float], k: float = 0.5, h: float = 5.0) -> tuple[list[float], int | None]:
-    """One-sided CUSUM ``S_t = max(0, S_{t−1} + z_t − k)``; returns the path and the first index
-    where ``S_t > h`` (None if never). For post-rollout drift on daily per-PoP series."""
-    s, path, first = 0.0, [], None
-    for i, zi in enumerate(z):
-        s = max(0.0, s + zi - k)
-        path.append(s)
-        if first is None and s > h:
-            first = i
-    return path, first

@@ -38,9 +38,8 @@ from itertools import combinations
 from typing import Literal
 
 import numpy as np
+from ccab.base.bins import FINE_PER_OCTAVE, bin_mid
 from scipy import stats as sps
-
-from ccab.cohorts.bins import FINE_PER_OCTAVE, bin_mid
 
 Alternative = Literal["two-sided", "greater", "less"]
 #: enumerate every relabelling up to this many; beyond, sample ``MC_PERMUTATIONS`` of them
@@ -309,23 +308,6 @@ def _welch_df(v_t: float, v_c: float, g_t: int, g_c: int) -> float:
     return (v_t + v_c) ** 2 / den if den > 0 else float(g_t + g_c - 2)
 
 
-def ratio_t_pvalue(effect: Effect) -> float:
-    """The analytic (Welch t on the delta-method log ratio) p-value of a ratio effect — the
-    large-sample path and the cross-check of the permutation p-value."""
-    if not math.isfinite(effect.se_log) or effect.se_log <= 0:
-        return math.nan
-    t = (math.log1p(effect.estimate) - math.log(effect.null_ratio)) / effect.se_log
-    return _t_p(t, effect.df, effect.alternative)
-
-
-def _t_p(t: float, df: float, alternative: str) -> float:
-    if alternative == "greater":
-        return float(sps.t.sf(t, df))
-    if alternative == "less":
-        return float(sps.t.cdf(t, df))
-    return float(2 * sps.t.sf(abs(t), df))
-
-
 # --------------------------------------------------------------------------------------------------
 # quantiles
 # --------------------------------------------------------------------------------------------------
@@ -447,18 +429,6 @@ def _shift_treated(bins: np.ndarray, hist: np.ndarray, treated: np.ndarray, shif
     out[np.ix_(treated, idx_shift)] = hist[treated]
     return new_bins, out
 
-
-def quantile_t_pvalue(effect: Effect) -> float:
-    """Analytic p-value of a quantile effect: t on the log ratio with the outer-CI SE."""
-    if not math.isfinite(effect.se_log) or effect.se_log <= 0 or not math.isfinite(effect.estimate):
-        return math.nan
-    t = (math.log1p(effect.estimate) - math.log(effect.null_ratio)) / effect.se_log
-    return _t_p(t, effect.df, effect.alternative)
-
-
-# --------------------------------------------------------------------------------------------------
-# whole-distribution shift
-# --------------------------------------------------------------------------------------------------
 
 def shift_statistic_rows(hist: np.ndarray, zeros: np.ndarray, a: np.ndarray, tail_floor: float = 1e-3) -> np.ndarray:
     """Variance-weighted sup distance between the pooled CDFs of the two label groups, per row."""

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import orjson
-
-from ccab.cohorts.job import sql_time
+from ccab.base.chtime import sql_time
+from ccab.base.warehouse import Warehouse
 from ccab.judge.model import RolloutJudgement
-from ccab.warehouse import Warehouse
 
 
 def _num(x):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,9 +17,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+from ccab.base.config import settings
 from ccab.lab.netns import LabError, Registry, in_ns
+from ccab.rollout import signing
 
-REPO = Path(__file__).resolve().parents[3]
 
 # The ccab log_format of docs/reference/nginx.md.
 CCAB_LOG_FORMAT = (
@@ -30,7 +30,6 @@ CCAB_LOG_FORMAT = (
     "  '\"tcpinfo_rtt\":\"$tcpinfo_rtt\",\"tcpinfo_rttvar\":\"$tcpinfo_rttvar\",'\n"
     "  '\"tcpinfo_snd_cwnd\":\"$tcpinfo_snd_cwnd\",\"tcpinfo_rcv_space\":\"$tcpinfo_rcv_space\"}';"
 )
-
 
 
 def nginx_config(prefix: Path, access_log: Path, listen: str, www: Path, *, workers: int = 1,
@@ -90,7 +89,7 @@ def make_www(www: Path, sizes: list[int]) -> None:
 
 
 def agent_binary() -> Path | None:
-    p = Path(os.environ.get("CCAB_AGENT_BIN", REPO / "bin" / "ccab-agent"))
+    p = settings().agent_bin
     return p if p.exists() and os.access(p, os.X_OK) else None
 
 
@@ -116,7 +115,6 @@ def apply_cc(ns: str, host: str, cc: str, rollout_id: str, generation: int, work
     workdir.mkdir(parents=True, exist_ok=True)
     record = {"schema": "assignment/1", "rollout_id": rollout_id, "generation": generation, "pop": "lab",
               "host": host, "arm": cc, "cc": cc, "qdisc": None, "issued_at_ms": int(time.time() * 1000)}
-    from ccab.rollout import signing
 
     key = _lab_key()  # a key made for this run: the lab's hosts trust nothing else
     signed = signing.sign(record, key)
@@ -130,9 +128,7 @@ def apply_cc(ns: str, host: str, cc: str, rollout_id: str, generation: int, work
         cmd = [str(agent), "--once", "--assignment-file", str(assignment), "--netns", ns,
                "--public-key", str(pub), "--state-file", str(state_file), "--host", host, "--pop", "lab",
                "--metrics-addr", ""]
-        extra = os.environ.get("CCAB_LAB_AGENT_ARGS")
-        if extra:
-            cmd += extra.split()
+        cmd += settings().lab_agent_args
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         effective = in_ns(ns, "sysctl", "-n", "net.ipv4.tcp_congestion_control").strip()
         out = {"setter": "ccab-agent", "cmd": cmd, "exit": res.returncode, "stdout": res.stdout[-2000:],
@@ -199,7 +195,7 @@ class Nginx:
 
 
 def collector_binary() -> Path:
-    p = Path(os.environ.get("CCAB_COLLECTOR_BIN", REPO / "bin" / "ccab-collector"))
+    p = settings().collector_bin
     if not p.exists():
         raise LabError(f"{p} not found: build it with `make setup` "
                        "(CGO_ENABLED=0 go build -o bin/ccab-collector ./collectors/cmd/ccab-collector)")
@@ -294,5 +290,3 @@ def metric_sum(m: dict[str, float], name: str) -> float:
     return sum(v for k, v in m.items() if k == name or k.startswith(name + "{"))
 
 
-def which_all(tools: list[str]) -> list[str]:
-    return [t for t in tools if not shutil.which(t)]

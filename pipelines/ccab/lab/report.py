@@ -14,10 +14,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from matplotlib.figure import Figure
-
+from ccab.lab import spec
 from ccab.plots.render import ARM_COLORS
 from ccab.report import html as h
+from matplotlib.figure import Figure
 
 CC_COLORS = {"cubic": ARM_COLORS[0], "bbr": ARM_COLORS[1], "reno": ARM_COLORS[2], "bbr2": ARM_COLORS[3]}
 FLOW_STYLES = ("-", "--", ":", "-.")
@@ -213,7 +213,6 @@ def _unavailable_cases(run: dict) -> list[tuple[str, list[str]]]:
     if not names:
         return []
     try:
-        from ccab.lab import spec
 
         algos = {c.name: list(c.algorithms) for c in spec.expand(run["yaml"]).cases}
     except Exception:  # noqa: BLE001 - a YAML this version cannot expand: still list the names

@@ -25,10 +25,19 @@ from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 
-from ccab.lab import analysis
+from ccab.base.chtime import HOUR
+from ccab.base.config import settings
+from ccab.base.contracts import SCHEMAS
+from ccab.base.schema import migrate
+from ccab.base.warehouse import connect
+from ccab.cohorts.job import run_window
+from ccab.ingest.loader import Loader
+from ccab.kafka import broker
+from ccab.kafka.topics import TopicSpec, ensure_topics
+from ccab.lab import analysis, spec
 from ccab.lab.edge import Collector, Nginx, apply_cc, make_www, metric_sum
-from ccab.lab.netns import (LabError, Registry, Topology, allow_cc, available_cc, probe_nft, probe_qdisc,
-                            sweep_leftovers)
+from ccab.lab.netns import (LabError, Registry, Topology, _kill_pid, allow_cc, available_cc, delete_ns, probe_nft,
+                            probe_qdisc, sweep_leftovers)
 from ccab.lab.spec import Case, Experiment
 
 MTU = 1514
@@ -74,7 +83,6 @@ class Session:
         try:
             self.stack.close()
         finally:
-            from ccab.lab.netns import _kill_pid, delete_ns
 
             for pid, expect in list(self.registry.pids):
                 _kill_pid(int(pid), tuple(expect))
@@ -91,13 +99,11 @@ class Session:
 
 
 def _kafka(log) -> str:
-    from ccab import kafka_local
-    from ccab.config import settings
 
     cfg = settings()
-    if cfg.embedded_kafka and not kafka_local.is_running():
+    if cfg.embedded_kafka and not broker.is_running():
         log("lab: starting the local Kafka broker (ccab kafka up)")
-        return kafka_local.up(timeout_s=120, progress=lambda m: None)
+        return broker.up(timeout_s=120, progress=lambda m: None)
     return cfg.bootstrap_servers
 
 
@@ -137,7 +143,6 @@ def run(exp: Experiment, out_dir: Path, repeat: int = 1, seed: int | None = None
     }
     _write_json(run_dir / "run.json", meta)
 
-    from ccab.kafka_local import TopicSpec, ensure_topics
 
     with Session(log) as session:
         bootstrap = _kafka(log)
@@ -239,11 +244,7 @@ def run_case(case: Case, rep: int, exp: Experiment, run_dir: Path, rollout_id: s
 
 
 def load(bootstrap: str, topics: list[str], group: str) -> dict:
-    """The production loader (ccab.loader.Loader) from the run's topics into the warehouse."""
-    from ccab.contracts import SCHEMAS
-    from ccab.loader import Loader
-    from ccab.migrate import migrate
-    from ccab.warehouse import connect
+    """The production loader (ccab.ingest.loader.Loader) from the run's topics into the warehouse."""
 
     wh = connect()
     try:
@@ -262,8 +263,6 @@ def cohort_rollup(rollout_id: str, log=print) -> dict:
     as the scheduled job would; no look-back: the lab adds rows to its own hours only."""
     from datetime import datetime, timezone
 
-    from ccab.cohorts.job import HOUR, run_window
-    from ccab.warehouse import connect
 
     wh = connect()
     try:
@@ -305,7 +304,6 @@ def _write_json(path: Path, obj) -> None:
 
 
 def analyze(meta: dict, exp: Experiment, run_dir: Path) -> dict:
-    from ccab.warehouse import connect
 
     wh = connect()
     try:
@@ -429,7 +427,6 @@ def summarize(kind: str, cases: list[dict]) -> dict:
 
 def reanalyze(run_dir: Path) -> Path:
     """Run the cohort job and the analysis again on a finished run (the rows are in the warehouse)."""
-    from ccab.lab import spec
 
     meta = json.loads((run_dir / "run.json").read_text())
     exp = spec.expand(meta["yaml"])

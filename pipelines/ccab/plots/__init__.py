@@ -1,2 +1,2 @@
 """Figures of the cohort rollups: ``data`` reads the analysts' views, ``render`` draws (pure),
-``cli`` is ``ccab plot``."""
+``ccab plot`` is :mod:`ccab.cli.plot`."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ccab.cohorts.job import sql_time, utc_hour
-from ccab.cohorts.metrics import PAIRS, get
-from ccab.warehouse import Warehouse
+from ccab.base.chtime import sql_time, utc_hour
+from ccab.base.vocabulary import PAIRS, get
+from ccab.base.warehouse import Warehouse
 
 
 @dataclass(frozen=True)

@@ -7,19 +7,17 @@ the legend with their share (PDFs, CDFs).
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
+from ccab.base import atomicfile
+from ccab.base.bins import ZERO_BIN
+from ccab.base.vocabulary import Metric, get
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
-
-from ccab.cohorts.bins import ZERO_BIN
-from ccab.cohorts.metrics import Metric, get
 
 ARM_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
 
@@ -185,13 +183,5 @@ def save_png(fig: Figure, path: Path, dpi: int = 110) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
-    fd, tmp = tempfile.mkstemp(prefix=".plot-", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=dpi, format="png")
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is for reading
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomicfile.write_with(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
     return path

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ccab.cohorts.metrics import get as get_metric
+from ccab.base.config import settings
+from ccab.base.vocabulary import get as get_metric
+from ccab.base.warehouse import Warehouse
 from ccab.judge.model import HIGHER_IS_WORSE
-from ccab.plots import data as plot_data, render
+from ccab.plots import data as plot_data
+from ccab.plots import render
 from ccab.report import html as h
 from ccab.report.data import ReportData, load
-from ccab.warehouse import Warehouse
 
 #: (metric, what it shows) of the per-arm PDFs and CDFs
 DISTRIBUTIONS = (("retrans_pct", "retransmitted share of each connection's bytes"),
@@ -71,7 +73,6 @@ class ReportResult:
 
 def default_out_dir(rollout_id: str) -> Path:
     """``$CCAB_DATA_DIR/reports/<rollout_id>/`` — where the alerts' ``report_url`` points."""
-    from ccab.config import settings
 
     return settings().data_dir / "reports" / rollout_id
 

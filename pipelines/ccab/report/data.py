@@ -10,13 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from ccab.cohorts.bins import Histogram
-from ccab.cohorts.job import sql_time
-from ccab.warehouse import Warehouse
-
-
-def parse_sql_time(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+from ccab.base.bins import Histogram
+from ccab.base.chtime import parse_sql_time, sql_time
+from ccab.base.warehouse import Warehouse
 
 
 @dataclass

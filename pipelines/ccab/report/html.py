@@ -26,11 +26,11 @@ Kinds of badges and row classes: ``good`` (green), ``bad`` (red), ``warn`` (ambe
 from __future__ import annotations
 
 import html as _html
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
+
+from ccab.base import atomicfile
 
 
 class Html(str):
@@ -190,15 +190,5 @@ def render_page(title: str, sections: Sequence[Section], subtitle: str = "", gen
 
 def write_page(path: Path, page: str) -> Path:
     """Write ``page`` to ``path`` atomically (temp file + rename), world-readable."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".page-", suffix=".html", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(page)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return atomicfile.write_text(path, page)
+

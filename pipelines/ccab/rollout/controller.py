@@ -21,18 +21,19 @@ The judge and the Kafka I/O are injected (:class:`Controller` takes a ``judge`` 
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
+from ccab.base import atomicfile
+from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
 from ccab.rollout import design
-from ccab.rollout.plan import Plan
+from ccab.rollout.plan import Plan, load_plan, plan_to_yaml
+from ccab.rollout.publish import Publisher, latest_assignments, read_agent_status, read_assignments
 from ccab.rollout.signing import sign
-from ccab.rollout.state import Store, StateError, new_state, now_ms
+from ccab.rollout.state import HostAssignment, PublishIntent, RolloutState, StateError, Store, now_ms
 
 # judge(start, end, look, looks_planned) -> verdicts (objects with pop, treatment_arm, control_arm,
 # decision, reasons, alert_ids, gates_failed)
@@ -41,7 +42,6 @@ ActionFn = Callable[[list[str], str], None]  # set_action(alert_ids, "halted" | 
 
 ACTION_RANK = {"continue": 0, "hold": 1, "halt_arm": 2, "rollback_arm": 3, "rollback_all": 4}
 BAD_ARM = ("halted", "rolled_back")
-CRASH_ENV = "CCAB_ROLLOUT_CRASH_AFTER"  # fault injection for tests: SIGKILL self after N records
 
 
 class ControllerError(RuntimeError):
@@ -63,8 +63,6 @@ class KafkaBus:
 
     def __init__(self, bootstrap: str, assignments_topic: str | None = None, status_topic: str | None = None,
                  timeout_s: float = 15.0):
-        from ccab.kafka_local import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
-
         self.bootstrap = bootstrap
         self.assignments_topic = assignments_topic or TOPIC_ASSIGNMENTS
         self.status_topic = status_topic or TOPIC_AGENT_STATUS
@@ -72,20 +70,14 @@ class KafkaBus:
         self._pub = None
 
     def publish(self, records: list[dict]) -> int:
-        from ccab.rollout.publish import Publisher
-
         if self._pub is None:
             self._pub = Publisher(self.bootstrap, self.assignments_topic, self.timeout_s)
         return self._pub.publish(records)
 
     def assignments(self) -> list[dict]:
-        from ccab.rollout.publish import read_assignments
-
         return read_assignments(self.bootstrap, self.assignments_topic, self.timeout_s)
 
     def agent_status(self) -> list[dict]:
-        from ccab.rollout.publish import read_agent_status
-
         return read_agent_status(self.bootstrap, self.status_topic, self.timeout_s)
 
 
@@ -113,37 +105,42 @@ class Controller:
                  say: Callable[[str], None] = lambda _m: None):
         self.plan, self.store, self.bus, self.key = plan, store, bus, key
         self.judge, self.set_action, self.clock, self.say = judge, set_action, clock, say
-        self.state: dict[str, Any] = store.load() if store.exists() else {}
+        self.state: RolloutState | None = store.load() if store.exists() else None
 
     def reload(self) -> None:
         """Re-read the state file (call after taking ``store.locked()``)."""
-        self.state = self.store.load() if self.store.exists() else {}
+        self.state = self.store.load() if self.store.exists() else None
 
     # ------------------------------------------------------------------------------ helpers
     def _audit(self, event: str, reason: str = "", actor: str = "controller", **details) -> None:
-        e = self.store.audit(event, reason, actor, stage=self.state.get("stage"), **details)
+        e = self.store.audit(event, reason, actor, stage=self.state.stage if self.state else None, **details)
         self.say(f"[{e['seq']}] {event}: {reason}" if reason else f"[{e['seq']}] {event}")
 
     def _save(self) -> None:
-        self.store.save(self.state)
+        self.store.save(self.st)
+
+    @property
+    def st(self) -> RolloutState:
+        """The state of a started rollout (``_require_state`` has checked it exists)."""
+        if self.state is None:
+            raise ControllerError(f"rollout {self.plan.rollout_id!r} is not started (ccab rollout start PLAN)")
+        return self.state
 
     def _require_state(self) -> None:
-        if not self.state:
-            raise ControllerError(f"rollout {self.plan.rollout_id!r} is not started (ccab rollout start PLAN)")
-        if self.state["plan_digest"] != self.plan.digest:
+        if self.st.plan_digest != self.plan.digest:
             raise ControllerError(
                 f"the plan changed since the rollout started (digest {self.plan.digest[:12]} != "
-                f"{self.state['plan_digest'][:12]}); the controller uses {self.store.plan_file}")
+                f"{self.st.plan_digest[:12]}); the controller uses {self.store.plan_file}")
 
     def current_arms(self) -> dict[str, str | None]:
-        return {h: v["arm"] for h, v in self.state.get("hosts", {}).items()}
+        return {h: v.arm for h, v in self.state.hosts.items()} if self.state else {}
 
     def target(self) -> dict[str, str]:
         """host -> arm the plan wants now (before the blast-radius cap)."""
-        st = self.state
+        st = self.st
         plan = self.plan
-        status = st.get("status", "running")
-        arms = st.get("arms", {})
+        status = st.status
+        arms = st.arms
         current = self.current_arms()
         if status in ("rolled_back", "halted"):
             want = {h: plan.control_arm for p in plan.pops for h in plan.hosts_of(p)}
@@ -153,9 +150,9 @@ class Controller:
                 for h in plan.hosts_of(p):
                     want.setdefault(h, plan.control_arm)
         elif plan.design.switchback is not None:
-            want = design.switchback_arms(plan, st.get("started_ms") or self.clock(), self.clock())
+            want = design.switchback_arms(plan, st.started_ms or self.clock(), self.clock())
         else:
-            want = design.stage_arms(plan, st.get("stage", 0), arms, st.get("promoted"))
+            want = design.stage_arms(plan, st.stage, arms, st.promoted)
         for h, a in list(want.items()):
             if arms.get(a) in BAD_ARM:
                 want[h] = plan.control_arm
@@ -173,19 +170,19 @@ class Controller:
         best_applied: dict[str, int] = {}
         for s in statuses:
             h = s.get("host")
-            if h not in self.state.get("hosts", {}):
+            if h not in self.st.hosts:
                 continue
             if s.get("state") == "applied" and s.get("rollout_id") == rid:
                 best_applied[h] = max(best_applied.get(h, -1), int(s.get("generation", -1)))
             if s.get("state") in ("applied", "refused", "error"):
                 if h not in latest or s.get("generation", -1) >= latest[h].get("generation", -1):
                     latest[h] = s
-        hosts = self.state["hosts"]
-        ok = sum(1 for h, v in hosts.items() if v["status"] == "published" and best_applied.get(h, -1) >= v["generation"])
+        hosts = self.st.hosts
+        ok = sum(1 for h, v in hosts.items() if v.status == "published" and best_applied.get(h, -1) >= v.generation)
         return ok, len(hosts), latest
 
     def _stage(self):
-        return self.plan.stages[min(self.state.get("stage", 0), len(self.plan.stages) - 1)]
+        return self.plan.stages[min(self.st.stage, len(self.plan.stages) - 1)]
 
     # ------------------------------------------------------------------------------ publishing
     def _record(self, host: str, pop: str, arm: str, generation: int) -> dict:
@@ -202,29 +199,27 @@ class Controller:
     def reconcile(self, topic_records: list[dict] | None = None) -> list[str]:
         """Finish a publish that a crash interrupted: records already on the topic are marked
         published; the others are produced again byte for byte. Returns the hosts re-sent."""
-        intent = self.state.get("intent")
-        if not intent:
+        intent = self.st.intent
+        if intent is None:
             return []
-        from ccab.rollout.publish import latest_assignments
-
         latest = latest_assignments(topic_records if topic_records is not None else self.bus.assignments())
         resend, already = [], []
-        for h in intent["hosts"]:
-            v = self.state["hosts"][h]
+        for h in intent.hosts:
+            v = self.st.hosts[h]
             on_topic = latest.get(h)
-            if v["status"] == "published" or (on_topic and on_topic.get("generation", -1) >= v["generation"]):
-                v["status"] = "published"
+            if v.status == "published" or (on_topic and on_topic.get("generation", -1) >= v.generation):
+                v.status = "published"
                 already.append(h)
             else:
-                resend.append(v["record"])
+                resend.append(v.record)
         if resend:
             self.bus.publish(resend)
             for r in resend:
-                self.state["hosts"][r["host"]]["status"] = "published"
-        self.state["intent"] = None
+                self.st.hosts[r["host"]].status = "published"
+        self.st.intent = None
         self._save()
-        self._audit("reconciled", f"interrupted publish {intent['id']}: {len(already)} record(s) were on the topic, "
-                    f"{len(resend)} re-sent unchanged", intent=intent["id"], on_topic=already,
+        self._audit("reconciled", f"interrupted publish {intent.id}: {len(already)} record(s) were on the topic, "
+                    f"{len(resend)} re-sent unchanged", intent=intent.id, on_topic=already,
                     resent=[r["host"] for r in resend])
         return [r["host"] for r in resend]
 
@@ -234,36 +229,30 @@ class Controller:
         pop_of = {h: p for p in self.plan.pops for h in self.plan.hosts_of(p)}
         records = []
         for c in changes:
-            prev = self.state["hosts"].get(c.host, {}).get("generation", 0)
+            prev = self.st.generation_of(c.host)
             gen = max(prev, int(topic_latest.get(c.host, {}).get("generation", 0))) + 1
             rec = self._record(c.host, pop_of[c.host], c.after, gen)
             records.append(rec)
-            self.state["hosts"][c.host] = {"pop": rec["pop"], "arm": rec["arm"], "cc": rec["cc"], "qdisc": rec["qdisc"],
-                                           "generation": gen, "status": "pending", "record": rec}
-        intent = {"id": uuid.uuid4().hex[:12], "ts_ms": self.clock(), "hosts": [r["host"] for r in records]}
-        self.state["intent"] = intent
+            self.st.hosts[c.host] = HostAssignment(pop=rec["pop"], arm=rec["arm"], cc=rec["cc"], qdisc=rec["qdisc"],
+                                                   generation=gen, status="pending", record=rec)
+        intent = PublishIntent(id=uuid.uuid4().hex[:12], ts_ms=self.clock(), hosts=[r["host"] for r in records])
+        self.st.intent = intent
         self._save()  # write-ahead: the records and their generations are durable before any is produced
-        self._audit("publish_intent", why, intent=intent["id"],
+        self._audit("publish_intent", why, intent=intent.id,
                     changes=[{"host": c.host, "from": c.before, "to": c.after,
-                              "generation": self.state["hosts"][c.host]["generation"]} for c in changes])
-        crash_after = os.environ.get(CRASH_ENV)
-        if crash_after is not None and int(crash_after) < len(records):
-            self.bus.publish(records[:int(crash_after)])
-            os.kill(os.getpid(), signal.SIGKILL)  # fault injection (tests): die mid-publish
+                              "generation": self.st.hosts[c.host].generation} for c in changes])
         self.bus.publish(records)
         for r in records:
-            self.state["hosts"][r["host"]]["status"] = "published"
-        self.state["intent"] = None
+            self.st.hosts[r["host"]].status = "published"
+        self.st.intent = None
         self._save()
-        self._audit("published", f"{len(records)} assignment(s)", intent=intent["id"],
+        self._audit("published", f"{len(records)} assignment(s)", intent=intent.id,
                     hosts=[r["host"] for r in records])
         return records
 
     def _converge(self, result: StepResult, wait_applied_s: float = 0.0, poll_s: float = 1.0) -> None:
         """Publish what the plan wants now, batch by batch within the blast radius, waiting up to
         ``wait_applied_s`` for each batch to be applied before the next."""
-        from ccab.rollout.publish import latest_assignments
-
         deadline = time.monotonic() + wait_applied_s
         topic_latest = latest_assignments(self.bus.assignments())
         while True:
@@ -272,7 +261,7 @@ class Controller:
             risky = [c for c in now if c.after != self.plan.control_arm]
             if risky:
                 ok, n, _ = self._applied()
-                published = sum(1 for v in self.state["hosts"].values() if v["status"] == "published")
+                published = self.st.published_hosts()
                 if published and ok < self._stage().min_applied * published:
                     deferred = risky + deferred
                     risky = []
@@ -280,11 +269,11 @@ class Controller:
                                            f"(need {self._stage().min_applied:.0%}) before more hosts leave control")
             batch = safe + risky
             if batch:
-                why = f"stage {self.state['stage']} ({self._stage().name})"
-                if self.state.get("promoted"):
-                    why = f"promoting {self.state['promoted']}"
-                if self.state.get("status") in ("rolled_back", "halted"):
-                    why = f"rollout {self.state['status']}: every host back to {self.plan.control_arm}"
+                why = f"stage {self.st.stage} ({self._stage().name})"
+                if self.st.promoted:
+                    why = f"promoting {self.st.promoted}"
+                if self.st.status in ("rolled_back", "halted"):
+                    why = f"rollout {self.st.status}: every host back to {self.plan.control_arm}"
                 if deferred:
                     why += f"; {len(deferred)} change(s) deferred by the blast-radius limit"
                 result.published += self._publish(batch, topic_latest, why)
@@ -295,7 +284,7 @@ class Controller:
                 break
             while time.monotonic() < deadline:  # wait for the batch to be applied
                 ok, n, _ = self._applied()
-                published = sum(1 for v in self.state["hosts"].values() if v["status"] == "published")
+                published = self.st.published_hosts()
                 if ok >= self._stage().min_applied * published:
                     break
                 time.sleep(poll_s)
@@ -305,21 +294,17 @@ class Controller:
     # ------------------------------------------------------------------------------ commands
     def start(self, wait_applied_s: float = 0.0, reason: str = "") -> StepResult:
         if self.state:
-            if self.state["plan_digest"] != self.plan.digest:
+            if self.state.plan_digest != self.plan.digest:
                 raise ControllerError(f"rollout {self.plan.rollout_id!r} already exists with another plan "
                                       f"(state in {self.store.dir})")
             raise ControllerError(f"rollout {self.plan.rollout_id!r} is already started (status "
-                                  f"{self.state['status']}); use `ccab rollout step` or `status`")
-        self.state = new_state(self.plan.rollout_id, self.plan.digest, str(self.plan.source))
-        self.state["started_ms"] = self.clock()
-        self.state["stage_started_ms"] = self.clock()
-        self.state["arms"] = {a: "active" for a in self.plan.treatment_arms}
-        self.state["seed"] = self.plan.design.seed
-        self.store.dir.mkdir(parents=True, exist_ok=True)
-        from ccab.rollout.plan import plan_to_yaml
-        from ccab.rollout.state import write_atomically
+                                  f"{self.state.status}); use `ccab rollout step` or `status`")
+        self.state = RolloutState(rollout_id=self.plan.rollout_id, plan_digest=self.plan.digest,
+                                  plan_path=str(self.plan.source), seed=self.plan.design.seed,
+                                  started_ms=self.clock(), stage_started_ms=self.clock(),
+                                  arms={a: "active" for a in self.plan.treatment_arms})
 
-        write_atomically(self.store.plan_file, plan_to_yaml(self.plan).encode())
+        atomicfile.write_bytes(self.store.plan_file, plan_to_yaml(self.plan).encode())
         self._save()
         slots = design.randomize(self.plan)
         self._audit("start", reason or "rollout started", actor="operator", plan_digest=self.plan.digest,
@@ -328,11 +313,6 @@ class Controller:
         result = StepResult()
         self._converge(result, wait_applied_s)
         return result
-
-    def resume_publishing(self) -> list[str]:
-        """On every controller run: finish an interrupted publish first."""
-        self._require_state()
-        return self.reconcile()
 
     def step(self, window: tuple[datetime, datetime] | None = None, wait_applied_s: float = 0.0) -> StepResult:
         """One controller tick: reconcile, publish what is due, and run a look when it is due."""
@@ -352,15 +332,15 @@ class Controller:
             ok, n, latest = self._applied()
         result.applied, result.enrolled = ok, n
         for h, s in latest.items():
-            if s.get("state") in ("refused", "error") and s.get("generation") == self.state["hosts"][h]["generation"]:
+            if s.get("state") in ("refused", "error") and s.get("generation") == self.st.hosts[h].generation:
                 result.messages.append(f"{h}: agent {s['state']} generation {s['generation']}: {s.get('reason', '')}")
-        st = self.state
-        if st["status"] != "running" or st.get("promoted"):
-            if st.get("promoted") and not result.deferred and ok == n and st["status"] == "running":
-                st["status"] = "completed"
+        st = self.st
+        if st.status != "running" or st.promoted:
+            if st.promoted and not result.deferred and ok == n and st.status == "running":
+                st.status = "completed"
                 self._save()
                 self._audit("completed", f"every host runs {st['promoted']}", applied=ok)
-            result.messages.append(f"rollout {st['status']}" + (f" (promoted {st['promoted']})" if st.get("promoted") else ""))
+            result.messages.append(f"rollout {st['status']}" + (f" (promoted {st['promoted']})" if st.promoted else ""))
             return result
         stage = self._stage()
         if result.deferred:
@@ -369,12 +349,12 @@ class Controller:
         if ok < stage.min_applied * n:
             result.messages.append(f"stage {stage.name}: {ok}/{n} hosts applied (need {stage.min_applied:.0%}); no look yet")
             return result
-        if st.get("stage_applied_ms") is None:
-            st["stage_applied_ms"] = self.clock()
+        if st.stage_applied_ms is None:
+            st.stage_applied_ms = self.clock()
             self._save()
             self._audit("stage_applied", f"stage {stage.name}: {ok}/{n} hosts applied", applied=ok, enrolled=n)
         if window is None:  # whole hours from the first full hour after the stage was applied
-            applied_at = _utc(st["stage_applied_ms"])
+            applied_at = _utc(st.stage_applied_ms)
             start = applied_at.replace(minute=0, second=0, microsecond=0)
             if start < applied_at:
                 start += timedelta(hours=1)
@@ -397,9 +377,9 @@ class Controller:
         """Run the judge for [start, end) and act on its verdicts."""
         if self.judge is None:
             raise ControllerError("no judge configured")
-        st, plan = self.state, self.plan
+        st, plan = self.st, self.plan
         stage = self._stage()
-        look_no = min(st.get("looks_done", 0) + 1, stage.looks)
+        look_no = min(st.looks_done + 1, stage.looks)
         try:
             verdicts = self.judge(start, end, look_no, stage.looks)
         except Exception as exc:  # noqa: BLE001 - a judge that fails decides nothing: hold
@@ -407,7 +387,7 @@ class Controller:
                         "nothing changes (hold)", window=[_iso(start), _iso(end)])
             raise JudgeFailed(f"the judge failed ({type(exc).__name__}: {exc}); no decision taken, hosts unchanged; "
                               "re-run `ccab rollout step` with the same window") from exc
-        active = [a for a, s in st["arms"].items() if s == "active"]
+        active = [a for a, s in st.arms.items() if s == "active"]
         per_arm: dict[str, dict] = {a: {"action": "hold", "reasons": ["no verdict from the judge for this arm"],
                                         "alert_ids": [], "decisions": []} for a in active}
         got = set()
@@ -442,13 +422,13 @@ class Controller:
                                  for v in verdicts]}
         self._audit("look", f"stage {stage.name} look {look_no}/{stage.looks} on {_iso(start)}..{_iso(end)}: "
                     + "; ".join(f"{a} -> {d['action']}" for a, d in per_arm.items()), **evidence)
-        st["looks_done"] = st.get("looks_done", 0) + 1
+        st.looks_done = st.looks_done + 1
         rollback_all = any(d["action"] == "rollback_all" for d in per_arm.values())
         for arm, d in per_arm.items():
             act = "rollback_all" if rollback_all and d["action"] != "rollback_all" else d["action"]
             if act in ("rollback_arm", "rollback_all", "halt_arm"):
                 new = "halted" if act == "halt_arm" else "rolled_back"
-                st["arms"][arm] = new
+                st.arms[arm] = new
                 why = "; ".join(d["reasons"]) if d["action"] == act else "another arm triggered rollback_all"
                 self._save()
                 self._audit("halt_arm" if new == "halted" else "rollback_arm",
@@ -459,19 +439,19 @@ class Controller:
                     self._audit("alerts_actioned", f"{len(d['alert_ids'])} alert(s) marked {new}", arm=arm,
                                 alert_ids=d["alert_ids"], action=new)
         if rollback_all:
-            st["status"] = "rolled_back"
-        still = [a for a, s in st["arms"].items() if s == "active"]
+            st.status = "rolled_back"
+        still = [a for a, s in st.arms.items() if s == "active"]
         holds = [a for a in still if per_arm.get(a, {}).get("action") == "hold"]
         outcome = "hold"
         if not still and not rollback_all:
-            st["status"] = "rolled_back" if any(s == "rolled_back" for s in st["arms"].values()) else "halted"
-            outcome = st["status"]
+            st.status = "rolled_back" if any(s == "rolled_back" for s in st.arms.values()) else "halted"
+            outcome = st.status
         elif rollback_all:
             outcome = "rolled_back"
         elif holds:
             self._audit("hold", "not advancing: " + "; ".join(f"{a}: {'; '.join(per_arm[a]['reasons'])}" for a in holds),
                         arms=holds)
-        elif st["looks_done"] >= stage.looks:
+        elif st.looks_done >= stage.looks:
             outcome = self._advance(still, f"look {look_no}/{stage.looks} passed for {', '.join(still)}")
         else:
             outcome = "continue"
@@ -479,12 +459,12 @@ class Controller:
         return {"per_arm": per_arm, "outcome": outcome, **evidence}
 
     def _advance(self, passing: list[str], why: str, actor: str = "controller") -> str:
-        st, plan = self.state, self.plan
-        if st["stage"] + 1 < len(plan.stages):
-            st["stage"] += 1
-            st["looks_done"] = 0
-            st["stage_started_ms"] = self.clock()
-            st["stage_applied_ms"] = None
+        st, plan = self.st, self.plan
+        if st.stage + 1 < len(plan.stages):
+            st.stage += 1
+            st.looks_done = 0
+            st.stage_started_ms = self.clock()
+            st.stage_applied_ms = None
             self._save()
             self._audit("advance", f"{why}: stage {plan.stages[st['stage']].name} next", actor=actor, arms=passing)
             return "advanced"
@@ -495,12 +475,12 @@ class Controller:
         return "passed"
 
     def _promote(self, arm: str, why: str, actor: str) -> str:
-        st = self.state
-        st["promoted"] = arm
-        st["arms"][arm] = "promoted"
-        for a, s in st["arms"].items():
+        st = self.st
+        st.promoted = arm
+        st.arms[arm] = "promoted"
+        for a, s in st.arms.items():
             if a != arm and s == "active":
-                st["arms"][a] = "halted"
+                st.arms[a] = "halted"
         self._save()
         self._audit("promote", f"{arm} promoted to every host ({why}); hosts move within the blast-radius limit",
                     actor=actor, arm=arm)
@@ -515,16 +495,16 @@ class Controller:
 
     def promote(self, reason: str, arm: str | None = None) -> StepResult:
         self._manual(reason)
-        st = self.state
-        if st["status"] not in ("running", "paused"):
+        st = self.st
+        if st.status not in ("running", "paused"):
             raise ControllerError(f"cannot promote: rollout is {st['status']}")
         if arm is not None:
-            if arm not in st["arms"] or st["arms"][arm] in BAD_ARM:
+            if arm not in st.arms or st.arms[arm] in BAD_ARM:
                 raise ControllerError(f"cannot promote {arm!r}: arms are {st['arms']}")
             self._promote(arm, f"by hand: {reason}", "operator")
         else:
-            passing = [a for a, s in st["arms"].items() if s == "active"]
-            if st["stage"] + 1 >= len(self.plan.stages) and len(passing) != 1:
+            passing = [a for a, s in st.arms.items() if s == "active"]
+            if st.stage + 1 >= len(self.plan.stages) and len(passing) != 1:
                 raise ControllerError("last stage: say which arm to promote (--arm)")
             self._advance(passing, f"by hand: {reason}", "operator")
         result = StepResult()
@@ -533,16 +513,16 @@ class Controller:
 
     def halt(self, reason: str, arm: str | None = None, alert_ids: list[str] | None = None) -> StepResult:
         self._manual(reason)
-        st = self.state
+        st = self.st
         if arm is not None:
-            if st["arms"].get(arm) != "active":
+            if st.arms.get(arm) != "active":
                 raise ControllerError(f"cannot halt {arm!r}: arms are {st['arms']}")
-            st["arms"][arm] = "halted"
+            st.arms[arm] = "halted"
             self._save()
             self._audit("halt_arm", f"by hand: {arm} halted, its hosts go back to {self.plan.control_arm}: {reason}",
                         actor="operator", arm=arm, alert_ids=alert_ids or [])
         else:
-            st["status"] = "paused"
+            st.status = "paused"
             self._save()
             self._audit("pause", f"by hand: rollout paused, hosts keep their arm, nothing advances: {reason}",
                         actor="operator", alert_ids=alert_ids or [])
@@ -554,18 +534,18 @@ class Controller:
 
     def rollback(self, reason: str, arm: str | None = None, alert_ids: list[str] | None = None) -> StepResult:
         self._manual(reason)
-        st = self.state
+        st = self.st
         if arm is not None:
-            if arm not in st["arms"]:
+            if arm not in st.arms:
                 raise ControllerError(f"no treatment arm {arm!r} (arms: {', '.join(st['arms'])})")
-            st["arms"][arm] = "rolled_back"
-            if st.get("promoted") == arm:
-                st["promoted"] = None
+            st.arms[arm] = "rolled_back"
+            if st.promoted == arm:
+                st.promoted = None
         else:
-            for a in st["arms"]:
-                st["arms"][a] = "rolled_back"
-            st["promoted"] = None
-            st["status"] = "rolled_back"
+            for a in st.arms:
+                st.arms[a] = "rolled_back"
+            st.promoted = None
+            st.status = "rolled_back"
         self._save()
         self._audit("rollback_arm" if arm else "rollback",
                     f"by hand: {arm or 'every treatment arm'} rolled back to {self.plan.control_arm}: {reason}",
@@ -578,17 +558,17 @@ class Controller:
 
     def resume(self, reason: str, arm: str | None = None) -> StepResult:
         self._manual(reason)
-        st = self.state
+        st = self.st
         if arm is not None:
-            if st["arms"].get(arm) not in BAD_ARM:
+            if st.arms.get(arm) not in BAD_ARM:
                 raise ControllerError(f"arm {arm!r} is not halted or rolled back ({st['arms']})")
-            st["arms"][arm] = "active"
-            if st["status"] in ("halted", "rolled_back"):
-                st["status"] = "running"
+            st.arms[arm] = "active"
+            if st.status in ("halted", "rolled_back"):
+                st.status = "running"
         else:
-            if st["status"] not in ("paused", "halted"):
+            if st.status not in ("paused", "halted"):
                 raise ControllerError(f"nothing to resume: rollout is {st['status']}")
-            st["status"] = "running"
+            st.status = "running"
         self._save()
         self._audit("resume", f"by hand: {arm or 'rollout'} resumed: {reason}", actor="operator", arm=arm)
         result = StepResult()
@@ -597,23 +577,21 @@ class Controller:
 
     def summary(self, statuses: list[dict] | None = None) -> dict:
         self._require_state()
-        st = self.state
+        st = self.st
         ok, n, latest = self._applied(statuses) if statuses is not None or self.bus is not None else (0, 0, {})
         by_arm: dict[str, int] = {}
-        for v in st["hosts"].values():
-            by_arm[v["arm"]] = by_arm.get(v["arm"], 0) + 1
-        return {"rollout_id": st["rollout_id"], "status": st["status"], "stage": st["stage"],
-                "stage_name": self._stage().name, "looks_done": st.get("looks_done", 0), "arms": st["arms"],
-                "promoted": st.get("promoted"), "hosts_per_arm": by_arm, "applied": ok, "enrolled": n,
-                "pending_intent": st.get("intent"),
+        for v in st.hosts.values():
+            by_arm[v.arm] = by_arm.get(v.arm, 0) + 1
+        return {"rollout_id": st.rollout_id, "status": st.status, "stage": st.stage,
+                "stage_name": self._stage().name, "looks_done": st.looks_done, "arms": st.arms,
+                "promoted": st.promoted, "hosts_per_arm": by_arm, "applied": ok, "enrolled": n,
+                "pending_intent": asdict(st.intent) if st.intent else None,
                 "agents": {h: {"state": s.get("state"), "generation": s.get("generation"), "reason": s.get("reason", "")}
                            for h, s in sorted(latest.items())}}
 
 
-def load_state_plan(store: Store):
+def load_state_plan(store: Store) -> Plan:
     """The plan a started rollout was started with (the copy in its state directory)."""
-    from ccab.rollout.plan import load_plan
-
     if not store.plan_file.exists():
         raise StateError(f"no plan copy at {store.plan_file}")
     return load_plan(store.plan_file)

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ccab.base.vocabulary import JUDGED_METRICS, SEVERITIES, statistics_of
+from ccab.judge.model import BREAKER_METRICS, Breaker, Guardrail
 
 # Kernel congestion-control modules the controller may assign. An agent still checks what its
 # kernel offers (tcp_available_congestion_control) and refuses what it does not have; this list
@@ -24,10 +26,6 @@ import yaml
 KNOWN_CC = ("cubic", "reno", "bbr", "bbr2", "bbr3", "dctcp", "htcp", "vegas", "westwood", "hybla",
             "illinois", "highspeed", "scalable", "veno", "yeah", "lp", "nv", "cdg", "bic")
 KNOWN_QDISC = ("fq", "fq_codel", "pfifo_fast", "cake", "tbf", "htb", "pfifo")
-METRICS = ("goodput_bps", "retrans_pct", "rtt_us", "min_rtt_us", "inflight_bytes", "rwnd_limited_pct",
-           "sndbuf_limited_pct", "inflight_bytes_per_sample")
-STATISTICS = ("mean", "ratio", "p10", "p50", "p90", "p99")
-SEVERITIES = ("page", "ticket", "info")
 # what the controller does with a judge decision for one (pop, treatment arm)
 ACTIONS = ("rollback_arm", "rollback_all", "halt_arm", "hold", "continue")
 
@@ -88,21 +86,6 @@ class Limits:
 
 
 @dataclass(frozen=True)
-class GuardrailSpec:
-    metric: str
-    statistic: str
-    margin: float
-    severity: str = "page"
-
-
-@dataclass(frozen=True)
-class BreakerSpec:
-    metric: str = "retrans_pct"
-    ratio: float = 3.0
-    minutes: int = 10
-
-
-@dataclass(frozen=True)
 class Policy:
     """Judge decision -> controller action, per (pop, treatment arm)."""
 
@@ -123,8 +106,8 @@ class Plan:
     design: Design
     stages: tuple[Stage, ...]
     limits: Limits
-    guardrails: tuple[GuardrailSpec, ...]
-    breakers: tuple[BreakerSpec, ...]
+    guardrails: tuple[Guardrail, ...]  # the judge's own types: a plan holds only what it can run
+    breakers: tuple[Breaker, ...]
     policy: Policy
     description: str = ""
     source: str = ""
@@ -350,22 +333,28 @@ def plan_from_dict(raw: Any, source: str = "plan", base_dir: Path | None = None)
         p = f"guardrails[{i}]"
         g = r.mapping(g, p)
         r.unknown(g, ("metric", "statistic", "margin", "severity"), p)
-        metric = r.get(g, "metric", p, str, choices=METRICS)
+        metric = r.get(g, "metric", p, str, choices=JUDGED_METRICS)
         stat = r.get(g, "statistic", p, str)
-        if stat is not None and stat not in STATISTICS and not _share_above(stat):
-            errors.append(f"{p}.statistic: unknown statistic {stat!r}; one of: {', '.join(STATISTICS)}, share_above:X")
+        if metric is not None and stat is not None and stat not in statistics_of(metric):
+            errors.append(f"{p}.statistic: the judge cannot compute {stat!r} for {metric}; "
+                          f"one of: {', '.join(statistics_of(metric))}")
+            stat = None
         margin = r.get(g, "margin", p, float, lo=0, lo_open=True)
         sev = r.get(g, "severity", p, str, "page", choices=SEVERITIES)
-        if None not in (metric, stat, margin):
-            guardrails.append(GuardrailSpec(metric, stat, margin, sev))
+        if None not in (metric, stat, margin, sev):
+            try:
+                guardrails.append(Guardrail(metric, stat, margin, sev))
+            except ValueError as exc:
+                errors.append(f"{p}.margin: {exc}")
     breakers = []
     for i, b in enumerate(r.seq(raw, "breakers", "", required=False)):
         p = f"breakers[{i}]"
         b = r.mapping(b, p)
         r.unknown(b, ("metric", "ratio", "minutes"), p)
-        breakers.append(BreakerSpec(r.get(b, "metric", p, str, "retrans_pct", choices=METRICS),
-                                    r.get(b, "ratio", p, float, 3.0, lo=1, lo_open=True),
-                                    r.get(b, "minutes", p, int, 10, lo=1)))
+        values = (r.get(b, "metric", p, str, "retrans_pct", choices=BREAKER_METRICS),
+                  r.get(b, "ratio", p, float, 3.0, lo=1, lo_open=True), r.get(b, "minutes", p, int, 10, lo=1))
+        if None not in values:
+            breakers.append(Breaker(*values))
 
     pol = r.mapping(raw.get("policy"), "policy")
     r.unknown(pol, ("rollback", "halt", "no_decision", "inconclusive_by_design", "promote_on_pass"), "policy")
@@ -386,16 +375,6 @@ def plan_from_dict(raw: Any, source: str = "plan", base_dir: Path | None = None)
     if errors:
         raise PlanError(errors, source)
     return _with_digest(plan)
-
-
-def _share_above(stat: str) -> bool:
-    if not stat.startswith("share_above:"):
-        return False
-    try:
-        float(stat.split(":", 1)[1])
-        return True
-    except ValueError:
-        return False
 
 
 def _inventory(r: _Reader, inv: dict, pops: list[str], base_dir: Path | None) -> Inventory:
@@ -504,7 +483,7 @@ def plan_to_yaml(plan: Plan) -> str:
     raw["stages"] = [{k: v for k, v in asdict(s).items() if v is not None} for s in plan.stages]
     raw["limits"] = {k: v for k, v in asdict(plan.limits).items() if v is not None}
     raw["guardrails"] = [asdict(g) for g in plan.guardrails]
-    raw["breakers"] = [asdict(b) for b in plan.breakers]
+    raw["breakers"] = [{"metric": b.metric, "ratio": b.ratio, "minutes": b.minutes} for b in plan.breakers]
     raw["policy"] = asdict(plan.policy)
     return "# resolved copy of the plan this rollout was started with (ccab rollout start)\n" + \
         yaml.safe_dump(raw, sort_keys=False)

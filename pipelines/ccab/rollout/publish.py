@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Callable, Iterable
 
-from ccab.kafka_local import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
+from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
 
 
 class KafkaUnavailable(RuntimeError):

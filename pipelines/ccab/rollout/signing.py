@@ -1,5 +1,5 @@
 """Ed25519 signatures of ``assignment/1`` records (CONTRACTS.md): base64 of the signature over
-``ccab.contracts.canonical_json(record)`` (the record without ``signature``, keys sorted, no
+``ccab.base.contracts.canonical_json(record)`` (the record without ``signature``, keys sorted, no
 spaces, UTF-8).
 
 Key files (``load_private_key`` / ``load_public_key`` accept each of these):
@@ -16,11 +16,10 @@ import binascii
 import os
 from pathlib import Path
 
+from ccab.base.contracts import canonical_json
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-
-from ccab.contracts import canonical_json
 
 
 class KeyError_(ValueError):

@@ -21,13 +21,17 @@ import sys
 import time
 from pathlib import Path
 
+from ccab.base import atomicfile
+from ccab.base.config import settings
+from ccab.base.contracts import AGENT_STATUS, ASSIGNMENT, TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS, validate
+from ccab.rollout.signing import KeyError_, load_public_key, verify
+
 SIM_CC_AVAILABLE = ["reno", "cubic", "bbr", "bbr2"]  # the simulator's kernels offer all of these
 SIM_KERNEL = "simulated"
 
 
 def actuator_dir(data_dir: Path | None = None) -> Path:
     if data_dir is None:
-        from ccab.config import settings
 
         data_dir = settings().data_dir
     return Path(data_dir) / "sim-actuator"
@@ -38,7 +42,6 @@ class SimActuator:
                  assignments_topic: str | None = None, status_topic: str | None = None):
         from confluent_kafka import Producer
 
-        from ccab.kafka_local import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
 
         self.bootstrap, self.key, self.dir, self.glob = bootstrap, public_key, Path(out_dir), hosts_glob
         self.a_topic = assignments_topic or TOPIC_ASSIGNMENTS
@@ -58,16 +61,12 @@ class SimActuator:
             return default
 
     def _save(self) -> None:
-        from ccab.rollout.state import write_atomically
-
-        write_atomically(self.dir / "applied.json", (json.dumps(self.applied, indent=1, sort_keys=True) + "\n").encode())
+        atomicfile.write_bytes(self.dir / "applied.json", (json.dumps(self.applied, indent=1, sort_keys=True) + "\n").encode())
         arm_map = {h: v["arm"] for h, v in sorted(self.applied.items())}
-        write_atomically(self.dir / "arm-map.json", (json.dumps(arm_map, indent=1) + "\n").encode())
-        write_atomically(self.dir / "offsets.json", json.dumps(self.offsets).encode())
+        atomicfile.write_bytes(self.dir / "arm-map.json", (json.dumps(arm_map, indent=1) + "\n").encode())
+        atomicfile.write_bytes(self.dir / "offsets.json", json.dumps(self.offsets).encode())
 
     def _status(self, rec: dict, state: str, reason: str = "") -> None:
-        from ccab.contracts import AGENT_STATUS, validate
-
         host = str(rec.get("host", ""))
         prev = self.applied.get(host, {})
         ok = state == "applied"
@@ -83,9 +82,6 @@ class SimActuator:
         self._producer.produce(self.s_topic, key=host.encode(), value=json.dumps(status).encode())
 
     def handle(self, value: bytes) -> str:
-        from ccab.contracts import ASSIGNMENT, validate
-        from ccab.rollout.signing import verify
-
         try:
             rec = json.loads(value)
         except (TypeError, ValueError):
@@ -163,8 +159,6 @@ def register(rs) -> None:
 
 
 def cmd_sim_actuator(args) -> int:
-    from ccab.config import settings
-    from ccab.rollout.signing import KeyError_, load_public_key
 
     try:
         key = load_public_key(args.public_key)

@@ -21,16 +21,23 @@ generations for one change, and an agent that already applied it ignores the rep
 from __future__ import annotations
 
 import contextlib
-import copy
 import fcntl
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
+
+from ccab.base import atomicfile
+from ccab.base.config import settings
 
 STATE_VERSION = 1
+
+RolloutStatus = Literal["running", "paused", "halted", "rolled_back", "completed"]
+ArmState = Literal["active", "halted", "rolled_back", "promoted"]
+Delivery = Literal["pending", "published"]
+TERMINAL: tuple[RolloutStatus, ...] = ("rolled_back", "completed")
 
 
 class StateError(RuntimeError):
@@ -42,48 +49,72 @@ def now_ms() -> int:
 
 
 def rollouts_dir(data_dir: Path | None = None) -> Path:
-    if data_dir is None:
-        from ccab.config import settings
-
-        data_dir = settings().data_dir
-    return Path(data_dir) / "rollouts"
+    return Path(data_dir if data_dir is not None else settings().data_dir) / "rollouts"
 
 
-def new_state(rollout_id: str, plan_digest: str, plan_path: str) -> dict[str, Any]:
-    return {
-        "version": STATE_VERSION,
-        "rollout_id": rollout_id,
-        "plan_digest": plan_digest,
-        "plan_path": plan_path,
-        "status": "running",  # running | paused | halted | rolled_back | completed
-        "stage": 0,
-        "stage_started_ms": None,
-        "stage_applied_ms": None,  # when min_applied was first reached for this stage
-        "looks_done": 0,
-        "arms": {},  # arm -> active | halted | rolled_back | promoted
-        "promoted": None,
-        "hosts": {},  # host -> {pop, arm, cc, qdisc, generation, status: pending|published, record}
-        "intent": None,  # {id, ts_ms, hosts: [...]} while a publish is in flight
-        "updated_ms": now_ms(),
-    }
+@dataclass
+class HostAssignment:
+    """What the controller last sent one host: the signed record and whether it reached Kafka."""
+
+    pop: str
+    arm: str
+    cc: str
+    qdisc: str | None
+    generation: int
+    status: Delivery
+    record: dict[str, Any]
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+@dataclass
+class PublishIntent:
+    """A publish in flight (write-ahead): the hosts whose records are pending."""
+
+    id: str
+    ts_ms: int
+    hosts: list[str]
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+@dataclass
+class RolloutState:
+    """The whole controller state of one rollout (``state.json``)."""
+
+    rollout_id: str
+    plan_digest: str
+    plan_path: str
+    status: RolloutStatus = "running"
+    stage: int = 0
+    seed: int | None = None
+    started_ms: int | None = None
+    stage_started_ms: int | None = None
+    stage_applied_ms: int | None = None  # when min_applied was first reached for this stage
+    looks_done: int = 0
+    arms: dict[str, ArmState] = field(default_factory=dict)
+    promoted: str | None = None
+    hosts: dict[str, HostAssignment] = field(default_factory=dict)
+    intent: PublishIntent | None = None
+    updated_ms: int = 0
+    version: int = STATE_VERSION
+
+    def published_hosts(self) -> int:
+        return sum(1 for v in self.hosts.values() if v.status == "published")
+
+    def generation_of(self, host: str) -> int:
+        h = self.hosts.get(host)
+        return h.generation if h else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any], source: str = "state") -> "RolloutState":
+        try:
+            known = {f.name for f in fields(cls)}
+            data = {k: v for k, v in raw.items() if k in known}
+            data["hosts"] = {h: HostAssignment(**v) for h, v in (raw.get("hosts") or {}).items()}
+            data["intent"] = PublishIntent(**raw["intent"]) if raw.get("intent") else None
+            return cls(**data)
+        except (TypeError, KeyError, AttributeError) as exc:
+            raise StateError(f"{source}: not a rollout state ({exc})") from None
 
 
 @dataclass
@@ -111,22 +142,21 @@ class Store:
     def exists(self) -> bool:
         return self.state_file.exists()
 
-    def load(self) -> dict[str, Any]:
+    def load(self) -> RolloutState:
         try:
             state = json.loads(self.state_file.read_text())
         except FileNotFoundError:
             raise StateError(f"no rollout state at {self.state_file} (start the rollout first)") from None
         except (OSError, json.JSONDecodeError) as exc:
             raise StateError(f"cannot read {self.state_file}: {exc}") from None
-        if state.get("version") != STATE_VERSION:
-            raise StateError(f"{self.state_file}: state version {state.get('version')!r}, expected {STATE_VERSION}")
-        return state
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            version = state.get("version") if isinstance(state, dict) else None
+            raise StateError(f"{self.state_file}: state version {version!r}, expected {STATE_VERSION}")
+        return RolloutState.from_json(state, str(self.state_file))
 
-    def save(self, state: dict[str, Any]) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        state = copy.deepcopy(state)
-        state["updated_ms"] = now_ms()
-        write_atomically(self.state_file, (json.dumps(state, indent=1, sort_keys=True) + "\n").encode())
+    def save(self, state: RolloutState) -> None:
+        state.updated_ms = now_ms()
+        atomicfile.write_bytes(self.state_file, (json.dumps(state.to_json(), indent=1, sort_keys=True) + "\n").encode())
 
     def audit(self, event: str, reason: str = "", actor: str = "controller", **details: Any) -> dict:
         """Append one entry (fsynced) and return it."""

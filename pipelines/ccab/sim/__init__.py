@@ -9,5 +9,5 @@ Modules, from pure core to I/O edge:
 - :mod:`ccab.sim.records`, :mod:`ccab.sim.raw` — contract JSON lines, ``ss`` and nginx text;
 - :mod:`ccab.sim.stats` — realised summaries (log histograms) for ``truth.json`` and the plot;
 - :mod:`ccab.sim.generator` — chunked, deterministic orchestration;
-- :mod:`ccab.sim.sinks`, :mod:`ccab.sim.plot`, :mod:`ccab.sim.cli` — files, Kafka, figure, CLI.
+- :mod:`ccab.sim.sinks`, :mod:`ccab.sim.plot` — files, Kafka, figure (the CLI: :mod:`ccab.cli.sim`).
 """

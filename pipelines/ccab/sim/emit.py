@@ -8,7 +8,6 @@ Pure functions of the arrays (and one rng for the few per-record details such as
 from __future__ import annotations
 
 import numpy as np
-
 from ccab.sim import model as mdl
 from ccab.sim import records as rec
 from ccab.sim.raw import UNSET_U32, nginx_line, ss_line

@@ -15,14 +15,11 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
-
 from ccab.sim import model as mdl
 from ccab.sim.emit import http_records, tcp_records
 from ccab.sim.stats import HIGH_LOSS_PCT, Summary
-from ccab.sim.timeline import (
-    MIB, Connections, Requests, connection_totals, draw_connections, draw_requests, tick_snapshots,
-    unit_from_hash,
-)
+from ccab.sim.timeline import (MIB, Connections, Requests, connection_totals, draw_connections, draw_requests,
+                               tick_snapshots, unit_from_hash)
 from ccab.sim.world import STREAM_CHUNK, World
 
 TCP_TOPIC = "ccab.tcp.v1"

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import numpy as np
-
 from ccab.sim.scenario import CCModel
 
 #: loss *events* per lost packet at a congested bottleneck: drops come in bursts, and a loss-based

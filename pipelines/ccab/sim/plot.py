@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
 from ccab.sim.stats import BINS_PER_DECADE, HIST_METRICS, LOG10_MIN, N_BINS, Summary
 
 PANELS = (

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
 from ccab.sim.dists import draw
 from ccab.sim.scenario import Scenario, host_names_of
 

@@ -24,10 +24,6 @@ COUNTERS = ("bulk_connections", "high_loss", "rwnd_limited", "rwnd_limited_ms", 
 HIGH_LOSS_PCT = 50.0
 
 
-def bin_edges() -> np.ndarray:
-    return 10.0 ** (LOG10_MIN + np.arange(N_BINS + 1) / BINS_PER_DECADE)
-
-
 def log_hist(values: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """(Weighted) counts per log bin of the positive values, and the weight of values <= 0."""
     v = np.asarray(values, dtype=float)

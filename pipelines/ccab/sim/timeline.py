@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
 from ccab.sim.dists import draw, jitter
 from ccab.sim.model import Outcomes, Paths, transfer_time_s
 from ccab.sim.population import HostTable, Prefixes

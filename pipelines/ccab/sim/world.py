@@ -10,7 +10,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
 from ccab.sim.population import HostTable, Prefixes, draw_hosts, draw_prefixes
 from ccab.sim.scenario import CCModel, Scenario, Segment
 

@@ -1,0 +1,95 @@
+"""Where ccab's resources are: the one place that reads the environment.
+
+One switch per engine, same code either way (Dagster-style resource selection):
+
+- ``CCAB_CLICKHOUSE_URL`` unset -> embedded chdb at ``$CCAB_DATA_DIR/warehouse``;
+  set (``http://user:pass@host:8123/ccab``) -> a ClickHouse server via clickhouse-connect.
+- ``CCAB_KAFKA_BROKERS`` unset -> the local single-node broker that ``ccab kafka up`` runs;
+  set (``host1:9092,host2:9092``) -> that cluster; ccab starts nothing.
+- ``CCAB_DATA_DIR`` (default ``.ccab`` in the current directory): local state of the embedded
+  engines (warehouse, broker data, pid files, logs).
+- ``CCAB_KAFKA_PORT`` (default 19092): port of the local broker.
+- ``CCAB_CACHE_DIR`` (default ``~/.cache/ccab``): downloaded Kafka jars, outside the repo.
+- ``CCAB_ALERT_WEBHOOK_URL`` (default unset): where the judge POSTs page/ticket alerts
+  (Alertmanager API v2 shape, e.g. ``http://alertmanager:9093/api/v2/alerts``).
+- ``CCAB_REPORT_URL`` (default ``file://$CCAB_DATA_DIR/reports/{rollout_id}/index.html``): the
+  canary report an alert links to; ``{rollout_id}`` is filled in.
+- ``CCAB_ROLLOUT_KEY`` (default unset): the controller's Ed25519 signing key file (``--key`` wins).
+- ``CCAB_COLLECTOR_BIN``, ``CCAB_AGENT_BIN`` (default ``bin/ccab-collector``, ``bin/ccab-agent``):
+  the edge binaries the lab runs; ``CCAB_LAB_AGENT_ARGS``: extra arguments for the lab's agent.
+- ``JAVA_HOME`` (default: ``java`` on PATH): the JVM of the local Kafka broker.
+
+Every ``CCAB_*`` variable is read here and nowhere else (a test checks it); Airflow's own
+``AIRFLOW_*`` variables are set by :mod:`ccab.dags.local` for the Airflow process it starts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_KAFKA_PORT = 19092
+#: the repository checkout (sql/, dags/, dashboards/ are read from it)
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    cache_dir: Path
+    clickhouse_url: str | None
+    kafka_brokers: str | None
+    kafka_port: int
+    alert_webhook_url: str | None = None
+    report_url_template: str = ""
+    rollout_key: Path | None = None
+    collector_bin: Path = REPO_ROOT / "bin" / "ccab-collector"
+    agent_bin: Path = REPO_ROOT / "bin" / "ccab-agent"
+    lab_agent_args: tuple[str, ...] = ()
+    java_home: Path | None = None
+
+    @property
+    def embedded_clickhouse(self) -> bool:
+        return not self.clickhouse_url
+
+    @property
+    def embedded_kafka(self) -> bool:
+        return not self.kafka_brokers
+
+    @property
+    def warehouse_path(self) -> Path:
+        return self.data_dir / "warehouse"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Kafka bootstrap servers: the configured cluster, or the local broker."""
+        return self.kafka_brokers or f"127.0.0.1:{self.kafka_port}"
+
+
+def settings() -> Settings:
+    """Read the environment now (not at import time, so tests can change it)."""
+    env = os.environ
+    port_text = env.get("CCAB_KAFKA_PORT", str(DEFAULT_KAFKA_PORT))
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise SystemExit(f"CCAB_KAFKA_PORT must be a port number, got {port_text!r}") from None
+    cache = env.get("CCAB_CACHE_DIR") or os.path.join(
+        env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ccab"
+    )
+    data_dir = Path(env.get("CCAB_DATA_DIR") or ".ccab").absolute()
+    return Settings(
+        data_dir=data_dir,
+        cache_dir=Path(cache),
+        clickhouse_url=env.get("CCAB_CLICKHOUSE_URL") or None,
+        kafka_brokers=env.get("CCAB_KAFKA_BROKERS") or None,
+        kafka_port=port,
+        alert_webhook_url=env.get("CCAB_ALERT_WEBHOOK_URL") or None,
+        report_url_template=env.get("CCAB_REPORT_URL") or f"file://{data_dir}/reports/{{rollout_id}}/index.html",
+        rollout_key=Path(env["CCAB_ROLLOUT_KEY"]) if env.get("CCAB_ROLLOUT_KEY") else None,
+        collector_bin=Path(env.get("CCAB_COLLECTOR_BIN") or REPO_ROOT / "bin" / "ccab-collector"),
+        agent_bin=Path(env.get("CCAB_AGENT_BIN") or REPO_ROOT / "bin" / "ccab-agent"),
+        lab_agent_args=tuple((env.get("CCAB_LAB_AGENT_ARGS") or "").split()),
+        java_home=Path(env["JAVA_HOME"]) if env.get("JAVA_HOME") else None,
+    )

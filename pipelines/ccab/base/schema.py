@@ -1,0 +1,146 @@
+"""Schema migrations: ``sql/migrations/NNNN_name.sql`` applied in order and recorded.
+
+- ``ccab db migrate``: apply the files not yet recorded in ``schema_migrations``. Every statement
+  is idempotent DDL (``IF NOT EXISTS``), so a half-applied file is safe to re-run.
+- ``ccab db status``: what is applied, what is pending, and files changed since they were applied.
+- ``ccab db gen-landing``: rewrite ``0002_landing.sql`` from :mod:`ccab.base.contracts`.
+- ``ccab db cluster-ddl``: the same migrations for a ClickHouse cluster
+  (Replicated*MergeTree ``_local`` tables + ``Distributed`` tables sharded by ``cityHash64(host)``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ccab.base.config import REPO_ROOT
+from ccab.base.warehouse import Warehouse, split_statements
+
+MIGRATIONS_DIR = REPO_ROOT / "sql" / "migrations"
+LANDING_FILE = MIGRATIONS_DIR / "0002_landing.sql"
+_NAME_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+_LEDGER_DDL = """
+CREATE TABLE IF NOT EXISTS schema_migrations
+(
+    version    UInt32,
+    name       String,
+    checksum   String,
+    applied_at DateTime('UTC') DEFAULT now()
+)
+ENGINE = ReplacingMergeTree
+ORDER BY version
+"""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    path: Path
+
+    @property
+    def sql(self) -> str:
+        return self.path.read_text()
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
+
+
+def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    """All migration files in version order; a misnamed or duplicate file is an error."""
+    found: dict[int, Migration] = {}
+    for p in sorted(directory.glob("*.sql")):
+        m = _NAME_RE.match(p.name)
+        if not m:
+            raise SystemExit(f"migration file {p} is not named NNNN_lowercase_name.sql")
+        version = int(m.group(1))
+        if version in found:
+            raise SystemExit(f"two migrations share version {version}: {found[version].path.name}, {p.name}")
+        found[version] = Migration(version, m.group(2), p)
+    return [found[v] for v in sorted(found)]
+
+
+def applied(wh: Warehouse) -> dict[int, str]:
+    wh.command(_LEDGER_DDL)
+    rows = wh.query("SELECT version, argMax(checksum, applied_at) FROM schema_migrations GROUP BY version").rows
+    return {int(v): c for v, c in rows}
+
+
+def migrate(wh: Warehouse, directory: Path = MIGRATIONS_DIR, log=print) -> list[Migration]:
+    """Apply pending migrations in order; return the ones applied (empty = nothing to do)."""
+    done = applied(wh)
+    ran = []
+    for mig in discover(directory):
+        if mig.version in done:
+            continue
+        for stmt in split_statements(mig.sql):
+            wh.command(stmt)
+        wh.command(
+            "INSERT INTO schema_migrations (version, name, checksum) VALUES ({v:UInt32}, {n:String}, {c:String})",
+            params={"v": mig.version, "n": mig.name, "c": mig.checksum},
+        )
+        log(f"applied {mig.path.name}")
+        ran.append(mig)
+    return ran
+
+
+# --------------------------------------------------------------------------- cluster variant
+
+_ALTER_RE = re.compile(r"^ALTER TABLE (\w+)\s+(.*)$", re.S)
+_CREATE_TABLE_RE = re.compile(r"^CREATE TABLE IF NOT EXISTS (\w+)\s*\(", re.S)
+_ENGINE_RE = re.compile(r"ENGINE = (\w*MergeTree|Null)\b(\(\))?")
+_MV_RE = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS (\w+) TO (\w+) AS(.*)FROM (\w+)\s*$", re.S)
+
+
+def _shard_key(stmt: str) -> str:
+    if re.search(r"^\s+host\s", stmt, re.M):
+        return "cityHash64(host)"
+    return "cityHash64(_topic, _partition)"
+
+
+def cluster_statements(sql: str, cluster: str = "{cluster}") -> list[str]:
+    """Rewrite single-node DDL into the cluster variant.
+
+    Each ``CREATE TABLE t`` becomes ``t_local`` (``ReplicatedMergeTree`` family, or ``Null`` for
+    landing tables) on every node plus a ``Distributed`` ``t`` over it, so queries and inserts
+    keep using ``t``. Materialized views read and write the ``_local`` tables on each shard.
+    """
+    out = []
+    for stmt in split_statements(sql):
+        t = _CREATE_TABLE_RE.match(stmt)
+        if t:
+            name = t.group(1)
+            local = stmt.replace(f"CREATE TABLE IF NOT EXISTS {name}", f"CREATE TABLE IF NOT EXISTS {name}_local ON CLUSTER '{cluster}'", 1)
+
+            def repl(m: re.Match) -> str:
+                engine = m.group(1)
+                if engine == "Null":
+                    return "ENGINE = Null"
+                return (f"ENGINE = Replicated{engine}('/clickhouse/tables/{{shard}}/{{database}}/{name}_local', "
+                        "'{replica}')")
+
+            local = _ENGINE_RE.sub(repl, local, count=1)
+            out.append(local)
+            out.append(
+                f"CREATE TABLE IF NOT EXISTS {name} ON CLUSTER '{cluster}' AS {name}_local\n"
+                f"ENGINE = Distributed('{cluster}', currentDatabase(), {name}_local, {_shard_key(stmt)})"
+            )
+            continue
+        alter = _ALTER_RE.match(stmt)
+        if alter:  # the same change on each shard's table and on the Distributed table over them
+            name, rest = alter.groups()
+            out.append(f"ALTER TABLE {name}_local ON CLUSTER '{cluster}' {rest}")
+            out.append(f"ALTER TABLE {name} ON CLUSTER '{cluster}' {rest}")
+            continue
+        mv = _MV_RE.match(stmt)
+        if mv:
+            view, target, select, source = mv.groups()
+            out.append(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {view} ON CLUSTER '{cluster}' "
+                       f"TO {target}_local AS{select}FROM {source}_local")
+            continue
+        out.append(stmt)
+    return out

@@ -1,0 +1,151 @@
+"""The vocabulary, defined once: metrics (name, unit, grain, source), the statistics the judge can
+compute for each, which direction hurts users, severities, segments.
+
+The SQL in ``cohorts/sql/`` computes the metrics; this registry says what they mean. A test checks
+the two agree (every metric here appears in the rollup of simulated data, and nothing else does).
+Plans, the judge, alerts, plots and the report all read these names from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Grain = Literal["connection", "sample", "request"]
+Severity = Literal["page", "ticket", "info"]
+SEVERITIES: tuple[str, ...] = ("page", "ticket", "info")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric of ``cohort_hourly``.
+
+    Parameters
+    ----------
+    name : str
+        ``cohort_hourly.metric``; the unit is in the name.
+    grain : {"connection", "sample", "request"}
+        What one value is: a connection's last sample, one tcp sample, one bulk nginx request.
+    unit : str
+        Human unit for axis labels.
+    scale : float
+        Divide values by this for display in ``unit`` (e.g. µs -> ms).
+    label : str
+        Axis label without the unit.
+    ratio : tuple of str or None
+        For ratio metrics, what ``ratio_num`` / ``ratio_den`` sum (raw units).
+    ratio_scale : float
+        ``ratio_num / ratio_den * ratio_scale`` is in the metric's own unit.
+    description : str
+    """
+
+    name: str
+    grain: Grain
+    unit: str
+    scale: float
+    description: str
+    label: str = ""
+    ratio: tuple[str, str] | None = None
+    ratio_scale: float = 1.0
+
+    @property
+    def axis_label(self) -> str:
+        return f"{self.label or self.name} [{self.unit}]"
+
+    @property
+    def is_percent(self) -> bool:
+        return self.name.endswith("_pct")
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("retrans_pct", "connection", "%", 1,
+           "retransmitted share of the bytes sent: 100 x bytes_retrans / bytes_sent (missing when "
+           "bytes_sent = 0); n_above_50pct counts connections above 50%",
+           ratio=("bytes_retrans", "bytes_sent"), ratio_scale=100,
+           label="retransmitted bytes"),
+    Metric("inflight_bytes", "connection", "KiB", 1024,
+           "bytes in flight (Send-Q - notsent), the mean over the connection's samples in the hour "
+           "that had data in flight (0 if none had): a gauge, 0 at most last samples",
+           label="bytes in flight (busy samples, per connection)"),
+    Metric("rtt_us", "connection", "ms", 1000, "smoothed RTT (srtt) at the last sample",
+           label="smoothed RTT"),
+    Metric("min_rtt_us", "connection", "ms", 1000,
+           "the kernel's generic minimum RTT (tcpi_min_rtt, ss `minrtt`), every algorithm",
+           label="min RTT (tcpi_min_rtt)"),
+    Metric("bbr_min_rtt_us", "connection", "ms", 1000,
+           "BBR's own min RTT estimate (ss `bbr:(mrtt:...)`), BBR sockets only; never compare it "
+           "with min_rtt_us of another algorithm (Dropbox's caveat)",
+           label="BBR min RTT (mrtt)"),
+    Metric("delivery_rate_bps", "connection", "Mbit/s", 1e6, "the kernel's delivery rate at the last sample",
+           label="delivery rate"),
+    Metric("rwnd_limited_pct", "connection", "%", 1,
+           "share of busy time limited by the receive window: 100 x rwnd_limited_ms / busy_ms",
+           ratio=("rwnd_limited_ms", "busy_ms"), ratio_scale=100,
+           label="receive-window-limited busy time"),
+    Metric("sndbuf_limited_pct", "connection", "%", 1,
+           "share of busy time limited by the send buffer: 100 x sndbuf_limited_ms / busy_ms",
+           ratio=("sndbuf_limited_ms", "busy_ms"), ratio_scale=100,
+           label="send-buffer-limited busy time"),
+    Metric("inflight_bytes_per_sample", "sample", "KiB", 1024,
+           "bytes in flight in every tcp sample (snapshot-weighted: long flows weigh more)",
+           label="bytes in flight (per sample)"),
+    Metric("rtt_us_per_sample", "sample", "ms", 1000, "srtt in every tcp sample (snapshot-weighted)",
+           label="smoothed RTT (per sample)"),
+    Metric("goodput_bps", "request", "Mbit/s", 1e6,
+           "nginx goodput of bulk requests: body_bytes_sent x 8 / request_time (bulk filter: "
+           "body >= 1 MiB by default)",
+           ratio=("body bits", "request seconds"), ratio_scale=1,
+           label="nginx goodput (bulk requests)"),
+)
+
+BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+
+#: heatmap pairs (x:y) in cohort_heatmap_hourly
+PAIRS: tuple[str, ...] = ("rtt_us:retrans_pct", "rtt_us:inflight_bytes")
+
+RTT_CLASSES: tuple[str, ...] = ("rtt:0-20ms", "rtt:20-50ms", "rtt:50-100ms", "rtt:100-200ms", "rtt:200ms+",
+                                "rtt:unknown")
+SIZE_CLASSES: tuple[str, ...] = ("size:<4MiB", "size:4-16MiB", "size:16MiB+")
+
+
+def get(name: str) -> Metric:
+    """The metric called ``name``; a ValueError listing the known ones otherwise."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown metric {name!r}; known: {', '.join(BY_NAME)}") from None
+
+
+#: metrics the judge compares, and which direction hurts users. Excluded on purpose:
+#: ``bbr_min_rtt_us`` (BBR sockets only; never comparable with another algorithm's min RTT) and
+#: the ``*_per_sample`` metrics (snapshot-weighted: long flows weigh more).
+HIGHER_IS_WORSE: dict[str, bool] = {
+    "retrans_pct": True,
+    "inflight_bytes": True,
+    "rtt_us": True,
+    "min_rtt_us": True,
+    "rwnd_limited_pct": True,
+    "sndbuf_limited_pct": True,
+    "delivery_rate_bps": False,
+    "goodput_bps": False,
+}
+JUDGED_METRICS: tuple[str, ...] = tuple(HIGHER_IS_WORSE)
+QUANTILES: dict[str, float] = {"p10": 0.10, "p50": 0.50, "p90": 0.90, "p99": 0.99}
+SHARE_ABOVE = "share_above:50"
+
+
+def statistics_of(metric: str) -> tuple[str, ...]:
+    """The statistics the judge computes for a metric: ratio of sums (ratio metrics) or mean,
+    quantiles, and the share above 50 % for percent metrics."""
+    m = get(metric)
+    first = ("ratio",) if m.ratio else ("mean",)
+    return first + tuple(QUANTILES) + ((SHARE_ABOVE,) if m.is_percent else ())
+
+
+def check_statistic(metric: str, statistic: str) -> None:
+    """ValueError naming what is wrong with a (metric, statistic) pair the judge would be asked for."""
+    if metric not in HIGHER_IS_WORSE:
+        raise ValueError(f"metric {metric!r} cannot be judged; judged metrics: {', '.join(JUDGED_METRICS)}")
+    allowed = statistics_of(metric)
+    if statistic not in allowed:
+        raise ValueError(f"statistic {statistic!r} is not available for {metric}; use one of: {', '.join(allowed)}")

@@ -1,0 +1,261 @@
+"""The one module that owns the ClickHouse connection.
+
+``connect()`` returns a :class:`Warehouse`: embedded chdb at ``$CCAB_DATA_DIR/warehouse`` when
+``CCAB_CLICKHOUSE_URL`` is unset, a ClickHouse server (clickhouse-connect, HTTP) when it is set.
+The same SQL runs on both; callers never know which one they have.
+
+SQL uses unqualified table names; the connection's current database is ``ccab`` (or the
+database named in the URL path).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Protocol
+from urllib.parse import urlparse
+
+import orjson
+from ccab.base.config import Settings
+from ccab.base.config import settings as current_settings
+
+DEFAULT_DATABASE = "ccab"
+_TMP_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
+class WarehouseError(RuntimeError):
+    """A statement failed. ``code`` is ClickHouse's error code (0 when unknown)."""
+
+    def __init__(self, message: str, code: int = 0):
+        super().__init__(message)
+        self.code = code
+
+
+_CODE_RE = re.compile(r"Code: (\d+)\.")
+
+
+def _error_from(exc: Exception, sql: str) -> WarehouseError:
+    text = str(exc)
+    m = _CODE_RE.search(text)
+    head = sql.strip().splitlines()[0][:120] if sql.strip() else ""
+    return WarehouseError(f"{text.strip()}\n  in statement: {head}", int(m.group(1)) if m else 0)
+
+
+def _array_literal(values) -> str:
+    """A list as the text of a ClickHouse array parameter (chdb takes parameters as text;
+    clickhouse-connect formats lists itself)."""
+    def one(v):
+        if isinstance(v, str):
+            return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return str(v)
+    return "[" + ",".join(one(v) for v in values) + "]"
+
+
+@dataclass
+class QueryResult:
+    columns: list[str]
+    rows: list[tuple]
+    types: list[str] = field(default_factory=list)
+
+    def scalar(self) -> Any:
+        return self.rows[0][0] if self.rows else None
+
+    def dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, r)) for r in self.rows]
+
+
+class Warehouse(Protocol):
+    database: str
+    description: str
+
+    def query(self, sql: str, params: dict | None = None, settings: dict | None = None) -> QueryResult: ...
+
+    def command(self, sql: str, params: dict | None = None, settings: dict | None = None) -> None: ...
+
+    def insert_raw(self, table: str, data: bytes, fmt: str = "JSONEachRow", settings: dict | None = None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _settings_clause(settings: dict | None) -> str:
+    if not settings:
+        return ""
+    items = []
+    for k, v in settings.items():
+        if not re.fullmatch(r"[a-z_0-9]+", k):
+            raise ValueError(f"bad setting name {k!r}")
+        if isinstance(v, str):
+            v = "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        elif isinstance(v, bool):
+            v = int(v)
+        items.append(f"{k}={v}")
+    return " SETTINGS " + ", ".join(items)
+
+
+class ChdbWarehouse:
+    """Embedded ClickHouse (chdb) on a directory. One process at a time may hold the path."""
+
+    def __init__(self, path: Path, database: str = DEFAULT_DATABASE):
+        from chdb import session as chdb_session  # heavy import, only when used
+
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            self._session = chdb_session.Session(str(path))
+        except Exception as exc:  # chdb raises plain exceptions
+            raise WarehouseError(
+                f"cannot open the embedded warehouse at {path}: {exc}. Another ccab process may "
+                "hold it (only one process at a time can); stop it, or point CCAB_DATA_DIR elsewhere."
+            ) from exc
+        self.database = database
+        self.description = f"embedded chdb at {path}"
+        self._run(f"CREATE DATABASE IF NOT EXISTS {database} ENGINE = Atomic")
+        self._run(f"USE {database}")
+
+    def _run(self, sql: str, fmt: str = "CSV", params: dict | None = None):
+        if params:
+            params = {k: _array_literal(v) if isinstance(v, (list, tuple)) else v for k, v in params.items()}
+        try:
+            return self._session.query(sql, fmt, params=params or None)
+        except Exception as exc:
+            raise _error_from(exc, sql) from exc
+
+    def query(self, sql: str, params: dict | None = None, settings: dict | None = None) -> QueryResult:
+        sql = sql.strip().rstrip(";") + _settings_clause(
+            {"output_format_json_quote_64bit_integers": 0, **(settings or {})}
+        )
+        res = self._run(sql, "JSONCompact", params)
+        raw = res.bytes()
+        if not raw.strip():
+            return QueryResult([], [])
+        doc = orjson.loads(raw)
+        return QueryResult(
+            [m["name"] for m in doc["meta"]],
+            [tuple(r) for r in doc["data"]],
+            [m["type"] for m in doc["meta"]],
+        )
+
+    def command(self, sql: str, params: dict | None = None, settings: dict | None = None) -> None:
+        self._run(sql.strip().rstrip(";") + _settings_clause(settings), "CSV", params)
+
+    def insert_raw(self, table: str, data: bytes, fmt: str = "JSONEachRow", settings: dict | None = None) -> None:
+        # ClickHouse parses the bytes, never Python. Reading them with file() is about twice as
+        # fast in chdb as inline data after FORMAT (bench/loader), so the batch goes through a
+        # private temp file (tmpfs when there is one).
+        fd, path = tempfile.mkstemp(prefix="ccab-insert-", suffix=".data", dir=_TMP_DIR)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            self._run(f"INSERT INTO {table} SELECT * FROM file('{path}', {fmt}){_settings_clause(settings)}")
+        finally:
+            os.unlink(path)
+
+    def close(self) -> None:
+        try:
+            self._session.close()
+        except Exception:
+            pass
+
+
+class ServerWarehouse:
+    """A ClickHouse server (or cluster entry point) over HTTP via clickhouse-connect."""
+
+    def __init__(self, url: str):
+        import clickhouse_connect  # only when used
+
+        parsed = urlparse(url)
+        database = (parsed.path or "").strip("/") or DEFAULT_DATABASE
+        try:
+            bootstrap = clickhouse_connect.get_client(
+                host=parsed.hostname or "localhost",
+                port=parsed.port or (8443 if parsed.scheme == "https" else 8123),
+                username=parsed.username or "default",
+                password=parsed.password or "",
+                secure=parsed.scheme == "https",
+            )
+            bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {database}")
+            bootstrap.close()
+            self._client = clickhouse_connect.get_client(
+                host=parsed.hostname or "localhost",
+                port=parsed.port or (8443 if parsed.scheme == "https" else 8123),
+                username=parsed.username or "default",
+                password=parsed.password or "",
+                secure=parsed.scheme == "https",
+                database=database,
+            )
+        except Exception as exc:
+            raise WarehouseError(f"cannot reach ClickHouse at CCAB_CLICKHOUSE_URL={parsed.hostname}:{parsed.port}: {exc}") from exc
+        self.database = database
+        self.description = f"ClickHouse server {parsed.hostname}:{parsed.port}/{database}"
+
+    def query(self, sql: str, params: dict | None = None, settings: dict | None = None) -> QueryResult:
+        try:
+            r = self._client.query(sql, parameters=params, settings=settings)
+        except Exception as exc:
+            raise _error_from(exc, sql) from exc
+        return QueryResult(list(r.column_names), [tuple(x) for x in r.result_rows],
+                           [t.name for t in r.column_types])
+
+    def command(self, sql: str, params: dict | None = None, settings: dict | None = None) -> None:
+        try:
+            self._client.command(sql, parameters=params, settings=settings)
+        except Exception as exc:
+            raise _error_from(exc, sql) from exc
+
+    def insert_raw(self, table: str, data: bytes, fmt: str = "JSONEachRow", settings: dict | None = None) -> None:
+        try:
+            self._client.raw_insert(table, insert_block=data, settings=settings, fmt=fmt)
+        except Exception as exc:
+            raise _error_from(exc, f"INSERT INTO {table}") from exc
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def connect(cfg: Settings | None = None) -> Warehouse:
+    """Open the warehouse the environment selects (see :mod:`ccab.base.config`)."""
+    cfg = cfg or current_settings()
+    if cfg.clickhouse_url:
+        return ServerWarehouse(cfg.clickhouse_url)
+    return ChdbWarehouse(cfg.warehouse_path)
+
+
+def split_statements(sql: str) -> Iterable[str]:
+    """Split a SQL script on top-level ``;`` (outside quotes and comments)."""
+    buf: list[str] = []
+    i, n = 0, len(sql)
+    quote: str | None = None
+    while i < n:
+        c = sql[i]
+        if quote:
+            buf.append(c)
+            if c == "\\" and i + 1 < n:
+                buf.append(sql[i + 1])
+                i += 2
+                continue
+            if c == quote:
+                quote = None
+        elif c in ("'", '"', "`"):
+            quote = c
+            buf.append(c)
+        elif sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        elif sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+            continue
+        elif c == ";":
+            stmt = "".join(buf).strip()
+            if stmt:
+                yield stmt
+            buf = []
+        else:
+            buf.append(c)
+        i += 1
+    stmt = "".join(buf).strip()
+    if stmt:
+        yield stmt

@@ -1,0 +1,216 @@
+"""``ccab alerts`` (what on-call reads) and ``ccab power`` (what a traffic team asks before a canary).
+
+The judge itself runs from ``ccab analyze`` (pipelines/ccab/cli/analyze.py → pipelines/ccab/pipeline.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from datetime import timedelta
+
+ALERTS_EPILOG = """\
+examples:
+  ccab alerts                                   # every alert, pages first
+  ccab alerts --rollout tyo1-bbr-canary --severity page
+  ccab alerts --json --rollout tyo1-bbr-canary  # the contract's fields, one JSON array
+  ccab alerts --notify http://alertmanager:9093/api/v2/alerts --severity page   # (re)send to a webhook
+
+alert_id is stable for a finding: re-running an analysis updates the alert instead of adding one.
+action says what the rollout controller did: none, halted, rolled_back.
+"""
+
+POWER_EPILOG = """\
+examples:
+  ccab power --metric goodput_bps --statistic p10 --mde 0.05
+  ccab power --metric retrans_pct --statistic ratio --mde 0.10 --pop tyo1 --arm control --hosts 7
+
+how: the history (--from/--to, default: every hour in the rollups) is cut into windows of 1 h,
+6 h, 24 h, 72 h and 168 h; in each window every host's statistic is computed in ClickHouse from
+the rollups; the between-host spread of log(statistic) gives the hosts per arm a host-randomized
+comparison needs (statsmodels TTestIndPower). Use control or pre-rollout hosts (--arm) so a real
+effect does not inflate the spread.
+"""
+
+
+def register(sub) -> None:
+    a = sub.add_parser("alerts", help="list the judge's alerts (or send them to a webhook)",
+                       description="The alerts the statistical judge raised: guardrail regressions, circuit "
+                                   "breaker trips, failed data-quality gates (page/ticket) and informational "
+                                   "findings (info).",
+                       epilog=ALERTS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a.add_argument("--rollout", default="", metavar="ID", help="only this rollout")
+    a.add_argument("--severity", default="", choices=["", "page", "ticket", "info"], help="only this severity")
+    a.add_argument("--kind", action="append", default=[],
+                   choices=["guardrail", "breaker", "gate", "info", "segment", "shift"], help="only these kinds")
+    a.add_argument("--json", action="store_true", help="print a JSON array with the contract's fields")
+    a.add_argument("--notify", metavar="URL", help="POST the selected alerts to this Alertmanager-compatible URL")
+    a.set_defaults(func=run_alerts)
+
+    v = sub.add_parser("verdicts", help="the judge's latest decision per rollout and treatment arm, with reasons",
+                       description="The newest judged window per (pop, rollout): each treatment arm's decision "
+                                   "(rollback, halt, continue, pass, no_decision, inconclusive_by_design) and why.")
+    v.add_argument("--rollout", default="", metavar="ID", help="only this rollout")
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=run_verdicts)
+
+    p = sub.add_parser("power", help="hosts per arm x duration needed to detect a change",
+                       description="Hosts per arm and canary duration needed to detect a relative change of a "
+                                   "statistic, from the historical host-level variance in the rollups.",
+                       epilog=POWER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--metric", required=True, help="e.g. goodput_bps, retrans_pct, rtt_us")
+    p.add_argument("--statistic", required=True, help="mean | ratio | p10 | p50 | p90 | p99 | share_above:50")
+    p.add_argument("--mde", type=float, required=True, metavar="REL",
+                   help="minimum detectable relative change, e.g. 0.05 for 5%%")
+    p.add_argument("--power", type=float, default=0.8, help="target power (default: %(default)s)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level (default: %(default)s)")
+    p.add_argument("--one-sided", action="store_true", help="a one-sided (guardrail) test")
+    p.add_argument("--pop", default="", help="only this PoP's hosts")
+    p.add_argument("--arm", default="", help="only this arm's hosts (e.g. control)")
+    p.add_argument("--hosts", type=int, default=None, metavar="G", help="also show the power with G hosts per arm")
+    p.add_argument("--from", dest="t_from", metavar="ISO", help="history start (default: first rollup hour)")
+    p.add_argument("--to", dest="t_to", metavar="ISO", help="history end (default: end of the last rollup hour)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_power)
+
+
+def run_alerts(args: argparse.Namespace) -> int:
+    from ccab.base.warehouse import WarehouseError
+    from ccab.judge.alerts import notify, read_alerts
+    from ccab.pipeline import open_warehouse as warehouse
+
+    try:
+        with warehouse() as wh:
+            alerts = read_alerts(wh, rollout_id=args.rollout, severity=args.severity, kinds=args.kind)
+    except WarehouseError as exc:
+        print(f"ccab alerts: {exc}", file=sys.stderr)
+        return 1
+    if args.notify:
+        try:
+            sent = notify(args.notify, alerts)
+        except RuntimeError as exc:
+            print(f"ccab alerts: {exc}", file=sys.stderr)
+            return 1
+        print(f"sent {sent} alert(s) to {args.notify}", file=sys.stderr)
+    if args.json:
+        keys = ("alert_id", "ts_ms", "rollout_id", "pop", "metric", "statistic", "segment", "treatment_arm",
+                "control_arm", "direction", "estimate", "ci_low", "ci_high", "p_value", "severity", "action")
+        extra = ("kind", "first_seen_ms", "summary", "description", "report_url", "window_start", "window_end")
+        print(json.dumps([{k: a.as_dict()[k] for k in keys + extra} for a in alerts], indent=1))
+        return 0
+    if not alerts:
+        print("no alerts" + (f" for {args.rollout}" if args.rollout else ""))
+        return 0
+    for a in alerts:
+        print(f"[{a.severity:6s}] {a.summary}  (action: {a.action}; id {a.alert_id})")
+        if a.severity != "info":
+            print(f"         {a.description}")
+    return 0
+
+
+_LATEST_VERDICTS = """
+SELECT pop, rollout_id, treatment_arm, control_arm, decision, reasons, alert_ids, gates_failed,
+       toString(window_start) AS window_start, toString(window_end) AS window_end, look, looks_planned
+FROM judge_verdicts FINAL
+WHERE ({r:String} = '' OR rollout_id = {r:String})
+  AND (pop, rollout_id, window_end, computed_seq) IN (
+        SELECT pop, rollout_id, max(window_end), argMax(computed_seq, (window_end, computed_seq))
+        FROM judge_verdicts FINAL GROUP BY pop, rollout_id)
+ORDER BY pop, rollout_id, treatment_arm
+"""
+
+
+def run_verdicts(args: argparse.Namespace) -> int:
+    from ccab.pipeline import open_warehouse as warehouse
+
+    with warehouse() as wh:
+        rows = wh.query(_LATEST_VERDICTS, params={"r": args.rollout}).dicts()
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    if not rows:
+        print("no verdicts yet (run ccab analyze, or the ccab_compare DAG)")
+        return 0
+    for r in rows:
+        print(f"{r['pop']}/{r['rollout_id']} {r['treatment_arm']} vs {r['control_arm']}: {r['decision'].upper()}  "
+              f"(window {r['window_start']}–{r['window_end']} UTC, look {r['look']}/{r['looks_planned']})")
+        for reason in r["reasons"]:
+            print(f"    - {reason}")
+    return 0
+
+
+def print_verdicts(report) -> None:
+    """The judge's verdict per arm and its page/ticket alerts, as on-call reads them."""
+    print(f"\njudge, window {report.window_start:%Y-%m-%d %H:%M}–{report.window_end:%Y-%m-%d %H:%M} UTC, "
+          f"look {report.look}/{report.looks_planned}:")
+    if not report.rollouts:
+        print("  nothing to judge (no rollout in this window)")
+    for j in report.rollouts:
+        if j.error:
+            print(f"  {j.pop}/{j.rollout_id}: {j.error}")
+        for v in j.verdicts:
+            print(f"  {j.pop}/{j.rollout_id} {v.treatment_arm} vs {v.control_arm}: {v.decision.upper()}")
+            for reason in v.reasons:
+                print(f"    - {reason}")
+        skipped = [g for g in j.gates if g.status == "skipped"]
+        for g in skipped:
+            print(f"    (gate {g.gate} skipped: {g.detail})")
+    alerts = [a for a in report.alerts if a.severity in ("page", "ticket")]
+    infos = len(report.alerts) - len(alerts)
+    print(f"alerts: {len(alerts)} page/ticket, {infos} info (ccab alerts --json for all)")
+    for a in alerts:
+        print(f"  [{a.severity}] {a.summary}")
+
+
+def run_power(args: argparse.Namespace) -> int:
+    from ccab.cli.common import parse_hour
+    from ccab.cohorts.job import rollup_span
+    from ccab.judge.model import check_statistic
+    from ccab.judge.power import power_table
+    from ccab.pipeline import open_warehouse as warehouse
+
+    try:
+        check_statistic(args.metric, args.statistic)
+        if not 0 < abs(args.mde) < 10:
+            raise ValueError(f"--mde must be a relative change such as 0.05, got {args.mde}")
+        if not 0 < args.power < 1 or not 0 < args.alpha < 0.5:
+            raise ValueError("--power must be in (0, 1) and --alpha in (0, 0.5)")
+    except ValueError as exc:
+        print(f"ccab power: {exc}", file=sys.stderr)
+        return 2
+    with warehouse() as wh:
+        span = rollup_span(wh)
+        if span is None:
+            print("ccab power: the rollups are empty; load data and run `ccab analyze` first", file=sys.stderr)
+            return 1
+        try:
+            start = parse_hour(args.t_from, "--from") if args.t_from else span[0]
+            end = parse_hour(args.t_to, "--to") if args.t_to else span[1]
+        except ValueError as exc:
+            print(f"ccab power: {exc}", file=sys.stderr)
+            return 2
+        rows = power_table(wh, args.metric, args.statistic, args.mde, start=start, end=end, pop=args.pop,
+                           arm=args.arm, power=args.power, alpha=args.alpha,
+                           alternative="larger" if args.one_sided else "two-sided", hosts_per_arm=args.hosts)
+    if args.json:
+        print(json.dumps([r.__dict__ for r in rows], default=lambda x: None))
+        return 0
+    hours = (end - start) / timedelta(hours=1)
+    print(f"{args.metric} {args.statistic}: detect {args.mde:+.1%} with power {args.power:.0%} at "
+          f"alpha {args.alpha:g} ({'one' if args.one_sided else 'two'}-sided); history {hours:.0f} h "
+          f"from {start:%Y-%m-%d %H:%M} UTC{' in ' + args.pop if args.pop else ''}"
+          f"{', arm ' + args.arm if args.arm else ''}")
+    if not rows:
+        print("not enough history: need at least 2 hosts in one window of 1 h")
+        return 1
+    g_label = f"power @{args.hosts} hosts" if args.hosts else "power @hosts seen"
+    print(f"{'duration':>9} {'windows':>8} {'hosts':>6} {'sd(log) between hosts':>22} {'hosts/arm needed':>17} "
+          f"{g_label:>17}")
+    for r in rows:
+        need = "> 100k" if r.hosts_per_arm is None else str(r.hosts_per_arm)
+        pw = "n/a" if not math.isfinite(r.power_at_hosts) else f"{r.power_at_hosts:.0%}"
+        print(f"{r.duration_h:>8}h {r.windows:>8} {r.hosts:>6} {r.sigma_log:>22.4f} {need:>17} {pw:>17}")
+    print("durations the history cannot show (fewer hours than the duration) are left out; longer canaries "
+          "average out hour-to-hour noise but not the hosts' own differences")
+    return 0

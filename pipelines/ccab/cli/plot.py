@@ -1,0 +1,90 @@
+"""``ccab plot heatmap|pdf|cdf``: render the analysts' views to PNG (thin I/O shell)."""
+
+from __future__ import annotations
+
+import argparse
+from functools import partial
+from pathlib import Path
+
+from ccab.base.errors import fail
+from ccab.base.vocabulary import BY_NAME, PAIRS
+
+EPILOG = """\
+examples:
+  ccab plot heatmap --rollout tyo1-bbr-canary --segment bulk --out rtt-retrans.png
+  ccab plot heatmap --pair rtt_us:inflight_bytes --from 2025-11-20T00:00Z --to 2025-11-21T00:00Z --out inflight.png
+  ccab plot pdf --metric retrans_pct --out retrans-pdf.png
+  ccab plot cdf --metric goodput_bps --segment rtt:50-100ms --out goodput-cdf.png
+
+The data are the cohort rollups (run `ccab analyze` or the ccab_cohorts_hourly DAG first);
+--from/--to default to every hour the rollups hold.
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plot", help="render cohort heatmaps, PDFs and CDFs to PNG",
+                       description="Render the analysts' views (sql/views/) of the cohort rollups to PNG, "
+                                   "one panel or line per arm, log axes where values span decades.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    kinds = p.add_subparsers(dest="plot_kind", metavar="KIND", required=True)
+    for kind, helptext in (("heatmap", "connections per (x, y) cell, e.g. RTT x retransmit %%"),
+                           ("pdf", "probability density of one metric per arm (log x)"),
+                           ("cdf", "cumulative distribution of one metric per arm (log x)")):
+        k = kinds.add_parser(kind, help=helptext)
+        k.add_argument("--from", dest="t_from", metavar="ISO", help="window start (UTC hour)")
+        k.add_argument("--to", dest="t_to", metavar="ISO", help="window end, exclusive (UTC hour)")
+        k.add_argument("--pop", default="", help="one PoP (default: all)")
+        k.add_argument("--rollout", default="", metavar="ID", help="one rollout (default: all)")
+        k.add_argument("--segment", default="all",
+                       help="segment: all, bulk (connections >= 1 MiB), rtt:0-20ms ... (default: all)")
+        k.add_argument("--out", type=Path, required=True, metavar="PNG", help="output file")
+        if kind == "heatmap":
+            k.add_argument("--pair", default=PAIRS[0], choices=PAIRS, help="x:y metrics (default: %(default)s)")
+            k.add_argument("--bins-per-octave", type=int, default=4, choices=(1, 2, 4, 8),
+                           help="cells per factor of 2 (default: %(default)s)")
+        else:
+            k.add_argument("--metric", required=True, choices=sorted(BY_NAME), metavar="METRIC",
+                           help="one of: " + ", ".join(sorted(BY_NAME)))
+            if kind == "pdf":
+                k.add_argument("--bins-per-octave", type=int, default=8, choices=(1, 2, 4, 8, 16, 32, 64, 128),
+                               help="bins per factor of 2 (default: %(default)s)")
+        k.set_defaults(func=run)
+
+
+_fail = partial(fail, "plot")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ccab.base.warehouse import WarehouseError
+    from ccab.cli.common import parse_window
+    from ccab.cohorts.job import rollup_span
+    from ccab.pipeline import open_warehouse as warehouse
+    from ccab.plots import data, render
+
+    try:
+        t_from, t_to = parse_window(args.t_from, args.t_to)
+    except ValueError as exc:
+        return _fail(str(exc))
+    try:
+        with warehouse() as wh:
+            if t_from is None or t_to is None:
+                span = rollup_span(wh)
+                if span is None:
+                    return _fail("the cohort rollups are empty: run `ccab analyze --from ISO --to ISO` first", 1)
+                t_from, t_to = t_from or span[0], t_to or span[1]
+            sel = data.Selection(t_from, t_to, args.pop, args.rollout, args.segment)
+            if args.plot_kind == "heatmap":
+                rows = data.heatmap_rows(wh, sel, args.pair, args.bins_per_octave)
+                fig = render.heatmap_figure(rows, args.pair, f"{args.pair} per connection\n{sel.label()}",
+                                            args.bins_per_octave)
+            elif args.plot_kind == "pdf":
+                rows = data.pdf_rows(wh, sel, args.metric, args.bins_per_octave)
+                fig = render.pdf_figure(rows, args.metric, f"PDF of {args.metric}\n{sel.label()}", args.bins_per_octave)
+            else:
+                rows = data.cdf_rows(wh, sel, args.metric)
+                fig = render.cdf_figure(rows, args.metric, f"CDF of {args.metric}\n{sel.label()}")
+    except WarehouseError as exc:
+        return _fail(str(exc), 1)
+    path = render.save_png(fig, args.out)
+    print(f"wrote {path} ({len(rows)} rows)" + ("" if rows else " — nothing matched the selection"))
+    return 0

@@ -1,0 +1,342 @@
+"""``ccab rollout``: plan, start, watch and steer a staged congestion-control rollout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from functools import partial
+from pathlib import Path
+
+from ccab.base.config import settings
+from ccab.base.errors import fail
+
+EPILOG = """\
+examples:
+  ccab rollout keygen --out .ccab/keys                       # a signing key pair (test/dev)
+  ccab rollout plan rollout/plans/tyo1-bbr-canary.yaml       # dry run: who would change, nothing published
+  ccab rollout plan rollout/plans/tyo1-bbr-canary.yaml --key K --out /tmp/records.jsonl  # + signed records
+  ccab rollout start rollout/plans/tyo1-bbr-canary.yaml --key K --wait-applied 60
+  ccab rollout status tyo1-bbr-canary                        # stage, arms, applied hosts, last decisions
+  ccab rollout step tyo1-bbr-canary --key K                  # one tick: publish what is due, look when due
+  ccab rollout step tyo1-bbr-canary --key K --from 2025-11-20T00:00Z --to 2025-11-20T03:00Z  # look at this window
+  ccab rollout halt tyo1-bbr-canary --arm bbr1 --reason "INC-123 retransmits" --key K
+  ccab rollout rollback tyo1-bbr-canary --reason "pager" --key K   # every treatment host back to control
+  ccab rollout promote tyo1-bbr-canary --arm bbr2 --reason "review ok" --key K
+  ccab rollout resume tyo1-bbr-canary --reason "false alarm" --key K
+  ccab rollout sim-actuator --public-key P --exit-when-idle 5  # SIMULATED hosts answer like agents
+
+state and audit log: $CCAB_DATA_DIR/rollouts/<rollout_id>/{state.json,audit.jsonl,plan.yaml}
+signing key: --key FILE, or $CCAB_ROLLOUT_KEY (64 hex chars of an Ed25519 seed, or PEM)
+exit codes: 0 ok; 1 runtime failure (Kafka down, judge failed: the state stays consistent, re-run
+to resume); 2 invalid plan or usage; 3 refused (e.g. not started, wrong state for the action)
+"""
+
+
+def _add_kafka(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--assignments-topic", metavar="TOPIC", help="default ccab.assignments.v1")
+    p.add_argument("--status-topic", metavar="TOPIC", help="default ccab.agent_status.v1")
+    p.add_argument("--kafka-timeout", type=float, default=15.0, metavar="S",
+                   help="seconds to wait for the broker before failing (default: %(default)s)")
+
+
+def _add_key(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--key", metavar="FILE", help="Ed25519 signing key (default: $CCAB_ROLLOUT_KEY)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("rollout", help="staged congestion-control rollouts: plan, start, step, halt, rollback",
+                       description="Plan and drive a staged A/B rollout of congestion-control algorithms: signed "
+                                   "assignment/1 records to the compacted topic, looks by the statistical judge, "
+                                   "automatic halt/rollback on guardrail regressions.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    rs = p.add_subparsers(dest="rollout_command", metavar="ACTION", required=True)
+
+    a = rs.add_parser("plan", help="dry run: validate a plan and show the changes of the next step",
+                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a.add_argument("plan", type=Path, metavar="PLAN.yaml")
+    a.add_argument("--out", type=Path, metavar="FILE", help="write the signed records (JSONL) here (needs --key)")
+    a.add_argument("--json", action="store_true")
+    _add_key(a)
+    a.set_defaults(func=cmd_plan)
+
+    a = rs.add_parser("start", help="start a rollout: first stage's assignments to Kafka")
+    a.add_argument("plan", type=Path, metavar="PLAN.yaml")
+    a.add_argument("--wait-applied", type=float, default=0.0, metavar="S",
+                   help="publish batch after batch (blast radius) waiting up to S seconds for applies")
+    a.add_argument("--reason", default="", help="goes to the audit log")
+    _add_key(a), _add_kafka(a)
+    a.set_defaults(func=cmd_start)
+
+    a = rs.add_parser("status", help="where a rollout is")
+    a.add_argument("rollout_id")
+    a.add_argument("--json", action="store_true")
+    a.add_argument("--audit", type=int, default=8, metavar="N", help="last N audit entries (default: %(default)s)")
+    a.add_argument("--offline", action="store_true", help="do not read agent status from Kafka")
+    _add_kafka(a)
+    a.set_defaults(func=cmd_status)
+
+    a = rs.add_parser("step", help="one controller tick: reconcile, publish what is due, run a look when due")
+    a.add_argument("rollout_id")
+    a.add_argument("--from", dest="t_from", metavar="ISO", help="look window start (default: first full hour "
+                                                                   "after the stage was applied)")
+    a.add_argument("--to", dest="t_to", metavar="ISO", help="look window end (default: this hour)")
+    a.add_argument("--wait-applied", type=float, default=0.0, metavar="S",
+                   help="wait up to S seconds for hosts to report applied (batch after batch)")
+    a.add_argument("--rollups", choices=("run", "existing"), default="run",
+                   help="run: recompute the hourly cohort rollups of the look window first (default); "
+                        "existing: judge the rollups as they are (the hourly DAG keeps them)")
+    a.add_argument("--json", action="store_true")
+    _add_key(a), _add_kafka(a)
+    a.set_defaults(func=cmd_step)
+
+    for name, helptext in (("promote", "advance to the next stage, or (--arm) promote an arm to every host"),
+                           ("halt", "halt an arm (--arm: its hosts go back to control) or pause the rollout"),
+                           ("rollback", "roll an arm (--arm) or every treatment host back to control"),
+                           ("resume", "resume a paused rollout or (--arm) a halted arm")):
+        a = rs.add_parser(name, help=helptext)
+        a.add_argument("rollout_id")
+        a.add_argument("--arm", metavar="ARM")
+        a.add_argument("--reason", required=True, help="why (required; goes to the audit log)")
+        if name in ("halt", "rollback"):
+            a.add_argument("--alert", action="append", default=[], metavar="ALERT_ID",
+                           help="alert that is the evidence (its action is recorded); repeatable")
+        _add_key(a), _add_kafka(a)
+        a.set_defaults(func=cmd_manual, action=name)
+
+    a = rs.add_parser("keygen", help="write an Ed25519 key pair (seed hex + public base64)")
+    a.add_argument("--out", type=Path, required=True, metavar="DIR")
+    a.add_argument("--name", default="rollout")
+    a.set_defaults(func=cmd_keygen)
+
+    from ccab.rollout import sim_actuator
+
+    sim_actuator.register(rs)
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+_fail = partial(fail, "rollout")
+
+
+def _key(args):
+    from ccab.rollout.signing import load_private_key
+
+    path = getattr(args, "key", None) or settings().rollout_key
+    return load_private_key(path) if path else None
+
+
+def _bus(args):
+    from ccab.rollout.controller import KafkaBus
+
+    return KafkaBus(settings().bootstrap_servers, args.assignments_topic, args.status_topic, args.kafka_timeout)
+
+
+def _controller(args, plan=None):
+    from ccab.pipeline import controller_judge, record_action
+    from ccab.rollout.controller import Controller, load_state_plan
+    from ccab.rollout.state import Store
+
+    if plan is None:
+        store = Store.for_rollout(args.rollout_id)
+        if not store.exists():
+            raise LookupError(f"no rollout {args.rollout_id!r} in {store.dir.parent} (ccab rollout start PLAN)")
+        plan = load_state_plan(store)
+    store = Store.for_rollout(plan.rollout_id)
+    rollups = getattr(args, "rollups", "run") == "run"
+    return Controller(plan, store, _bus(args), _key(args), judge=controller_judge(plan, rollups),
+                      set_action=record_action, say=lambda m: print(m, flush=True))
+
+
+def _guard(fn):
+    def run(args) -> int:
+        from ccab.rollout.controller import ControllerError, JudgeFailed
+        from ccab.rollout.plan import PlanError
+        from ccab.rollout.publish import KafkaUnavailable
+        from ccab.rollout.signing import KeyError_
+        from ccab.rollout.state import StateError
+
+        try:
+            return fn(args)
+        except PlanError as exc:
+            return _fail(str(exc), 2)
+        except KeyError_ as exc:
+            return _fail(str(exc), 2)
+        except LookupError as exc:
+            return _fail(str(exc.args[0] if exc.args else exc), 3)
+        except ControllerError as exc:
+            return _fail(str(exc), 3)
+        except (StateError, JudgeFailed) as exc:
+            return _fail(str(exc), 1)
+        except KafkaUnavailable as exc:
+            return _fail(f"{exc}\nthe controller state is intact (a pending publish is reconciled on the next "
+                         f"run); re-run when Kafka is back", 1)
+    return run
+
+
+def _print_result(res, as_json: bool = False) -> None:
+    if as_json:
+        print(json.dumps({"published": [{"host": r["host"], "arm": r["arm"], "cc": r["cc"],
+                                         "generation": r["generation"]} for r in res.published],
+                          "deferred": res.deferred, "applied": res.applied, "enrolled": res.enrolled,
+                          "look": res.look, "messages": res.messages}, indent=1, default=str))
+        return
+    if res.published:
+        print(f"published {len(res.published)} assignment(s): " + ", ".join(
+            f"{r['host']}→{r['arm']}#{r['generation']}" for r in res.published))
+    if res.deferred:
+        print(f"{res.deferred} change(s) deferred by the blast-radius limit")
+    if res.look:
+        print(f"look on {res.look['window'][0]}..{res.look['window'][1]}: {res.look['outcome']}")
+        for arm, d in res.look["per_arm"].items():
+            print(f"  {arm}: {d['action']}")
+            for r in d["reasons"]:
+                print(f"    - {r}")
+            if d["alert_ids"]:
+                print(f"    alerts: {', '.join(d['alert_ids'])}")
+    for m in res.messages:
+        print(m)
+
+
+@_guard
+def cmd_plan(args) -> int:
+    from ccab.rollout import design
+    from ccab.rollout.controller import Controller
+    from ccab.rollout.plan import load_plan
+    from ccab.rollout.state import RolloutState, Store
+
+    plan = load_plan(args.plan)
+    store = Store.for_rollout(plan.rollout_id)
+    ctl = Controller(plan, store, bus=None, key=_key(args))  # type: ignore[arg-type]
+    if ctl.state and ctl.state.plan_digest != plan.digest:
+        print(f"note: rollout {plan.rollout_id} is running with another plan; showing changes from its state")
+    current = ctl.current_arms()
+    if not ctl.state:  # not started: what `start` would do first
+        ctl.state = RolloutState(plan.rollout_id, plan.digest, str(plan.source),
+                                 arms={a: "active" for a in plan.treatment_arms})
+    now, deferred = design.plan_changes(plan, current, ctl.target())
+    slots = design.randomize(plan)
+    records = []
+    if args.out:
+        if ctl.key is None:
+            return _fail("--out needs --key (or CCAB_ROLLOUT_KEY) to sign the records", 2)
+        pop_of = {h: p for p in plan.pops for h in plan.hosts_of(p)}
+        for c in now:
+            gen = ctl.state.generation_of(c.host) + 1
+            records.append(ctl._record(c.host, pop_of[c.host], c.after, gen))
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in records))
+        tmp.replace(args.out)
+    if args.json:
+        print(json.dumps({"rollout_id": plan.rollout_id, "digest": plan.digest, "seed": plan.design.seed,
+                          "changes": [c.__dict__ for c in now], "deferred": [c.__dict__ for c in deferred],
+                          "out": str(args.out) if args.out else None}, indent=1))
+        return 0
+    print(f"plan {plan.rollout_id} ({plan.source}) is valid; digest {plan.digest[:16]}, seed {plan.design.seed}")
+    for pop in plan.pops:
+        n = len(plan.hosts_of(pop))
+        sizes = ", ".join(f"{s.name}: {plan.per_arm(s, pop)}/arm" for s in plan.stages)
+        print(f"  {pop}: {n} hosts; stages {sizes}; at most {design.step_cap(plan, pop)} leave control per step")
+    print(f"next step: {len(now)} change(s), {len(deferred)} deferred by the blast radius (dry run: nothing published)")
+    for c in now + deferred:
+        s = slots.get(c.pop, {}).get(c.host)
+        mark = "  (deferred)" if c in deferred else ""
+        print(f"  {c.pop} {c.host:<16} {c.before or '-':>8} -> {c.after:<8} cc={plan.arm(c.after).cc:<6} "
+              f"slot={s.slot if s else '-'}{mark}")
+    if args.out:
+        print(f"wrote {len(records)} signed assignment/1 record(s) to {args.out}")
+    return 0
+
+
+@_guard
+def cmd_start(args) -> int:
+    from ccab.rollout.plan import load_plan, with_hosts
+
+    plan = load_plan(args.plan)
+    if plan.inventory.from_heartbeats:
+        bus = _bus(args)
+        seen: dict[str, list[str]] = {}
+        for s in bus.agent_status():
+            if s.get("pop") in plan.pops:
+                seen.setdefault(s["pop"], []).append(s["host"])
+        plan = with_hosts(plan, seen)
+    ctl = _controller(args, plan)
+    if ctl.key is None:
+        return _fail("no signing key: --key FILE or CCAB_ROLLOUT_KEY", 2)
+    with ctl.store.locked():  # one controller per rollout; state read under the lock
+        ctl.reload()
+        res = ctl.start(wait_applied_s=args.wait_applied, reason=args.reason)
+    _print_result(res)
+    print(f"state: {ctl.store.dir}")
+    return 0
+
+
+@_guard
+def cmd_step(args) -> int:
+    from ccab.cli.common import parse_hour
+
+    window = None
+    if args.t_from or args.t_to:
+        if not (args.t_from and args.t_to):
+            return _fail("--from and --to go together", 2)
+        try:
+            window = (parse_hour(args.t_from, "--from"), parse_hour(args.t_to, "--to"))
+        except ValueError as exc:
+            return _fail(str(exc), 2)
+    ctl = _controller(args)
+    with ctl.store.locked():
+        ctl.reload()
+        res = ctl.step(window=window, wait_applied_s=args.wait_applied)
+    _print_result(res, args.json)
+    return 0
+
+
+@_guard
+def cmd_manual(args) -> int:
+    ctl = _controller(args)
+    fn = getattr(ctl, args.action)
+    kwargs = {"reason": args.reason, "arm": args.arm}
+    if args.action in ("halt", "rollback"):
+        kwargs["alert_ids"] = args.alert
+    with ctl.store.locked():
+        ctl.reload()
+        res = fn(**kwargs)
+    _print_result(res)
+    return 0
+
+
+@_guard
+def cmd_status(args) -> int:
+    from ccab.rollout.controller import Controller, load_state_plan
+    from ccab.rollout.state import Store
+
+    store = Store.for_rollout(args.rollout_id)
+    if not store.exists():
+        raise LookupError(f"no rollout {args.rollout_id!r} in {store.dir.parent}")
+    plan = load_state_plan(store)
+    ctl = Controller(plan, store, _bus(args))
+    statuses = [] if args.offline else None
+    summary = ctl.summary(statuses)
+    audit = list(store.read_audit())[-args.audit:] if args.audit else []
+    if args.json:
+        print(json.dumps({**summary, "audit": audit}, indent=1, default=str))
+        return 0
+    print(f"rollout {summary['rollout_id']}: {summary['status']}, stage {summary['stage']} ({summary['stage_name']}), "
+          f"looks done {summary['looks_done']}" + (f", promoted {summary['promoted']}" if summary["promoted"] else ""))
+    print("arms: " + ", ".join(f"{a}={s}" for a, s in summary["arms"].items()))
+    print("hosts per arm: " + ", ".join(f"{a}={n}" for a, n in sorted(summary["hosts_per_arm"].items())))
+    if not args.offline:
+        print(f"applied: {summary['applied']}/{summary['enrolled']}")
+    if summary["pending_intent"]:
+        print(f"pending publish {summary['pending_intent']['id']} (reconciled on the next step)")
+    for e in audit:
+        print(f"  [{e['seq']}] {e['event']} ({e['actor']}): {e.get('reason', '')}")
+    return 0
+
+
+def cmd_keygen(args) -> int:
+    from ccab.rollout.signing import keygen
+
+    priv, pub = keygen(args.out, args.name)
+    print(f"private seed: {priv}\npublic key:   {pub}")
+    return 0

@@ -1,0 +1,222 @@
+"""``ccab sim``: simulate a PoP from a scenario into JSONL files or Kafka (thin I/O shell)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from functools import partial
+from pathlib import Path
+
+from ccab.base.errors import fail
+from ccab.sim.scenario import ScenarioError
+
+EPILOG = """\
+units: --hours in hours of simulated time; --connections is the total number of TCP connections
+over the whole run (overrides traffic.connections_per_host_per_hour, keeping the diurnal shape and
+host weights); records carry the contract units (_us, _ms, _bytes, _bps).
+
+outputs in --out DIR:
+  ccab.tcp.v1.jsonl, ccab.http.v1.jsonl   tcp_sample/1 and http_request/1 records (unless --to-kafka)
+  truth.json                              planted effects, host and prefix parameters, realised stats
+  ss/<host>/<tick_ts_ms>.txt              with --raw: `ss -tinHOe state established` snapshots
+  nginx/<host>/access.log                 with --raw: nginx lines in the ccab JSON log_format
+
+examples:
+  ccab sim tiny --out /tmp/sim-tiny --raw
+  ccab sim canary-tyo1 --out .ccab/sim/canary --plot docs/sim/canary-tyo1-pdfs.png
+  ccab sim canary-tyo1 --out .ccab/sim/canary --to-kafka      # then: ccab loader --exit-when-idle 10
+  ccab sim scenarios/aa.yaml --out /tmp/aa --connections 10000000 --workers 2
+"""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sim",
+        help="simulate an edge PoP with planted congestion-control effects",
+        description="Generate tcp_sample/1 and http_request/1 records (and optionally raw ss/nginx "
+                    "text) for a simulated PoP described by a scenario file. Deterministic for a seed.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("scenario", metavar="SCENARIO",
+                   help="a scenario YAML file, or the NAME of a shipped one (scenarios/NAME.yaml: "
+                        "canary-tyo1, aa, regression-bbr2-shallow, tiny)")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR",
+                   help="output directory (created; previous sim outputs in it are replaced)")
+    p.add_argument("--seed", type=int, help="random seed (default: the scenario's `seed`)")
+    p.add_argument("--hours", type=float, help="simulated duration in hours (default: `duration_h`)")
+    p.add_argument("--connections", type=int, metavar="N",
+                   help="total connections over the run (default: from connections_per_host_per_hour)")
+    p.add_argument("--to-kafka", action="store_true",
+                   help="produce to Kafka (topics ccab.tcp.v1, ccab.http.v1; brokers from "
+                        "CCAB_KAFKA_BROKERS or the local broker) instead of writing JSONL")
+    p.add_argument("--jsonl", action="store_true", help="with --to-kafka: also write the JSONL files")
+    p.add_argument("--raw", action="store_true", help="also write raw ss snapshots and nginx access logs per host")
+    p.add_argument("--plot", type=Path, metavar="PNG", help="write per-arm PDFs (retrans %%, in flight, RTT, goodput)")
+    p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                   help="generator processes (default: %(default)s); output does not depend on it")
+    p.add_argument("--chunk-size", type=int, default=50_000, metavar="N",
+                   help="connections per chunk, bounds memory (default: %(default)s)")
+    p.add_argument("--check-expect", action="store_true",
+                   help="exit 3 if a realised statistic misses the scenario's `expect` ranges")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--start", metavar="ISO", help="simulated start time (default: the scenario's `start`)")
+    p.add_argument("--arm-map", type=Path, metavar="FILE",
+                   help="JSON {host: arm}: run these hosts on these arms (the rollout's simulated actuator "
+                        "writes it: $CCAB_DATA_DIR/sim-actuator/arm-map.json)")
+    p.set_defaults(func=run)
+
+
+_fail = partial(fail, "sim")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ccab.sim.scenario import load_scenario
+
+    try:
+        start = arm_of = None
+        if getattr(args, "start", None):
+            from datetime import datetime, timezone
+
+            try:
+                start = datetime.fromisoformat(args.start.replace("Z", "+00:00"))
+            except ValueError:
+                raise ScenarioError([f"--start: {args.start!r} is not an ISO date-time"]) from None
+            start = (start if start.tzinfo else start.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+        if getattr(args, "arm_map", None):
+            try:
+                arm_of = json.loads(args.arm_map.read_text())
+            except (OSError, ValueError) as exc:
+                raise ScenarioError([f"--arm-map: cannot read {args.arm_map}: {exc}"]) from None
+            if not isinstance(arm_of, dict):
+                raise ScenarioError([f"--arm-map: {args.arm_map} must hold a JSON object host -> arm"])
+        sc = load_scenario(args.scenario).with_overrides(seed=args.seed, hours=args.hours, start=start,
+                                                         arm_of=arm_of)
+    except ScenarioError as exc:
+        return _fail(str(exc))
+    if args.connections is not None and args.connections < 1:
+        return _fail(f"--connections: must be >= 1, got {args.connections}")
+    if args.chunk_size < 100:
+        return _fail(f"--chunk-size: must be >= 100, got {args.chunk_size}")
+    if args.workers < 1:
+        return _fail(f"--workers: must be >= 1, got {args.workers}")
+    return simulate(sc, args)
+
+
+def simulate(sc, args: argparse.Namespace) -> int:
+    from ccab.sim.generator import HTTP_TOPIC, TCP_TOPIC, iter_chunks, records
+    from ccab.sim.sinks import JsonlSink, KafkaSink, RawWriter, SinkError, TeeSink
+    from ccab.sim.stats import Summary
+    from ccab.sim.truth import build_truth
+    from ccab.sim.world import build_world
+
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in [out / "truth.json", out / f"{TCP_TOPIC}.jsonl", out / f"{HTTP_TOPIC}.jsonl"]:
+        stale.unlink(missing_ok=True)
+    world = build_world(sc, total_connections=args.connections, chunk_target=args.chunk_size, raw=args.raw)
+    sinks = []
+    try:
+        if args.to_kafka:
+            from ccab.base.config import settings
+
+            sinks.append(KafkaSink(settings().bootstrap_servers))
+        if not args.to_kafka or args.jsonl:
+            sinks.append(JsonlSink(out))
+    except Exception as exc:  # noqa: BLE001 - a broken Kafka config is a user error
+        return _fail(f"cannot open sink: {exc}", 1)
+    sink = sinks[0] if len(sinks) == 1 else TeeSink(sinks)
+    raw = RawWriter(out, world.hosts.names) if args.raw else None
+    summary = Summary(len(sc.arms), len(world.segments))
+    total = world.plan.total
+    t0 = time.perf_counter()
+    n_records = 0
+    progress = _progress(args.no_progress)
+    task = progress.add_task(f"sim {sc.name}", total=total, records=0) if progress else None
+    try:
+        if progress:
+            progress.start()
+        for chunk in iter_chunks(world, args.workers):
+            n_records += sink.write(records(world, chunk))
+            if raw is not None:
+                raw.write_ss(chunk.ss)
+                raw.write_nginx(chunk.nginx)
+            summary.merge(chunk.summary)
+            if progress:
+                progress.update(task, advance=chunk.n_connections, records=n_records)
+    finally:
+        if progress:
+            progress.stop()
+    try:
+        sink.close()
+    except SinkError as exc:
+        return _fail(str(exc), 1)
+    elapsed = time.perf_counter() - t0
+    truth = build_truth(world, summary, seed=sc.seed, total_connections=total)
+    truth["run"] = {"elapsed_s": round(elapsed, 3), "connections_per_s": round(total / elapsed, 1),
+                    "records_per_s": round(n_records / elapsed, 1), "workers": args.workers,
+                    "sinks": ["kafka"] * bool(args.to_kafka) + ["jsonl"] * bool(not args.to_kafka or args.jsonl),
+                    "raw": bool(args.raw)}
+    tmp = out / "truth.json.tmp"
+    tmp.write_text(json.dumps(truth, indent=1) + "\n")
+    tmp.replace(out / "truth.json")
+    if args.plot:
+        from ccab.sim.plot import plot_pdfs
+
+        labels = [f"{a.name} ({a.cc})" for a in sc.arms]
+        plot_pdfs(summary, [a.name for a in sc.arms], labels, f"ccab sim {sc.name} (seed {sc.seed})", args.plot)
+    _report(truth, total, n_records, elapsed, args)
+    bad = [e for e in truth["expectations"] if e["ok"] is False]
+    if args.check_expect and bad:
+        return _fail(f"{len(bad)} expectation(s) missed; see {out / 'truth.json'}", 3)
+    return 0
+
+
+def _progress(disabled: bool):
+    if disabled:
+        return None
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        def render(self, task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text("" if speed is None else f"{speed:,.0f} conn/s")
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("connections"), RateColumn(), TextColumn("{task.fields[records]:,} records"),
+                    TimeElapsedColumn(), TimeRemainingColumn(), transient=False)
+
+
+def _report(truth: dict, total: int, n_records: int, elapsed: float, args) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        console.width = 160
+    t = Table(title=f"{truth['scenario']['name']}: {total:,} connections, {n_records:,} records in "
+                    f"{elapsed:.1f}s ({total / elapsed:,.0f} conn/s, {n_records / elapsed:,.0f} records/s)")
+    for col in ("arm", "cc", "bulk conns", "retrans% p50", "high-loss share", "inflight p50",
+                "rtt ms p50", "goodput Mbps p10/p50/p90", "rwnd-limited share"):
+        t.add_column(col, justify="right" if col not in ("arm", "cc") else "left")
+
+    def f(v, fmt):
+        return "-" if v is None else format(v, fmt)
+
+    for a in truth["arms"]:
+        r = a["realised"]["all"]
+        t.add_row(a["name"], a["cc"], f"{r['bulk_connections']:,}", f(r["retrans_pct_p50"], ".2f"),
+                  f(r["high_loss_share"], ".4f"), f(r["inflight_bytes_p50"], ",.0f"), f(r["rtt_ms_p50"], ".1f"),
+                  "/".join(f(r[k], ".1f") for k in ("goodput_mbps_p10", "goodput_mbps_p50", "goodput_mbps_p90")),
+                  f(r["rwnd_limited_share"], ".3f"))
+    console.print(t)
+    for e in truth["expectations"]:
+        mark = "[green]ok[/]" if e["ok"] else ("[yellow]n/a[/]" if e["ok"] is None else "[red]MISSED[/]")
+        what = e["stat"] + (f" {e['arm']}/{e['vs']}" if e["vs"] else f" {e['arm']}")
+        seg = {k: v for k, v in e["where"].items() if v}
+        console.print(f"  {mark} {what} {seg or ''} = {f(e['realised'], '.3g')} in {e['range']}  {e['note']}")
+    console.print(f"  outputs in {args.out}")

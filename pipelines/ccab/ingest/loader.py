@@ -1,0 +1,381 @@
+"""Kafka -> ClickHouse loader (``ccab loader``) and replay-file loading (``ccab load``).
+
+Exactly-once, without transactions:
+
+- A batch is inserted atomically (one block) into the raw table, each row carrying its source
+  ``_topic/_partition/_offset`` (see :mod:`ccab.ingest.batch`).
+- Offsets are committed to Kafka only after the insert succeeded.
+- When partitions are assigned, the loader starts each one at
+  ``max(committed offset, max(_offset) in the warehouse + 1)``: a batch that was inserted but not
+  committed (SIGKILL between the two) is never inserted again, whatever batch boundaries the new
+  process chooses. Identical retries inside one process are also dropped by the batch's
+  ``insert_deduplication_token``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+from ccab.base.contracts import SCHEMA_BY_TOPIC, SCHEMAS, Schema, validate
+from ccab.base.warehouse import Warehouse
+from ccab.ingest.batch import (DEFAULT_MAX_RECORD_BYTES, MAX_BATCH_BYTES, MAX_BATCH_ROWS, Batch, BatchResult,
+                               BatchWriter, Record)
+
+log = logging.getLogger("ccab.ingest.loader")
+
+DEFAULT_GROUP = "ccab-loader"
+_SCHEMA_RE = re.compile(rb'"schema"\s*:\s*"([^"\\]{1,64})"')
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+class LoaderMetrics:
+    """Prometheus metrics of one loader process (own registry, so tests can make several)."""
+
+    def __init__(self):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        self.consumed = Counter("ccab_loader_records_consumed_total", "Records read from Kafka or files",
+                                ["topic"], registry=self.registry)
+        self.inserted = Counter("ccab_loader_rows_inserted_total", "Rows inserted into raw tables",
+                                ["table"], registry=self.registry)
+        self.dead = Counter("ccab_loader_dead_letters_total", "Records sent to dead_letters",
+                            ["topic", "reason"], registry=self.registry)
+        self.lag = Gauge("ccab_loader_lag_records", "High watermark minus committed position",
+                         ["topic", "partition"], registry=self.registry)
+        self.batch_seconds = Histogram("ccab_loader_batch_seconds", "Time to validate and insert one batch",
+                                       registry=self.registry,
+                                       buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+        self.insert_errors = Counter("ccab_loader_insert_errors_total", "Batches whose insert failed (retried)",
+                                     registry=self.registry)
+
+    def serve(self, port: int) -> None:
+        from prometheus_client import start_http_server
+
+        start_http_server(port, addr="127.0.0.1", registry=self.registry)
+
+    def record(self, topic: str, table: str, res: BatchResult) -> None:
+        self.inserted.labels(table).inc(res.inserted)
+        for reason, n in res.dead.items():
+            self.dead.labels(topic, _reason_kind(reason)).inc(n)
+
+
+def _reason_kind(reason: str) -> str:
+    """Low-cardinality label for a dead-letter reason (the full reason is in the table)."""
+    for prefix, kind in (("oversize", "oversize"), ("bad JSON", "bad_json"), ("unknown schema", "unknown_schema"),
+                         ("missing required field", "missing_field"), ("wrong type", "wrong_type"),
+                         ("field ", "wrong_type"), ("invalid value", "invalid_value")):
+        if reason.startswith(prefix):
+            return kind
+    return "other"
+
+
+# --------------------------------------------------------------------------- replay files
+
+
+@dataclass
+class LoadReport:
+    files: int = 0
+    records: int = 0
+    inserted: dict[str, int] | None = None
+    dead: dict[str, int] | None = None
+
+    @property
+    def dead_total(self) -> int:
+        return sum((self.dead or {}).values())
+
+
+def load_files(wh: Warehouse, paths: list[Path], max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+               batch_rows: int = 50_000, progress: bool = False, metrics: LoaderMetrics | None = None) -> LoadReport:
+    """Load JSONL replay files through the same validation and insert path as the loader.
+
+    Each line's schema comes from its ``schema`` field; positions are ``file:<name>``/0/line number,
+    so loading the same file twice inserts nothing the second time (same dedup tokens).
+    """
+    writer = BatchWriter(wh, max_record_bytes)
+    inserted: dict[str, int] = defaultdict(int)
+    dead: dict[str, int] = defaultdict(int)
+    total = 0
+    prog = _progress(progress, sum(p.stat().st_size for p in paths))
+    with prog:
+        task = prog.add_task("loading", total=sum(p.stat().st_size for p in paths)) if progress else None
+        for path in paths:
+            topic = f"file:{path.name}"
+            pending: dict[str, Batch] = {}
+            pending_bytes: dict[str, int] = defaultdict(int)
+            unknown: list[tuple[Record, str]] = []
+
+            def flush(name: str) -> None:
+                batch = pending.pop(name, None)
+                pending_bytes.pop(name, None)
+                if batch:
+                    res = writer.write(SCHEMAS[name], batch)
+                    inserted[SCHEMAS[name].table] += res.inserted
+                    for why, n in res.dead.items():
+                        dead[why] += n
+                    if metrics:
+                        metrics.record(topic, SCHEMAS[name].table, res)
+
+            with path.open("rb") as fh:
+                for lineno, line in enumerate(fh, start=1):
+                    total += 1
+                    if task is not None:
+                        prog.advance(task, len(line))
+                    m = _SCHEMA_RE.search(line, 0, 4096)
+                    name = m.group(1).decode() if m else None
+                    if name not in SCHEMAS:
+                        if not line.strip():
+                            continue  # blank lines are not records
+                        unknown.append((Record(line, topic, 0, lineno), unroutable_reason(line, name)))
+                        continue
+                    batch = pending.get(name)
+                    if batch is None:
+                        batch = pending[name] = Batch(topic, [], [], [], hash_content=True)
+                    batch.payloads.append(line.rstrip(b"\r\n"))
+                    batch.partitions.append(0)
+                    batch.offsets.append(lineno)
+                    pending_bytes[name] += len(line)
+                    if len(batch) >= min(batch_rows, MAX_BATCH_ROWS) or pending_bytes[name] >= MAX_BATCH_BYTES:
+                        flush(name)
+            for name in list(pending):
+                flush(name)
+            if unknown:
+                writer.write_dead_letters("", unknown)
+                for _, why in unknown:
+                    dead[why] += 1
+    return LoadReport(len(paths), total, dict(inserted), dict(dead))
+
+
+def unroutable_reason(line: bytes, schema_name: str | None) -> str:
+    """Why a replay line has no known schema (rare path: decoding it here is fine)."""
+    if schema_name is not None:
+        return f"unknown schema {schema_name!r}"
+    try:
+        value = orjson.loads(line.strip())
+    except orjson.JSONDecodeError as exc:
+        return f"bad JSON: {str(exc).split(':')[0]}"
+    errors = validate(value)
+    return errors[0] if errors else "unknown schema"
+
+
+def _progress(enabled: bool, total_bytes: int):
+    from contextlib import nullcontext
+
+    if not enabled:
+        return nullcontext(_NoProgress())
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    return Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                    TransferSpeedColumn(), TimeRemainingColumn(), transient=False)
+
+
+class _NoProgress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def add_task(self, *a, **k):
+        return None
+
+    def advance(self, *a, **k):
+        pass
+
+
+# --------------------------------------------------------------------------- Kafka loop
+
+
+def warehouse_positions(wh: Warehouse, topic: str, schema: Schema) -> dict[int, int]:
+    """Next offset to read per partition of ``topic``, as the warehouse knows it."""
+    rows = wh.query(
+        f"SELECT _partition, max(_offset) FROM {schema.table} WHERE _topic = {{t:String}} GROUP BY _partition",
+        params={"t": topic},
+    ).rows
+    return {int(p): int(o) + 1 for p, o in rows}
+
+
+class Loader:
+    """Consumes the contract topics in a consumer group and writes them to the warehouse."""
+
+    def __init__(self, wh: Warehouse, bootstrap: str, topics: dict[str, Schema], group: str = DEFAULT_GROUP,
+                 batch_rows: int = 50_000, batch_wait_s: float = 1.0,
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, metrics: LoaderMetrics | None = None,
+                 instance_id: str | None = None):
+        from confluent_kafka import Consumer
+
+        self.wh = wh
+        self.topics = topics  # topic -> the schema its records must have
+        self.batch_rows = min(batch_rows, MAX_BATCH_ROWS)
+        self.batch_wait_s = batch_wait_s
+        self.writer = BatchWriter(wh, max_record_bytes)
+        self.metrics = metrics or LoaderMetrics()
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "fetch.max.bytes": 64 << 20,
+            "max.partition.fetch.bytes": 16 << 20,
+            "queued.max.messages.kbytes": 256 << 10,
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 1_000,
+            "max.poll.interval.ms": 300_000,
+            # Static membership: a restarted loader with the same id takes its partitions back at
+            # once instead of waiting out the dead member's session.
+            **({"group.instance.id": instance_id} if instance_id else {}),
+        })
+        self._stop = False
+        self._assigned = False  # idle time counts only once the group gave us partitions
+        self._last_lag_check = 0.0
+        self.totals = BatchResult()
+
+    def stop(self, *_sig) -> None:
+        self._stop = True
+
+    def _on_assign(self, consumer, partitions) -> None:
+        from confluent_kafka import OFFSET_INVALID
+
+        committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(partitions, timeout=30)}
+        by_topic: dict[str, dict[int, int]] = {}
+        for tp in partitions:
+            if tp.topic not in by_topic:
+                by_topic[tp.topic] = warehouse_positions(self.wh, tp.topic, self.topics[tp.topic])
+            in_wh = by_topic[tp.topic].get(tp.partition)
+            kafka = committed.get((tp.topic, tp.partition), OFFSET_INVALID)
+            if in_wh is not None and (kafka < 0 or in_wh > kafka):
+                tp.offset = in_wh
+                log.info("resume %s[%d] at %d from the warehouse (kafka committed %s)", tp.topic, tp.partition, in_wh, kafka)
+            elif kafka >= 0:
+                tp.offset = kafka
+        consumer.assign(partitions)
+        self._assigned = True
+
+    def run(self, max_idle_s: float | None = None, max_records: int | None = None) -> BatchResult:
+        """Consume until stopped (SIGTERM/SIGINT), or idle for ``max_idle_s`` seconds, or
+        ``max_records`` consumed (tests and the demo use the last two)."""
+        self.consumer.subscribe(list(self.topics), on_assign=self._on_assign)
+        idle_since = time.monotonic()
+        consumed = 0
+        try:
+            while not self._stop:
+                batch = self._collect()
+                if not batch:
+                    if not self._assigned:
+                        idle_since = time.monotonic()
+                    elif max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
+                        break
+                    self._update_lag()
+                    continue
+                idle_since = time.monotonic()
+                self._write(batch)
+                consumed += len(batch)
+                self._update_lag()
+                if max_records is not None and consumed >= max_records:
+                    break
+        finally:
+            self.consumer.close()
+        return self.totals
+
+    def _collect(self) -> list:
+        """Up to batch_rows messages, waiting at most batch_wait_s after the first."""
+        msgs: list = []
+        size = 0
+        deadline = None
+        while len(msgs) < self.batch_rows and size < MAX_BATCH_BYTES and not self._stop:
+            timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
+            got = self.consumer.consume(num_messages=min(50_000, self.batch_rows - len(msgs)), timeout=timeout)
+            for m in got:
+                err = m.error()
+                if err is not None:
+                    if err.code() != err._PARTITION_EOF:
+                        log.warning("kafka: %s", err)
+                    continue
+                msgs.append(m)
+                size += len(m.value() or b"")
+            if deadline is None:
+                if not msgs:
+                    return msgs
+                deadline = time.monotonic() + self.batch_wait_s
+            elif time.monotonic() >= deadline:
+                break
+        return msgs
+
+    def _write(self, msgs: list) -> None:
+        from confluent_kafka import TopicPartition
+
+        start = time.monotonic()
+        topics = {m.topic() for m in msgs}
+        if len(topics) == 1:  # the usual case: one batch, built column by column
+            topic = topics.pop()
+            by_topic = {topic: Batch(topic, [m.value() or b"" for m in msgs], [m.partition() for m in msgs],
+                                     [m.offset() for m in msgs])}
+        else:
+            by_topic = {t: Batch(t, [], [], []) for t in topics}
+            for m in msgs:
+                b = by_topic[m.topic()]
+                b.payloads.append(m.value() or b"")
+                b.partitions.append(m.partition())
+                b.offsets.append(m.offset())
+        # Kafka hands out each partition in offset order: the last one seen is the highest.
+        next_offsets = {(t, p): o + 1 for t, b in by_topic.items() for p, o in zip(b.partitions, b.offsets)}
+        for topic, batch in by_topic.items():
+            self.metrics.consumed.labels(topic).inc(len(batch))
+            schema = self.topics[topic]
+            while True:
+                try:
+                    res = self.writer.write(schema, batch)
+                    break
+                except Exception as exc:  # warehouse unwell: retry the same batch (same tokens)
+                    self.metrics.insert_errors.inc()
+                    log.error("insert into %s failed, retrying in 2 s: %s", schema.table, exc)
+                    time.sleep(2)
+                    if self._stop:
+                        raise
+            self.metrics.record(topic, schema.table, res)
+            self.totals.add(res)
+        self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in next_offsets.items()],
+                             asynchronous=False)
+        self.metrics.batch_seconds.observe(time.monotonic() - start)
+
+    def _update_lag(self) -> None:
+        now = time.monotonic()
+        if now - self._last_lag_check < 5:
+            return
+        self._last_lag_check = now
+        try:
+            for tp in self.consumer.position(self.consumer.assignment()):
+                if tp.offset < 0:
+                    continue
+                _, high = self.consumer.get_watermark_offsets(tp, timeout=2, cached=True)
+                self.metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, high - tp.offset))
+        except Exception as exc:  # metrics must never stop loading
+            log.debug("lag update failed: %s", exc)
+
+
+def parse_topics(spec: str | None) -> dict[str, Schema]:
+    """``None`` -> every contract topic; else ``topic[=schema],...`` (schema defaults to the
+    contract schema of that topic name)."""
+    if not spec:
+        return dict(SCHEMA_BY_TOPIC)
+    out: dict[str, Schema] = {}
+    for item in spec.split(","):
+        topic, _, schema_name = item.strip().partition("=")
+        if schema_name:
+            if schema_name not in SCHEMAS:
+                raise ValueError(f"--topics: unknown schema {schema_name!r} for topic {topic!r}; known: {', '.join(SCHEMAS)}")
+            out[topic] = SCHEMAS[schema_name]
+        elif topic in SCHEMA_BY_TOPIC:
+            out[topic] = SCHEMA_BY_TOPIC[topic]
+        else:
+            raise ValueError(f"--topics: {topic!r} is not a contract topic; name its schema: {topic}=tcp_sample/1")
+    return out

@@ -1,0 +1,103 @@
+"""The analysis pipeline, one orchestration for everyone: rollups → per-arm summaries → judge.
+
+``ccab analyze``, the Airflow DAGs (:mod:`ccab.dags.tasks`) and the rollout controller's looks
+(:mod:`ccab.cli.rollout`) all call :func:`analyze_window`. It is the one place that joins the
+judge with rollout state: a rollout's stored plan (``$CCAB_DATA_DIR/rollouts/<id>/plan.yaml``)
+declares its control arm, guardrails and breakers (:func:`rollout_options`), so every caller
+judges a rollout the way its controller does.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable, Iterable, Iterator
+
+from ccab.base import schema
+from ccab.base.warehouse import Warehouse, connect
+from ccab.cohorts.job import JobConfig, run_window
+from ccab.cohorts.summaries import SummaryResult, write_arm_summaries
+from ccab.cohorts.views import install_views
+from ccab.judge import JudgeReport, judge_window
+from ccab.judge.alerts import set_action
+from ccab.judge.model import Breaker, Guardrail, RolloutOptions
+from ccab.rollout.plan import Plan, PlanError, load_plan
+from ccab.rollout.state import Store
+
+
+@contextmanager
+def open_warehouse() -> Iterator[Warehouse]:
+    """The environment's warehouse with the schema and the analysts' views in place."""
+    wh = connect()
+    try:
+        schema.migrate(wh, log=lambda _m: None)
+        install_views(wh)
+        yield wh
+    finally:
+        wh.close()
+
+
+def rollout_options(rollout_id: str) -> RolloutOptions | None:
+    """What the rollout controller's stored plan declares for ``rollout_id``; None without a plan."""
+    path = Store.for_rollout(rollout_id).plan_file
+    if not path.exists():
+        return None
+    try:
+        plan = load_plan(path)
+    except PlanError as exc:
+        return RolloutOptions(note=f"the rollout's stored plan {path} is invalid ({exc}); default guardrails used")
+    return RolloutOptions(
+        control_arm=plan.control_arm,
+        guardrails=tuple(plan.guardrails),
+        breakers=tuple(plan.breakers) or None)
+
+
+@dataclass
+class Analysis:
+    """What :func:`analyze_window` did: the summaries written and the judge's report."""
+
+    summaries: SummaryResult
+    judgement: JudgeReport
+
+    def as_dict(self) -> dict:
+        s = self.summaries
+        return {"window_start": s.window_start.isoformat(), "window_end": s.window_end.isoformat(),
+                "rollouts": [f"{p}/{r}" for p, r in s.rollouts], "summary_rows": s.summary_rows,
+                "verdicts": [v.as_dict() for v in self.judgement.verdicts],
+                "alerts": [a.alert_id for a in self.judgement.alerts if a.severity != "info"]}
+
+
+def analyze_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str = "", *,
+                   control_arm: str | None = None, guardrails: Iterable[Guardrail] | None = None,
+                   breakers: Iterable[Breaker] | None = None, look: int = 1, looks_planned: int = 1,
+                   notify_url: str | None = None, write: bool = True) -> Analysis:
+    """Per-arm summaries of ``[start, end)`` (rollups must be computed), then the judge with each
+    rollout's declared options; explicit ``control_arm``/``guardrails``/``breakers`` win."""
+    summaries = write_arm_summaries(wh, start, end, rollout_id)
+    report = judge_window(wh, summaries.window_start, summaries.window_end, rollout_id, control_arm=control_arm,
+                          guardrails=guardrails, breakers=breakers, look=look, looks_planned=looks_planned,
+                          options_for=rollout_options, write=write, notify_url=notify_url)
+    return Analysis(summaries, report)
+
+
+def controller_judge(plan: Plan, run_rollups: bool = True) -> Callable[[datetime, datetime, int, int], list]:
+    """The rollout controller's judge: ``judge(start, end, look, looks_planned) -> verdicts`` — the
+    window's rollups (unless already computed), then :func:`analyze_window` with the plan's options."""
+
+    def judge(start: datetime, end: datetime, look: int, looks_planned: int) -> list:
+        with open_warehouse() as wh:
+            if run_rollups:
+                run_window(wh, start, end, JobConfig(), lookback=False)
+            analysis = analyze_window(wh, start, end, plan.rollout_id, control_arm=plan.control_arm,
+                                      guardrails=plan.guardrails, breakers=plan.breakers or None,
+                                      look=look, looks_planned=looks_planned)
+        return list(analysis.judgement.verdicts)
+
+    return judge
+
+
+def record_action(alert_ids: list[str], action: str) -> None:
+    """Record on the alerts what the controller did because of them (``halted``, ``rolled_back``)."""
+    with open_warehouse() as wh:
+        set_action(wh, list(alert_ids), action)

@@ -1,0 +1,82 @@
+"""Warehouse connection, migrations and the cluster DDL variant, on the real (embedded) engine."""
+
+from __future__ import annotations
+
+import re
+
+from ccab.base import schema as migrate
+from ccab.base.warehouse import WarehouseError, split_statements
+
+TABLES = {"tcp_samples", "http_requests", "assignments", "agent_status", "dead_letters"}
+
+
+def test_split_statements_respects_quotes_and_comments():
+    sql = "SELECT ';' ; -- a ; comment\nSELECT 2; /* ; */ SELECT `a;b`;"
+    assert list(split_statements(sql)) == ["SELECT ';'", "SELECT 2", "SELECT `a;b`"]
+
+
+def test_migrate_creates_the_raw_tables_and_rerunning_is_a_noop(warehouse):
+    tables = {r[0] for r in warehouse.query("SELECT name FROM system.tables WHERE database = currentDatabase()").rows}
+    assert TABLES <= tables
+    assert migrate.migrate(warehouse, log=lambda _m: None) == []  # fixture already migrated
+    assert set(migrate.applied(warehouse)) == {m.version for m in migrate.discover()}
+
+
+def test_every_migration_statement_is_idempotent(warehouse):
+    for mig in migrate.discover():
+        for stmt in split_statements(mig.sql):
+            warehouse.command(stmt)  # a second run must not fail
+
+
+def test_raw_tables_have_audit_columns_and_ttl(warehouse):
+    for table in ("tcp_samples", "http_requests", "agent_status"):
+        cols = {r[0] for r in warehouse.query(f"SELECT name FROM system.columns WHERE database = currentDatabase() AND table = '{table}'").rows}
+        assert {"_topic", "_partition", "_offset", "_loaded_at"} <= cols
+        ddl = warehouse.query(f"SHOW CREATE TABLE {table}").scalar()
+        assert "TTL" in ddl and "non_replicated_deduplication_window" in ddl
+
+
+def test_errors_carry_the_clickhouse_code(warehouse):
+    try:
+        warehouse.query("SELECT * FROM no_such_table")
+    except WarehouseError as exc:
+        assert exc.code == 60 and "no_such_table" in str(exc)
+    else:
+        raise AssertionError("expected an error")
+
+
+def test_cluster_ddl_makes_replicated_locals_and_distributed_tables():
+    stmts = [s for m in migrate.discover() for s in migrate.cluster_statements(m.sql, "ccab")]
+    text = "\n".join(stmts)
+    for t in TABLES:
+        assert re.search(rf"CREATE TABLE IF NOT EXISTS {t}_local ON CLUSTER 'ccab'", text), t
+        assert re.search(rf"CREATE TABLE IF NOT EXISTS {t} ON CLUSTER 'ccab' AS {t}_local\nENGINE = Distributed", text), t
+    assert "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/tcp_samples_local', '{replica}')" in text
+    assert "ReplicatedReplacingMergeTree(" in text  # dead_letters keeps its engine family
+    assert "Distributed('ccab', currentDatabase(), tcp_samples_local, cityHash64(host))" in text
+    assert "Distributed('ccab', currentDatabase(), dead_letters_local, cityHash64(_topic, _partition))" in text
+    # materialized views write to the shard-local tables
+    mvs = [s for s in stmts if s.startswith("CREATE MATERIALIZED VIEW")]
+    assert len(mvs) == 4 and all(re.search(r"TO \w+_local AS", s) and s.rstrip().endswith("_landing_local") for s in mvs)
+    # nothing single-node is left behind
+    assert not re.search(r"ENGINE = MergeTree\b", text)
+
+
+def test_cluster_ddl_is_valid_sql_for_clickhouse(warehouse):
+    """Parse every generated statement with the real ClickHouse parser (no cluster needed)."""
+    for m in migrate.discover():
+        for stmt in migrate.cluster_statements(m.sql, "ccab"):
+            escaped = stmt.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
+            formatted = warehouse.query("SELECT formatQuerySingleLine({q:String})", params={"q": escaped}).scalar()
+            assert formatted.startswith(("CREATE", "ALTER TABLE"))
+
+
+def test_goodput_alias_is_null_for_a_zero_request_time(warehouse):
+    # nginx logs request_time 0.000 for bodies served within a millisecond: no goodput, not an error
+    warehouse.command(
+        "INSERT INTO http_requests (ts_ms, pop, host, kernel, arm, rollout_id, cc, peer_prefix, conn_serial, "
+        "conn_requests, method, status, bytes_sent, body_bytes_sent, request_time_ms, sample_rate, _topic, "
+        "_partition, _offset) VALUES "
+        "(1, 'p', 'h', 'k', 'a', 'r', 'cubic', '192.0.2.0/24', 1, 1, 'GET', 200, 10, 10, 0, 1, 't', 0, 0), "
+        "(2, 'p', 'h', 'k', 'a', 'r', 'cubic', '192.0.2.0/24', 1, 1, 'GET', 200, 10, 1000, 1, 1, 't', 0, 1)")
+    assert warehouse.query("SELECT goodput_bps FROM http_requests ORDER BY ts_ms").rows == [(None,), (8_000_000,)]

@@ -1,0 +1,172 @@
+"""Signing, durable state and the stage machine of the controller (fake judge and bus)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import pytest
+from ccab.rollout.controller import Controller, ControllerError
+from ccab.rollout.plan import load_plan, plan_from_dict
+from ccab.rollout.signing import load_private_key, load_public_key, sign, verify
+from ccab.rollout.state import HostAssignment, PublishIntent, RolloutState, StateError, Store
+from paths import REPO, VECTORS
+from factories import base_plan
+
+PLAN = REPO / "rollout" / "plans" / "tyo1-bbr-canary.yaml"
+
+
+
+
+# ------------------------------------------------------------------------------------ signing
+
+
+def test_signing_reproduces_the_vector():
+    key = load_private_key(VECTORS / "test_ed25519_seed.hex")
+    signed = json.loads((VECTORS / "assignment_signed.json").read_text())
+    again = sign(signed, key)
+    assert again["signature"] == signed["signature"]
+    pub = load_public_key(VECTORS / "test_ed25519_public.b64")
+    assert verify(signed, pub) is None
+    tampered = json.loads((VECTORS / "assignment_tampered.json").read_text())
+    assert verify(tampered, pub) == "bad signature"
+    from ccab.base.contracts import canonical_json
+    assert canonical_json(signed) == (VECTORS / "assignment_canonical.txt").read_bytes().rstrip(b"\n")
+
+
+# ------------------------------------------------------------------------------------ state
+
+
+def test_state_round_trip_and_audit(tmp_path):
+    store = Store(tmp_path / "r")
+    st = RolloutState("r", "d" * 64, "p.yaml", arms={"b1": "active"})
+    st.hosts["h"] = HostAssignment(pop="p1", arm="b1", cc="bbr", qdisc=None, generation=3, status="pending",
+                                   record={"x": 1})
+    st.intent = PublishIntent("i1", 5, ["h"])
+    store.save(st)
+    loaded = store.load()
+    assert loaded == st  # typed state survives the JSON file exactly
+    (tmp_path / "r" / "state.json").write_text('{"version": 1, "hosts": 3}')
+    with pytest.raises(StateError, match="not a rollout state"):
+        store.load()
+    store.audit("a", "first")
+    with open(store.audit_file, "a") as f:
+        f.write('{"torn": ')  # a crash mid-line
+    store.audit("b", "second")
+    events = [e["event"] for e in store.read_audit()]
+    assert events == ["a", "b"]
+    assert not list(tmp_path.glob("r/.*tmp"))
+
+
+# ------------------------------------------------------------------------------------ stage machine
+
+
+@dataclass
+class FakeVerdict:
+    pop: str
+    treatment_arm: str
+    decision: str
+    rollout_id: str = "r1"
+    control_arm: str = "control"
+    reasons: list = field(default_factory=list)
+    alert_ids: list = field(default_factory=list)
+    gates_failed: list = field(default_factory=list)
+
+
+class MemoryBus:
+    """In-memory stand-in for the topics (unit tests of the stage machine only)."""
+
+    def __init__(self):
+        self.records: list[dict] = []
+        self.statuses: list[dict] = []
+
+    def publish(self, records):
+        self.records += [dict(r) for r in records]
+        return len(records)
+
+    def assignments(self):
+        return list(self.records)
+
+    def agent_status(self):
+        return list(self.statuses)
+
+    def apply_all(self):
+        for r in self.records:
+            self.statuses.append({"schema": "agent_status/1", "host": r["host"], "pop": r["pop"], "state": "applied",
+                                  "generation": r["generation"], "rollout_id": r["rollout_id"], "arm": r["arm"]})
+
+
+def _ctl(tmp_path, plan, bus, verdicts, actions):
+    key = load_private_key(VECTORS / "test_ed25519_seed.hex")
+
+    def judge(start, end, look, planned):
+        return verdicts.pop(0) if verdicts else []
+    return Controller(plan, Store(tmp_path / plan.rollout_id), bus, key, judge=judge,
+                      set_action=lambda ids, a: actions.append((ids, a)))
+
+
+W = (datetime(2025, 11, 20, 0, tzinfo=timezone.utc), datetime(2025, 11, 20, 3, tzinfo=timezone.utc))
+
+
+def test_stage_machine_halts_breaching_arm_and_promotes_passing(tmp_path):
+    plan = load_plan(PLAN)
+    bus, actions = MemoryBus(), []
+    verdicts = [[FakeVerdict("tyo1", "bbr1", "rollback", "tyo1-bbr-canary", reasons=["retrans_pct ratio +380%"],
+                             alert_ids=["al-1"]),
+                 FakeVerdict("tyo1", "bbr2", "pass", "tyo1-bbr-canary")]]
+    ctl = _ctl(tmp_path, plan, bus, verdicts, actions)
+    res = ctl.start()
+    assert res.deferred == 6 and len(res.published) == 15
+    # not applied yet: nothing more leaves control, no look
+    res = ctl.step(window=W)
+    assert not res.published and res.look is None
+    bus.apply_all()
+    res = ctl.step(window=W)
+    assert len(res.published) == 6 and res.look is None  # the rest of the stage first
+    bus.apply_all()
+    res = ctl.step(window=W)
+    assert res.look["outcome"] == "promoted"
+    assert ctl.state.arms == {"bbr1": "rolled_back", "bbr2": "promoted"}
+    assert actions == [(["al-1"], "rolled_back")]
+    moved = {r["host"]: r["arm"] for r in res.published}
+    bbr1_hosts = [h for h, v in ctl.state.hosts.items() if v.record["arm"] == "control"]
+    assert all(moved.get(h, "control") != "bbr1" for h in moved)
+    # every bbr1 host went back to control in this same look
+    assert sum(1 for a in moved.values() if a == "control") == 7
+    assert len(bbr1_hosts) >= 7
+    events = [e["event"] for e in ctl.store.read_audit()]
+    assert "look" in events and "rollback_arm" in events and "promote" in events
+    # generations strictly increase per host, one record per (host, generation)
+    seen = set()
+    for r in bus.records:
+        assert (r["host"], r["generation"]) not in seen
+        seen.add((r["host"], r["generation"]))
+
+
+def test_no_decision_holds_and_manual_actions_need_a_reason(tmp_path):
+    plan = plan_from_dict(base_plan(stages=[{"name": "s1", "hosts": 1, "min_duration_minutes": 60}]))
+    bus, actions = MemoryBus(), []
+    ctl = _ctl(tmp_path, plan, bus, [[FakeVerdict(p, a, "no_decision") for p in plan.pops for a in ("b1", "b2")]],
+               actions)
+    ctl.start()
+    bus.apply_all()
+    res = ctl.step(window=W)
+    assert res.look["outcome"] == "hold" and ctl.state.stage == 0
+    with pytest.raises(ControllerError, match="reason"):
+        ctl.halt(" ", arm="b1")
+    res = ctl.halt("operator saw loss", arm="b1", alert_ids=["al-9"])
+    assert all(r["arm"] == "control" for r in res.published) and len(res.published) == 2
+    assert actions == [(["al-9"], "halted")]
+    res = ctl.rollback("done")
+    assert ctl.state.status == "rolled_back"
+    assert {v.arm for v in ctl.state.hosts.values()} == {"control"}
+
+
+def test_started_rollout_refuses_a_changed_plan(tmp_path):
+    plan = plan_from_dict(base_plan())
+    bus = MemoryBus()
+    _ctl(tmp_path, plan, bus, [], []).start()
+    other = plan_from_dict(base_plan(design={"seed": 99}))
+    with pytest.raises(ControllerError, match="plan changed"):
+        _ctl(tmp_path, other, bus, [], []).step()
