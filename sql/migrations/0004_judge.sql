@@ -92,7 +92,7 @@ CREATE TABLE IF NOT EXISTS judge_gates
 ENGINE = ReplacingMergeTree(computed_seq)
 ORDER BY (rollout_id, pop, window_start, window_end, gate, arm, host);
 
--- Alerts (../shared/contracts/CONTRACTS.md "Alerts"): one row per finding. alert_id is a hash of
+-- Alerts (contracts/CONTRACTS.md "Alerts"): one row per finding. alert_id is a hash of
 -- what the finding is (rollout, pop, kind, metric, statistic, segment, arms, direction), not of
 -- when it was seen, so every look that sees it again replaces the row (version = computed_seq)
 -- instead of adding one. first_seen_ms keeps the first look's time.

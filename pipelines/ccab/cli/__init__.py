@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from ccab import __version__
+from ccab.base.errors import UserError, fail
 
 # Modules that contribute subcommands. Imported lazily so `ccab --help` stays fast
 # and a heavy dependency of one command never slows down another.
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except UserError as exc:
+        return fail(args.command, str(exc), exc.exit_code)
     except KeyboardInterrupt:
         return 130
 

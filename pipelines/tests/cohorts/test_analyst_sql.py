@@ -16,11 +16,11 @@ import pytest
 from ccab import cli
 from ccab.base.schema import REPO_ROOT
 from ccab.base.warehouse import WarehouseError
-from ccab.cohorts import bins
+from ccab.base import bins
 from ccab.cohorts.job import run_window
 from ccab.cohorts.views import VIEWS_DIR, install_views, view_files
 from ccab.ingest.loader import load_files
-from test_cohorts_reference import MIB, ZERO_BIN, connections, hour_str, prefix_classes, read_jsonl
+from cohort_reference import MIB, ZERO_BIN, connections, hour_str, prefix_classes, read_jsonl
 
 WINDOW = "t_from = '2025-11-20 00:00:00', t_to = '2025-11-21 00:00:00'"
 ALL = f"pop = '', rollout_id = '', {WINDOW}"

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ccab import cli
-from ccab.cohorts import bins
+from ccab.base import bins
 from ccab.cohorts.job import (CohortJobError, Fingerprint, JobConfig, Watermark, refresh_late, rollup_hour, run_window,
                               stale_hours, stale_reason)
 from ccab.ingest.loader import load_files
-from test_cohorts_reference import (MIB, actual_heatmap, actual_rollup, assert_rollups_match, connections,
+from cohort_reference import (MIB, actual_heatmap, actual_rollup, assert_rollups_match, connections,
                                     expected_heatmap, expected_rollup, read_jsonl)
 
 H12 = datetime(2025, 11, 20, 12, tzinfo=timezone.utc)

@@ -24,7 +24,7 @@ from ccab.base import schema as migrate
 from ccab.base.warehouse import ChdbWarehouse
 from ccab.dags import local as airflow_local
 from ccab.ingest.loader import load_files
-from test_cohorts_reference import (actual_heatmap, actual_rollup, assert_rollups_match, expected_heatmap,
+from cohort_reference import (actual_heatmap, actual_rollup, assert_rollups_match, expected_heatmap,
                                     expected_rollup, read_jsonl)
 
 H12 = datetime(2025, 11, 20, 12, tzinfo=timezone.utc)

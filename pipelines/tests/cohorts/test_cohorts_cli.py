@@ -6,7 +6,7 @@ import json
 
 import pytest
 from ccab import cli
-from test_cohorts_reference import connections, read_jsonl
+from cohort_reference import connections, read_jsonl
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -33,7 +33,7 @@ def analyze(capsys, *extra: str) -> dict:
 def test_analyze_is_idempotent_and_summarises_every_arm(loaded, sim_dir, capsys):
     first = analyze(capsys)
     assert [h["hour"] for h in first["rollup"]["hours"]] == ["2025-11-20T12:00:00+00:00", "2025-11-20T13:00:00+00:00"]
-    assert first["compare"]["judge"] == "ccab.judge.judge_window"  # analyze runs the judge after the summaries
+    assert first["compare"]["summary_rows"] > 0 and first["judge"]["verdicts"]  # summaries, then the judge
     assert {v["treatment_arm"] for v in first["judge"]["verdicts"]} == {a["arm"] for a in first["arms"]} - {"control"}
     tcp = read_jsonl(sim_dir / "ccab.tcp.v1.jsonl")
     per_arm = {}
