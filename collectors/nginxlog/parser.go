@@ -31,9 +31,10 @@ const TsSourceRead = "read"
 
 // Options tune NewParserOptions.
 type Options struct {
-	// FieldMap maps a variable the log_format logs (name without "$") to the nginx variable
-	// whose record field it fills: {"my_rtt": "tcpinfo_rtt", "upstream_tcpinfo_rtt":
-	// "tcpinfo_rtt"}. The variable is then read (and checked) as that one. Text formats only.
+	// FieldMap maps a variable the log_format logs (name without "$"; for JSON lines, a key)
+	// to the nginx variable whose record field it fills: {"my_rtt": "tcpinfo_rtt",
+	// "upstream_tcpinfo_rtt": "tcpinfo_rtt"}. In a text format the variable is then read
+	// (and checked) as that one; in JSON lines the key wins over the variable's own key.
 	FieldMap map[string]string
 	// Syslog is SyslogAuto, SyslogOn or SyslogOff.
 	Syslog string
@@ -48,6 +49,9 @@ type Parser struct {
 	readTime bool // the format has no time variable: ts_ms is the read time
 	now      func() time.Time
 	nRead    atomic.Int64 // records stamped with the read time
+	// jsonAlias: JSON keys read as another variable (a field map); such lines are read by
+	// encoding/json, not the single-pass scanner.
+	jsonAlias map[string]varID
 }
 
 // NewParser returns a parser for spec: FormatJSON, a predefined name, or a log_format (see
@@ -75,7 +79,13 @@ func NewParserOptions(spec, name string, o Options) (*Parser, error) {
 	}
 	if spec == FormatJSON {
 		if len(o.FieldMap) > 0 {
-			return nil, errors.New("a field map applies to text log_formats, not to JSON lines (name the JSON keys after the variables)")
+			if _, err := applyFieldMap(Format{}, o.FieldMap); err != nil {
+				return nil, err
+			}
+			p.jsonAlias = map[string]varID{}
+			for k, to := range o.FieldMap {
+				p.jsonAlias[k], _ = lookupVar([]byte(to))
+			}
 		}
 		return p, nil
 	}
@@ -218,7 +228,11 @@ func (p *Parser) parse(line []byte, r *record.HTTPRequest, store *recordInts, pc
 			return &ParseError{Reason: ReasonNoMatch, Err: err}
 		}
 	}
-	if p.m == nil {
+	if p.m == nil && p.jsonAlias != nil {
+		if err := jsonFieldsAlias(line, &f, p.jsonAlias); err != nil {
+			return &ParseError{Reason: ReasonBadJSON, Err: err}
+		}
+	} else if p.m == nil {
 		if !scanJSONLine(line, &f) {
 			f = fields{}
 			if err := jsonFields(line, &f); err != nil {

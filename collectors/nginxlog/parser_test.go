@@ -329,6 +329,15 @@ func TestUnixClientReadTimeFieldMap(t *testing.T) {
 	if m, err := ParseFieldMap(" $my_rtt=$tcpinfo_rtt , up=tcpinfo_rttvar"); err != nil || m["my_rtt"] != "tcpinfo_rtt" || m["up"] != "tcpinfo_rttvar" {
 		t.Errorf("ParseFieldMap = %v, %v", m, err)
 	}
+	j, err := NewParserOptions(FormatJSON, "", Options{FieldMap: map[string]string{"up_rtt": "tcpinfo_rtt"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := j.Parse(`{"msec":1.5,"tcpinfo_rtt":"-","up_rtt":"812","remote_addr":"unix:"}`); err != nil {
+		t.Fatal(err)
+	} else {
+		check(t, encode(t, r), map[string]string{"tcpinfo_rtt_us": `812`, "peer_prefix": `null`, "ts_ms": `1500`})
+	}
 	if _, err := NewParserOptions(`$msec $x`, "", Options{FieldMap: map[string]string{"x": "remote_user"}}); err == nil {
 		t.Error("field map to a variable no field is read from accepted")
 	}

@@ -130,7 +130,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"parse-nginx"}, nil, ExitUsage, "--format or --format-name is required"},
 		{[]string{"parse-nginx", "--format", "$remote_addr"}, nil, ExitOK, `ts_source "read"`},
 		{[]string{"parse-nginx", "--format", "[$msec] [$http_user_agent] [$status] [$http_referer]"}, nil, ExitUsage, "ambiguous"},
-		{[]string{"parse-nginx", "--format", "json", "--field-map", "a=tcpinfo_rtt"}, nil, ExitUsage, "text log_formats"},
+		{[]string{"parse-nginx", "--format", "json", "--field-map", "a=nope"}, nil, ExitUsage, "field map"},
 		{[]string{"parse-nginx", "--format", "combined", "--field-map", "a=b"}, nil, ExitUsage, "field map"},
 		{[]string{"parse-nginx", "--format", "combined", "--syslog", "maybe"}, nil, ExitUsage, "syslog mode"},
 		{[]string{"parse-ss", "-h"}, nil, ExitOK, "usage: ss -tinHOe"},

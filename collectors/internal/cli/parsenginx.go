@@ -33,7 +33,7 @@ func runParseNginx(ctx context.Context, env Env, args []string) int {
 	syslog := fs.String("syslog", "auto", "syslog header before each line (<190>Nov 23 19:53:35 host nginx: …, RFC 3164 or 5424): "+
 		"auto (strip it from lines that start with <PRI>), on (every line has one, <PRI> optional), off")
 	fieldMap := fs.String("field-map", "", "comma-separated `var=field_var`: read a log_format variable as another, "+
-		"e.g. my_rtt=tcpinfo_rtt,upstream_tcpinfo_rtt=tcpinfo_rtt (text formats)")
+		"e.g. my_rtt=tcpinfo_rtt,upstream_tcpinfo_rtt=tcpinfo_rtt (for JSON lines: keys)")
 	strict := fs.Bool("strict", false, "exit 1 if any line was skipped")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: ccab-collector %s --format json|combined|'<log_format>' [flags] < access.log\n\n", cmd)
