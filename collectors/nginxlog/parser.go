@@ -103,6 +103,7 @@ func NewParserOptions(spec, name string, o Options) (*Parser, error) {
 	if err := checkDetermined(f); err != nil {
 		return nil, err
 	}
+	m.autoSyslog = autoSyslog(f)
 	p.m = m
 	p.readTime = !m.has("msec") && !m.has("time_iso8601") && !m.has("time_local")
 	return p, nil
@@ -218,13 +219,9 @@ func (p *Parser) ParseInto(line []byte, r *record.HTTPRequest, s *Scratch) error
 func (p *Parser) parse(line []byte, r *record.HTTPRequest, store *recordInts, pc *prefixCache) error {
 	*r = record.HTTPRequest{}
 	var f fields
-	if p.syslog != SyslogOff {
-		var lead []byte
-		if p.m != nil {
-			lead = p.m.lead
-		}
+	if p.syslog == SyslogOn || p.syslog == SyslogAuto && (p.m == nil || p.m.autoSyslog) {
 		var err error
-		if line, err = stripSyslog(line, p.syslog == SyslogOn, lead); err != nil {
+		if line, err = stripSyslog(line, p.syslog == SyslogOn); err != nil {
 			return &ParseError{Reason: ReasonNoMatch, Err: err}
 		}
 	}

@@ -263,6 +263,12 @@ func TestSyslogHeaders(t *testing.T) {
 		}
 		check(t, encode(t, r), map[string]string{"ts_ms": `1763769601532`, "status": `200`, "peer_prefix": `"203.0.113.0/24"`})
 	}
+	// a line that starts with a client's value: auto never strips (the value could pass
+	// for a header), so the value is kept whole
+	p, _ := NewParser(`$http_user_agent [$msec] $status`, "")
+	if r, err := p.Parse(`<1>Nov 23 19:53:35 a b: x [1.5] 200`); err != nil || r.TsMs != 1500 {
+		t.Errorf("client-led line: %+v, %v", r, err)
+	}
 	for _, tc := range []struct{ mode, line string }{
 		{"on", body},
 		{"off", `<190>Nov 23 19:53:35 edge-7 nginx: ` + body},

@@ -45,12 +45,10 @@ func newRefParser(spec, name string) (*refParser, error) {
 func (p *refParser) Parse(line string) (record.HTTPRequest, error) {
 	var get lookup
 	var err error
-	var lead []byte
-	if p.m != nil {
-		lead = p.m.diag.lead
+	if p.m == nil || autoSyslog(p.m.f) {
+		b, _ := stripSyslog([]byte(line), false)
+		line = string(b)
 	}
-	b, _ := stripSyslog([]byte(line), false, lead)
-	line = string(b)
 	if p.m == nil {
 		if get, err = refJSONLookup(line); err != nil {
 			return record.HTTPRequest{}, &ParseError{Reason: ReasonBadJSON, Err: err}
@@ -123,11 +121,7 @@ func refCompile(f Format) (*refMatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("log_format %s: compile: %w", f.Name, err)
 	}
-	diag := &matcher{f: f}
-	if len(f.Segs) > 0 && f.Segs[0].Var == "" {
-		diag.lead = []byte(f.Segs[0].Lit)
-	}
-	return &refMatcher{f: f, re: re, index: index, diag: diag}, nil
+	return &refMatcher{f: f, re: re, index: index, diag: &matcher{f: f}}, nil
 }
 
 func (m *refMatcher) has(v string) bool { _, ok := m.index[v]; return ok }

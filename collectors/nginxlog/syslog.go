@@ -9,11 +9,11 @@ import (
 // `access_log syslog:…` ("<190>Nov 23 19:53:35 host nginx: ", RFC 3164), the RFC 5424 form
 // ("<190>1 2025-11-23T19:53:35.1Z host nginx - - - "), or, with required, the same
 // without "<PRI>" as a syslog daemon writes it to a file. Without required, only a line
-// that starts with "<PRI>" is touched (and not when the log_format itself starts with
-// "<"); one whose header does not parse is left for the format to judge.
-func stripSyslog(line []byte, required bool, lead []byte) ([]byte, error) {
+// that starts with "<PRI>" is touched (the caller checks autoSyslog); one whose header does
+// not parse is left for the format to judge.
+func stripSyslog(line []byte, required bool) ([]byte, error) {
 	i := 0
-	if len(line) > 0 && line[0] == '<' && !(len(lead) > 0 && lead[0] == '<') {
+	if len(line) > 0 && line[0] == '<' {
 		j := 1
 		for j < len(line) && j <= 4 && line[j] >= '0' && line[j] <= '9' {
 			j++
@@ -32,6 +32,19 @@ func stripSyslog(line []byte, required bool, lead []byte) ([]byte, error) {
 		return line, nil
 	}
 	return nil, errors.New("no syslog header (RFC 3164 \"Mmm dd hh:mm:ss host tag: \" or RFC 5424) before the log line")
+}
+
+// autoSyslog reports whether SyslogAuto may strip a header from lines of format f: not
+// when the line starts with a value a client controls (a crafted value could pass for a
+// header and have part of itself removed), nor when the format itself starts with "<".
+func autoSyslog(f Format) bool {
+	if len(f.Segs) == 0 {
+		return false
+	}
+	if s := f.Segs[0]; s.Var == "" {
+		return s.Lit[0] != '<'
+	}
+	return varClass(f.Segs[0].Var, f.Escape).kind == classSet
 }
 
 // syslogHeader skips the header after <PRI>: RFC 5424 "1 TIMESTAMP HOST APP PROCID MSGID SD "

@@ -127,6 +127,8 @@ type matcher struct {
 	fast  bool
 	lead  []byte // firstFit's plan
 	steps []step
+	// autoSyslog: SyslogAuto may strip a header (see autoSyslog)
+	autoSyslog bool
 }
 
 func compile(f Format) (*matcher, error) {
