@@ -12,5 +12,10 @@
 //   - the stock bbr:(bw,mrtt,pacing_gain,cwnd_gain) block and Google's extended one with
 //     version:N, which gives cc_version.
 //
-// What a token that ss hides means is decided in defaults.go, in one place.
+//   - ports as numbers or, without -n, as service names (services.go).
+//
+// A token whose value cannot be read nulls its own fields only (Socket.Unread); a socket
+// followed by a stray unindented line (a continuation that lost its indent) is kept
+// without defaults (Socket.Incomplete). What a token that ss hides means is decided in
+// defaults.go, in one place.
 package ss
