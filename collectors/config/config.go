@@ -15,10 +15,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ccab-dev/ccab/collectors/nginxlog"
 	"github.com/ccab-dev/ccab/collectors/sink"
 	"github.com/ccab-dev/ccab/collectors/tailer"
 )
@@ -53,17 +55,19 @@ type Config struct {
 
 // Nginx configures the access-log tailer.
 type Nginx struct {
-	Enabled            bool     `json:"enabled"`
-	Paths              []string `json:"paths"`
-	Format             string   `json:"format"`      // json, a predefined name, or log_format text
-	FormatName         string   `json:"format_name"` // which log_format directive of Format
-	PollInterval       Duration `json:"poll_interval"`
-	GlobInterval       Duration `json:"glob_interval"`
-	RotateGrace        Duration `json:"rotate_grace"`
-	CheckpointInterval Duration `json:"checkpoint_interval"`
-	StartAt            string   `json:"start_at"`
-	MaxLineBytes       Size     `json:"max_line_bytes"`
-	BatchLines         int      `json:"batch_lines"`
+	Enabled            bool              `json:"enabled"`
+	Paths              []string          `json:"paths"`
+	Format             string            `json:"format"`      // json, a predefined name, or log_format text
+	FormatName         string            `json:"format_name"` // which log_format directive of Format
+	Syslog             string            `json:"syslog"`      // auto, on, off: syslog headers before lines
+	FieldMap           map[string]string `json:"field_map"`   // log_format variable → variable whose field it fills
+	PollInterval       Duration          `json:"poll_interval"`
+	GlobInterval       Duration          `json:"glob_interval"`
+	RotateGrace        Duration          `json:"rotate_grace"`
+	CheckpointInterval Duration          `json:"checkpoint_interval"`
+	StartAt            string            `json:"start_at"`
+	MaxLineBytes       Size              `json:"max_line_bytes"`
+	BatchLines         int               `json:"batch_lines"`
 }
 
 // TCPInfo configures the netlink sampler (collectors/sampler).
@@ -136,7 +140,7 @@ func Default() Config {
 		LogFormat:        "text",
 		Output:           "kafka",
 		Nginx: Nginx{
-			Enabled: true, Paths: []string{"/var/log/nginx/access.log"}, Format: "json",
+			Enabled: true, Paths: []string{"/var/log/nginx/access.log"}, Format: "json", Syslog: "auto",
 			PollInterval: D(250 * time.Millisecond), GlobInterval: D(5 * time.Second),
 			RotateGrace: D(5 * time.Second), CheckpointInterval: D(5 * time.Second),
 			StartAt: tailer.StartBeginning, MaxLineBytes: 1 << 20, BatchLines: 1024,
@@ -236,6 +240,54 @@ func (s *Size) Set(text string) error {
 
 func (s *Size) String() string { return strconv.FormatInt(int64(*s), 10) }
 
+// nsListValue is a comma-separated list of network namespaces in which an empty entry is
+// kept: "" is the collector's own namespace (",blue" samples the own one and blue).
+type nsListValue struct{ p *[]string }
+
+func (l nsListValue) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		*l.p = nil // the default: the own namespace
+		return nil
+	}
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		out = append(out, strings.TrimSpace(x))
+	}
+	*l.p = out
+	return nil
+}
+
+func (l nsListValue) String() string {
+	if l.p == nil {
+		return ""
+	}
+	return strings.Join(*l.p, ",")
+}
+
+// fieldMapValue is "var=field_var,…" (nginxlog.ParseFieldMap).
+type fieldMapValue struct{ p *map[string]string }
+
+func (v fieldMapValue) Set(s string) error {
+	m, err := nginxlog.ParseFieldMap(s)
+	if err != nil {
+		return err
+	}
+	*v.p = m
+	return nil
+}
+
+func (v fieldMapValue) String() string {
+	if v.p == nil || len(*v.p) == 0 {
+		return ""
+	}
+	var parts []string
+	for k, x := range *v.p {
+		parts = append(parts, k+"="+x)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
 type listValue struct{ p *[]string }
 
 func (l listValue) Set(s string) error {
@@ -277,6 +329,8 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(listValue{&c.Nginx.Paths}, "nginx-paths", "comma-separated glob `patterns` of access logs (the live file, not rotated ones)")
 	fs.StringVar(&c.Nginx.Format, "nginx-format", c.Nginx.Format, "json, a predefined name (combined, ccab), or log_format text / directives")
 	fs.StringVar(&c.Nginx.FormatName, "nginx-format-name", c.Nginx.FormatName, "which log_format directive of --nginx-format to use")
+	fs.StringVar(&c.Nginx.Syslog, "nginx-syslog", c.Nginx.Syslog, "syslog header before each line (nginx's access_log syslog:…): auto (strip it from lines starting with <PRI>), on (every line has one), off")
+	fs.Var(fieldMapValue{&c.Nginx.FieldMap}, "nginx-field-map", "comma-separated `var=field_var`: read a log_format variable as another, e.g. my_rtt=tcpinfo_rtt,upstream_tcpinfo_rtt=tcpinfo_rtt")
 	fs.Var(&c.Nginx.PollInterval, "nginx-poll-interval", "how often files are read")
 	fs.Var(&c.Nginx.GlobInterval, "nginx-glob-interval", "how often glob patterns are evaluated again")
 	fs.Var(&c.Nginx.RotateGrace, "nginx-rotate-grace", "keep reading a rotated-away file until it was idle this long")
@@ -290,7 +344,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.TCPInfo.Salt, "tcp-info-salt", c.TCPInfo.Salt, "fleet-wide secret for sock_id")
 	fs.Float64Var(&c.TCPInfo.SampleRate, "tcp-info-sample-rate", c.TCPInfo.SampleRate, "fraction of connections sampled, in (0, 1]")
 	fs.Var(listValue{&c.TCPInfo.LocalPorts}, "tcp-info-local-ports", "comma-separated local ports to sample (empty: any)")
-	fs.Var(listValue{&c.TCPInfo.Namespaces}, "tcp-info-namespaces", "comma-separated netns names or paths (empty: the collector's own)")
+	fs.Var(nsListValue{&c.TCPInfo.Namespaces}, "tcp-info-namespaces", "comma-separated netns names or paths; an empty entry is the collector's own namespace (\",blue\": own and blue; default: own only)")
 	fs.Int64Var(&c.TCPInfo.MinBytesAcked, "tcp-info-min-bytes-acked", c.TCPInfo.MinBytesAcked, "only connections with at least this many bytes acked (0: any)")
 	fs.IntVar(&c.TCPInfo.MaxPerTick, "tcp-info-max-per-tick", c.TCPInfo.MaxPerTick, "records per tick at most")
 
@@ -433,6 +487,18 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("spool.full %q is neither shed nor block", c.Spool.Full)
 	case c.Reps < 0:
 		return fmt.Errorf("reps %d is negative", c.Reps)
+	case c.Nginx.Syslog != "auto" && c.Nginx.Syslog != "on" && c.Nginx.Syslog != "off":
+		return fmt.Errorf("nginx.syslog %q is not auto, on or off", c.Nginx.Syslog)
+	}
+	seen := map[string]bool{}
+	for _, ns := range c.TCPInfo.Namespaces {
+		if seen[ns] {
+			if ns == "" {
+				return errors.New(`tcp_info.namespaces lists the own namespace ("", an empty entry) twice`)
+			}
+			return fmt.Errorf("tcp_info.namespaces lists %q twice", ns)
+		}
+		seen[ns] = true
 	}
 	if c.Once {
 		c.Reps = 1

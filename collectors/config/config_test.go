@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -73,5 +74,53 @@ func TestValidate(t *testing.T) {
 	c.SampleRate = 0
 	if err := c.Validate(); err == nil {
 		t.Fatal("sample rate 0 accepted")
+	}
+}
+
+// An empty entry of --tcp-info-namespaces is the collector's own namespace (the sampler's
+// ""), kept, not dropped: ",blue" samples the own namespace and blue.
+func TestNamespacesEmptyEntryIsOwn(t *testing.T) {
+	for _, tc := range []struct {
+		flag string
+		want []string
+	}{
+		{",blue", []string{"", "blue"}},
+		{"blue, ", []string{"blue", ""}},
+		{"blue,/proc/1/ns/net", []string{"blue", "/proc/1/ns/net"}},
+		{"", nil},
+	} {
+		c, err := Load([]string{"--tcp-info-namespaces", tc.flag}, func(string) string { return "" }, io.Discard)
+		if err == nil {
+			err = c.Validate()
+		}
+		if err != nil || strings.Join(c.TCPInfo.Namespaces, "|") != strings.Join(tc.want, "|") || len(c.TCPInfo.Namespaces) != len(tc.want) {
+			t.Errorf("--tcp-info-namespaces %q = %q, %v; want %q", tc.flag, c.TCPInfo.Namespaces, err, tc.want)
+		}
+	}
+	env := map[string]string{"CCAB_COLLECTOR_TCP_INFO_NAMESPACES": ",blue"}
+	if c, err := Load(nil, func(k string) string { return env[k] }, io.Discard); err != nil || len(c.TCPInfo.Namespaces) != 2 {
+		t.Errorf("env ,blue = %q, %v", c.TCPInfo.Namespaces, err)
+	}
+	for _, bad := range []string{",", "blue,blue"} {
+		c, err := Load([]string{"--tcp-info-namespaces", bad}, func(string) string { return "" }, io.Discard)
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), "twice") {
+			t.Errorf("--tcp-info-namespaces %q: err %v, want a duplicate refused", bad, err)
+		}
+	}
+}
+
+func TestNginxFieldMapAndSyslog(t *testing.T) {
+	c, err := Load([]string{"--nginx-field-map", "my_rtt=tcpinfo_rtt,up=tcpinfo_rttvar", "--nginx-syslog", "on"}, func(string) string { return "" }, io.Discard)
+	if err != nil || c.Nginx.FieldMap["my_rtt"] != "tcpinfo_rtt" || c.Nginx.FieldMap["up"] != "tcpinfo_rttvar" || c.Nginx.Syslog != "on" {
+		t.Fatalf("%+v, %v", c.Nginx, err)
+	}
+	if err := Decode([]byte(`{"nginx":{"field_map":{"a":"tcpinfo_rtt"},"syslog":"maybe"}}`), &c); err != nil || c.Nginx.FieldMap["a"] != "tcpinfo_rtt" {
+		t.Fatalf("file: %+v, %v", c.Nginx, err)
+	}
+	if err := c.Validate(); err == nil {
+		t.Fatal("syslog maybe accepted")
 	}
 }

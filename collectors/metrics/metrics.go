@@ -48,6 +48,7 @@ type Metrics struct {
 	LogLinesRead       prometheus.Counter
 	LogBytesRead       prometheus.Counter
 	ParseErrors        *prometheus.CounterVec // reason
+	NginxFormatOK      prometheus.Gauge       // 0: the log_format was refused, the tailer is off
 	PollDuration       prometheus.Histogram
 	TailedFiles        prometheus.Gauge
 	Rotations          *prometheus.CounterVec // kind: rename, truncate, rewrite
@@ -105,9 +106,11 @@ func New() *Metrics {
 			"(the ss parser's, or rate: not in the replay's own sample).", "reason"),
 		ReplayErrors: f.counterVec("replay_errors_total", "ss replay I/O errors, by operation (readdir, read: a snapshot that could not be read to its end).", "op"),
 
-		LogLinesRead:       f.counter("log_lines_read_total", "Complete access-log lines read (including lines that failed to parse)."),
-		LogBytesRead:       f.counter("log_bytes_read_total", "Access-log bytes read."),
-		ParseErrors:        f.counterVec("parse_errors_total", "Access-log lines that could not be parsed, by reason.", "reason"),
+		LogLinesRead: f.counter("log_lines_read_total", "Complete access-log lines read (including lines that failed to parse)."),
+		LogBytesRead: f.counter("log_bytes_read_total", "Access-log bytes read."),
+		ParseErrors:  f.counterVec("parse_errors_total", "Access-log lines that could not be parsed, by reason.", "reason"),
+		NginxFormatOK: f.gauge("nginx_format_ok", "1 when the nginx log_format is usable; 0 when it was refused "+
+			"(the reason is logged) and no access log is tailed while the other sources run."),
 		PollDuration:       f.histogram("poll_duration_seconds", "Duration of one tailer poll over every followed file.", durBuckets),
 		TailedFiles:        f.gauge("tailed_files", "Files the tailer has open (current and rotated-away ones being drained)."),
 		Rotations:          f.counterVec("log_rotations_total", "Rotations seen by the tailer, by kind (rename, truncate, rewrite).", "kind"),
@@ -145,6 +148,11 @@ func New() *Metrics {
 }
 
 type factory struct{ r *prometheus.Registry }
+
+// CounterFunc registers a counter whose value fn reads (a count kept by another package).
+func (m *Metrics) CounterFunc(name, help string, fn func() float64) {
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: Prefix + name, Help: help}, fn))
+}
 
 func (f factory) counter(name, help string) prometheus.Counter {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: Prefix + name, Help: help})

@@ -36,6 +36,11 @@ func sameAsReference(p *Parser, ref *refParser, line string) string {
 		}
 		return ""
 	}
+	for _, r := range []*record.HTTPRequest{&want, &got, &into} {
+		if r.TsSource == TsSourceRead { // the time each parser read the line
+			r.TsMs = 0
+		}
+	}
 	meta := record.Meta{Pop: "p", Host: "h", SampleRate: 1}
 	meta.StampHTTP(&want)
 	meta.StampHTTP(&got)
@@ -189,6 +194,9 @@ func TestMatchesReferenceFirstFitFails(t *testing.T) {
 	} {
 		p, err1 := NewParser(tc.spec, "")
 		ref, err2 := newRefParser(tc.spec, "")
+		if errors.Is(err1, ErrAmbiguous) && errText(err1) == errText(err2) {
+			continue // refused alike: a client could shift the fields of such lines
+		}
 		if err := errors.Join(err1, err2); err != nil {
 			t.Fatal(err)
 		}

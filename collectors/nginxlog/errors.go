@@ -1,6 +1,9 @@
 package nginxlog
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Reason is the category of a line that could not be parsed; the CLI counts skipped lines
 // by Reason.
@@ -22,3 +25,8 @@ type ParseError struct {
 func (e *ParseError) Error() string { return fmt.Sprintf("%s: %v", e.Reason, e.Err) }
 
 func (e *ParseError) Unwrap() error { return e.Err }
+
+// ErrAmbiguous is returned by NewParser for a log_format in which a client-controlled
+// value (a header, the request line) can hold the text around it so that the line splits
+// in more than one way, and a field the record reads would depend on the split.
+var ErrAmbiguous = errors.New("log_format is ambiguous")

@@ -186,15 +186,19 @@ func (pc *prefixCache) get(a [4]byte) string {
 
 // buildRequest maps nginx variables to http_request/1 fields in r (zero on entry); its
 // nullable numbers point into store. pc may be nil. Host fields are the caller's.
-func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefixCache) error {
+func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefixCache, readTime bool) error {
 	var err error
-	if r.TsMs, err = timestamp(f); err != nil {
-		return err
+	if !readTime {
+		if r.TsMs, err = timestamp(f); err != nil {
+			return err
+		}
 	}
 	if v, ok, err := f.get(vRemoteAddr); err != nil {
 		return err
 	} else if ok {
 		switch a4, ok4 := parseIPv4(v); {
+		case string(v) == "unix:": // a unix-socket client: no address, no prefix
+			r.PeerPrefixNull = true
 		case ok4 && pc != nil:
 			r.PeerPrefix = pc.get(a4)
 		case ok4:

@@ -17,6 +17,20 @@ import (
 // FuzzParseNginx fuzzes the log_format compiler and the line parser together: no panic,
 // errors are *ParseError, accepted lines encode as valid JSON and carry only a prefix of the
 // client address, and records and errors are the reference parser's (reference_test.go).
+// formatText writes a Format back as bare format text (escape=default) or one quoted
+// directive, so that a fuzz seed names one format.
+func formatText(f Format) string {
+	var b strings.Builder
+	for _, s := range f.Segs {
+		if s.Var != "" {
+			b.WriteString("${" + s.Var + "}")
+		} else {
+			b.WriteString(strings.ReplaceAll(strings.ReplaceAll(s.Lit, `\`, `\\`), "'", `\'`))
+		}
+	}
+	return "log_format x escape=" + string(f.Escape) + " '" + b.String() + "';"
+}
+
 func FuzzParseNginx(f *testing.F) {
 	vec, err := os.ReadFile(filepath.Join(testvectors.Dir(f), "nginx_ccab_json.log"))
 	if err != nil {
@@ -40,6 +54,28 @@ func FuzzParseNginx(f *testing.F) {
 		}
 	}
 	f.Add("combined", `198.51.100.9 - - [26/Apr/2019:09:47:40 +0300] "POST /api HTTP/1.1" 201 12 "-" "-"`)
+	// a real nginx's logs of forged requests, unix-socket clients, syslog headers, no time
+	conf, err := os.ReadFile("testdata/realnginx/formats.conf")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, name := range []string{"edge", "clb", "uamid", "notime", "brackets", "none", "uatail"} {
+		lines, err := os.ReadFile("testdata/realnginx/" + name + ".log")
+		if err != nil {
+			f.Fatal(err)
+		}
+		spec := string(conf)
+		if p, err := ParseSpec(spec, name); err == nil {
+			spec = formatText(p)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
+			f.Add(spec, line)
+		}
+	}
+	f.Add(`$remote_addr $status`, `unix: 200`)
+	f.Add(`[$time_local] [$remote_addr:$remote_port] [$request]`, `<190>Nov 24 04:00:54 vm nginx: [24/Nov/2026:04:00:54 +0000] [unix::] [GET / HTTP/1.1]`)
+	f.Add(`$msec "$request" $status`, `<190>1 2026-11-24T04:00:54Z vm nginx - - - 1.5 "GET /" 200`)
+	f.Add(`[$msec] [$http_user_agent] [$status] [$http_referer]`, `[1.5] [a] [200] [b] [400] [c]`)
 	f.Add(`escape=json '{"t":$msec,"rtt":$tcpinfo_rtt}'`, `{"t":1.5,"rtt":}`)
 	f.Add(`[$time_iso8601] [$remote_addr:$remote_port]`, `[2019-04-26T09:47:40+00:00] [2001:db8::1:443]`)
 	f.Fuzz(func(t *testing.T, spec, line string) {

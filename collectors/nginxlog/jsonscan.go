@@ -333,12 +333,27 @@ func literal(b []byte, i int, lit string) (int, bool) {
 // into a map; string values are decoded when read, numbers kept as their text (so decimals
 // stay exact), null is "carried, empty".
 func jsonFields(line []byte, f *fields) error {
+	return jsonFieldsAlias(line, f, nil)
+}
+
+// jsonFieldsAlias is jsonFields where alias[key] names the variable a key is read as (a
+// field map): such a key wins over the variable's own key.
+func jsonFieldsAlias(line []byte, f *fields, alias map[string]varID) error {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(line, &obj); err != nil {
 		return fmt.Errorf("not a JSON object: %w", err)
 	}
+	keys := [numVars]string{}
 	for id := varID(0); id < numVars; id++ {
-		raw, ok := obj[varName(id)]
+		keys[id] = varName(id)
+	}
+	for k, id := range alias {
+		if _, ok := obj[k]; ok {
+			keys[id] = k
+		}
+	}
+	for id := varID(0); id < numVars; id++ {
+		raw, ok := obj[keys[id]]
 		if !ok {
 			continue
 		}

@@ -3,9 +3,9 @@ package nginxlog
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ccab-dev/ccab/collectors/record"
 	"github.com/ccab-dev/ccab/internal/testvectors"
@@ -146,7 +146,7 @@ func TestParseErrors(t *testing.T) {
 		{FormatJSON, `{"msec":1.5,"status":true}`, "status: want a string or a number"},
 		{FormatJSON, `{"msec":1.5,"status":1000}`, "not an HTTP status"},
 		{FormatJSON, `{"msec":-1.5}`, "$msec"},
-		{FormatJSON, `{"msec":1.5,"remote_addr":"unix:"}`, `"unix:" is not an IP address`},
+		{FormatJSON, `{"msec":1.5,"remote_addr":"unix:x"}`, `"unix:x" is not an IP address`},
 		{FormatJSON, `{"msec":1.5,"request_time":"abc"}`, "$request_time"},
 		{FormatJSON, `{"msec":1.5,"tcpinfo_rtt":"12x"}`, "$tcpinfo_rtt"},
 		{combinedPlus, `garbage`, "no \" - \" after $remote_addr"},
@@ -166,7 +166,6 @@ func TestParseErrors(t *testing.T) {
 
 func TestSpecErrors(t *testing.T) {
 	for _, tc := range []struct{ spec, name, substr string }{
-		{`$remote_addr $status`, "", "no $msec"},
 		{`$remote_addr$msec`, "", "touch"},
 		{`$msec $`, "", "invalid variable"},
 		{`${msec`, "", "unterminated ${"},
@@ -181,9 +180,6 @@ func TestSpecErrors(t *testing.T) {
 		if _, err := NewParser(tc.spec, tc.name); err == nil || !strings.Contains(err.Error(), tc.substr) {
 			t.Errorf("NewParser(%q, %q) err = %v, want %q", tc.spec, tc.name, err, tc.substr)
 		}
-	}
-	if _, err := NewParser(`$remote_addr`, ""); !errors.Is(err, ErrNoTimestamp) {
-		t.Errorf("err = %v, want ErrNoTimestamp", err)
 	}
 }
 
@@ -237,5 +233,118 @@ func TestDiagnoseAlwaysErrs(t *testing.T) {
 		if _, err := p.Parse(line); err == nil {
 			t.Errorf("Parse(%q) succeeded", line)
 		}
+	}
+}
+
+// nginx shipping over syslog puts a header before each line: stripped when configured or
+// when a line starts with <PRI>.
+func TestSyslogHeaders(t *testing.T) {
+	const spec = `$remote_addr [$msec] "$request" $status`
+	body := `203.0.113.7 [1763769601.532] "GET / HTTP/1.1" 200`
+	for _, tc := range []struct{ mode, line string }{
+		{"", `<190>Nov 23 19:53:35 edge-7 nginx: ` + body},
+		{"", `<190>Nov  3 19:53:35 nginx: ` + body},
+		{"", `<190>Nov 23 19:53:35 edge-7 nginx[123]: ` + body},
+		{"", `<190>1 2025-11-23T19:53:35.003Z edge-7 nginx - - - ` + body},
+		{"", `<190>1 2025-11-23T19:53:35Z edge-7 nginx 12 ID47 [x@1 a="b"] ` + body},
+		{"", body},
+		{"on", `Nov 23 19:53:35 edge-7 nginx: ` + body},
+		{"on", `<13>Nov 23 19:53:35 edge-7 nginx: ` + body},
+		{"off", body},
+	} {
+		p, err := NewParserOptions(spec, "", Options{Syslog: tc.mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := p.Parse(tc.line)
+		if err != nil {
+			t.Errorf("%s %q: %v", tc.mode, tc.line, err)
+			continue
+		}
+		check(t, encode(t, r), map[string]string{"ts_ms": `1763769601532`, "status": `200`, "peer_prefix": `"203.0.113.0/24"`})
+	}
+	// a line that starts with a client's value: auto never strips (the value could pass
+	// for a header), so the value is kept whole
+	p, _ := NewParser(`$http_user_agent [$msec] $status`, "")
+	if r, err := p.Parse(`<1>Nov 23 19:53:35 a b: x [1.5] 200`); err != nil || r.TsMs != 1500 {
+		t.Errorf("client-led line: %+v, %v", r, err)
+	}
+	for _, tc := range []struct{ mode, line string }{
+		{"on", body},
+		{"off", `<190>Nov 23 19:53:35 edge-7 nginx: ` + body},
+	} {
+		p, _ := NewParserOptions(spec, "", Options{Syslog: tc.mode})
+		if _, err := p.Parse(tc.line); err == nil {
+			t.Errorf("%s %q: accepted", tc.mode, tc.line)
+		}
+	}
+}
+
+// A unix-socket client is kept with a null peer_prefix; a format without a time variable
+// stamps the read time and says so; a variable can be read as another (field map).
+func TestUnixClientReadTimeFieldMap(t *testing.T) {
+	now := time.UnixMilli(1795492854970)
+	p, err := NewParserOptions(`$remote_addr $connection $status $my_rtt "$request"`, "", Options{
+		FieldMap: map[string]string{"my_rtt": "tcpinfo_rtt"}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.ReadTime() {
+		t.Error("ReadTime() = false")
+	}
+	for _, tc := range []struct {
+		line string
+		want map[string]string
+	}{
+		{`unix: 9 200 - "GET /unix HTTP/1.1"`, map[string]string{"peer_prefix": `null`, "conn_serial": `9`, "tcpinfo_rtt_us": `null`, "method": `"GET"`}},
+		{`10.0.0.1 10 404 4120 "HEAD / HTTP/1.1"`, map[string]string{"peer_prefix": `"10.0.0.0/24"`, "tcpinfo_rtt_us": `4120`, "status": `404`}},
+	} {
+		r, err := p.Parse(tc.line)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.line, err)
+		}
+		got := encode(t, r)
+		tc.want["ts_ms"], tc.want["ts_source"] = `1795492854970`, `"read"`
+		check(t, got, tc.want)
+	}
+	if n := p.ReadTimeRecords(); n != 2 {
+		t.Errorf("ReadTimeRecords() = %d", n)
+	}
+	// a time in the line: no ts_source key at all
+	q, _ := NewParser(`$msec $remote_addr`, "")
+	r, err := q.Parse(`1.5 unix:`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := encode(t, r); got["ts_source"] != nil || got["peer_prefix"] != nil {
+		t.Errorf("record %v", got)
+	}
+	if _, err := q.Parse(`1.5 -`); err == nil {
+		t.Error(`$remote_addr "-" accepted`)
+	}
+	// $connection is always a number: "-" is no connection serial
+	c, _ := NewParser(`$msec $connection`, "")
+	if _, err := c.Parse(`1.5 -`); err == nil {
+		t.Error(`$connection "-" accepted`)
+	}
+	for _, fm := range []string{"a", "a=", "=tcpinfo_rtt"} {
+		if _, err := ParseFieldMap(fm); err == nil {
+			t.Errorf("ParseFieldMap(%q) accepted", fm)
+		}
+	}
+	if m, err := ParseFieldMap(" $my_rtt=$tcpinfo_rtt , up=tcpinfo_rttvar"); err != nil || m["my_rtt"] != "tcpinfo_rtt" || m["up"] != "tcpinfo_rttvar" {
+		t.Errorf("ParseFieldMap = %v, %v", m, err)
+	}
+	j, err := NewParserOptions(FormatJSON, "", Options{FieldMap: map[string]string{"up_rtt": "tcpinfo_rtt"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := j.Parse(`{"msec":1.5,"tcpinfo_rtt":"-","up_rtt":"812","remote_addr":"unix:"}`); err != nil {
+		t.Fatal(err)
+	} else {
+		check(t, encode(t, r), map[string]string{"tcpinfo_rtt_us": `812`, "peer_prefix": `null`, "ts_ms": `1500`})
+	}
+	if _, err := NewParserOptions(`$msec $x`, "", Options{FieldMap: map[string]string{"x": "remote_user"}}); err == nil {
+		t.Error("field map to a variable no field is read from accepted")
 	}
 }

@@ -20,7 +20,8 @@ import (
 )
 
 type refParser struct {
-	m *refMatcher // nil for JSON lines
+	m        *refMatcher // nil for JSON lines
+	readTime bool
 }
 
 func newRefParser(spec, name string) (*refParser, error) {
@@ -35,15 +36,19 @@ func newRefParser(spec, name string) (*refParser, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !m.has("msec") && !m.has("time_iso8601") && !m.has("time_local") {
-		return nil, fmt.Errorf("log_format %s: %w", f.Name, ErrNoTimestamp)
+	if err := checkDetermined(f); err != nil {
+		return nil, err
 	}
-	return &refParser{m: m}, nil
+	return &refParser{m: m, readTime: !m.has("msec") && !m.has("time_iso8601") && !m.has("time_local")}, nil
 }
 
 func (p *refParser) Parse(line string) (record.HTTPRequest, error) {
 	var get lookup
 	var err error
+	if p.m == nil || autoSyslog(p.m.f) {
+		b, _ := stripSyslog([]byte(line), false)
+		line = string(b)
+	}
 	if p.m == nil {
 		if get, err = refJSONLookup(line); err != nil {
 			return record.HTTPRequest{}, &ParseError{Reason: ReasonBadJSON, Err: err}
@@ -51,9 +56,12 @@ func (p *refParser) Parse(line string) (record.HTTPRequest, error) {
 	} else if get, err = p.m.match(line); err != nil {
 		return record.HTTPRequest{}, &ParseError{Reason: ReasonNoMatch, Err: err}
 	}
-	r, err := refBuildRequest(get)
+	r, err := refBuildRequest(get, p.readTime)
 	if err != nil {
 		return record.HTTPRequest{}, &ParseError{Reason: ReasonBadValue, Err: err}
+	}
+	if p.readTime {
+		r.TsMs, r.TsSource = time.Now().UnixMilli(), TsSourceRead
 	}
 	return r, nil
 }
@@ -106,16 +114,7 @@ func refCompile(f Format) (*refMatcher, error) {
 		if _, dup := index[s.Var]; !dup {
 			index[s.Var] = group
 		}
-		switch {
-		case isNumericVar(s.Var):
-			b.WriteString(`(-|[0-9.]*)`)
-		case f.Escape == EscapeJSON:
-			b.WriteString(`((?:[^"\\]|\\.)*?)`)
-		case f.Escape == EscapeNone:
-			b.WriteString(`(.*?)`)
-		default:
-			b.WriteString(`([^"]*?)`)
-		}
+		b.WriteString(varClass(s.Var, f.Escape).re)
 	}
 	b.WriteString("$")
 	re, err := regexp.Compile(b.String())
@@ -149,14 +148,18 @@ func (m *refMatcher) match(line string) (lookup, error) {
 type lookup func(v string) (val string, ok bool, err error)
 
 // buildRequest maps nginx variables to http_request/1 fields. Host fields are the caller's.
-func refBuildRequest(get lookup) (record.HTTPRequest, error) {
+func refBuildRequest(get lookup, readTime bool) (record.HTTPRequest, error) {
 	var r record.HTTPRequest
 	var err error
-	if r.TsMs, err = refTimestamp(get); err != nil {
-		return r, err
+	if !readTime {
+		if r.TsMs, err = refTimestamp(get); err != nil {
+			return r, err
+		}
 	}
 	if v, ok, err := get("remote_addr"); err != nil {
 		return r, err
+	} else if v == "unix:" {
+		r.PeerPrefixNull = true
 	} else if ok {
 		a, perr := netip.ParseAddr(v)
 		if perr != nil {

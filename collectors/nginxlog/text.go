@@ -9,33 +9,107 @@ import (
 	"strings"
 )
 
-// isNumericVar reports variables that always print as digits and a dot, or "-" when not
-// found. Their narrow alphabet lets the matcher split "[$remote_addr:$remote_port]" right for
-// an IPv6 client.
-func isNumericVar(v string) bool {
-	switch v {
-	case "msec", "request_time", "status", "bytes_sent", "body_bytes_sent", "connection",
-		"connection_requests", "connection_time", "request_length", "remote_port", "server_port",
-		"pid", "content_length", "tcpinfo_rtt", "tcpinfo_rttvar", "tcpinfo_snd_cwnd", "tcpinfo_rcv_space":
-		return true
-	}
-	return false
+// vclass is the alphabet of one variable's value in a text format: what nginx can write
+// there. Variables nginx computes (numbers, the client's address, times) get the narrow
+// alphabet of their values; every other variable may hold what a client sends, limited only
+// by the format's escaping.
+type vclass struct {
+	kind     uint8     // classSet, classDefault, classJSON, classNone
+	set      [256]bool // classSet: the value's bytes; classDefault: bytes default escaping leaves alone
+	dash     bool      // classSet: "-" alone is also a value (nginx's "not found")
+	nonEmpty bool      // classSet: never empty
+	re       string    // the regular expression of one value
 }
 
-// Value alphabets of a variable in a compiled text format (the groups of the regular
-// expression compile builds).
+// Value alphabets of a variable in a compiled text format.
 const (
-	classDefault uint8 = iota // ([^"]*?): default escaping writes " as \x22
-	classJSON                 // ((?:[^"\\]|\\.)*?): escape=json
-	classNone                 // (.*?): escape=none
-	classNumeric              // (-|[0-9.]*): numeric variables
+	classDefault uint8 = iota // default escaping: printable ASCII but " (written as \x22); \ only as \xHH
+	classJSON                 // escape=json: ((?:[^"\\]|\\.)*?)
+	classNone                 // escape=none: anything but a newline
+	classSet                  // a variable nginx computes: a fixed set of bytes
 )
+
+func charSet(chars string) (s [256]bool) {
+	for i := 0; i < len(chars); i++ {
+		if chars[i] == '-' && i > 0 && i+1 < len(chars) {
+			for c := int(chars[i-1]); c <= int(chars[i+1]); c++ {
+				s[c] = true
+			}
+			i++
+			continue
+		}
+		s[chars[i]] = true
+	}
+	return s
+}
+
+var (
+	setDigits    = charSet("0-9")
+	setDecimal   = charSet("0-9.")
+	setAddr      = charSet("0-9a-zA-Z.:") // IPv4, IPv6, or "unix:"
+	setTimeLocal = charSet("0-9a-zA-Z/:+ -")
+	setTimeISO   = charSet("0-9a-zA-Z:+-")
+	setPrintable = func() (s [256]bool) {
+		for c := 0x20; c < 0x7f; c++ {
+			s[c] = c != '"'
+		}
+		return s
+	}()
+)
+
+// varClass returns the alphabet of variable v (its name as nginx knows it, after
+// --nginx-field-map renamed it) under escaping esc.
+func varClass(v string, esc Escape) vclass {
+	switch v {
+	case "status", "bytes_sent", "body_bytes_sent", "connection", "connection_requests", "request_length", "pid":
+		return vclass{kind: classSet, set: setDigits, nonEmpty: true, re: `([0-9]+)`}
+	case "msec", "request_time", "connection_time":
+		return vclass{kind: classSet, set: setDecimal, nonEmpty: true, re: `([0-9.]+)`}
+	case "tcpinfo_rtt", "tcpinfo_rttvar", "tcpinfo_snd_cwnd", "tcpinfo_rcv_space", "remote_port", "server_port":
+		// "-" when getsockopt fails, empty with escape=json; $remote_port is empty for a unix socket
+		return vclass{kind: classSet, set: setDigits, dash: true, re: `(-|[0-9]*)`}
+	case "remote_addr", "server_addr":
+		return vclass{kind: classSet, set: setAddr, nonEmpty: true, re: `([0-9a-zA-Z.:]+)`}
+	case "time_local":
+		return vclass{kind: classSet, set: setTimeLocal, nonEmpty: true, re: `([0-9a-zA-Z/:+ \-]+)`}
+	case "time_iso8601":
+		return vclass{kind: classSet, set: setTimeISO, nonEmpty: true, re: `([0-9a-zA-Z:+\-]+)`}
+	}
+	switch esc {
+	case EscapeJSON:
+		return vclass{kind: classJSON, re: `((?:[^"\\]|\\.)*?)`}
+	case EscapeNone:
+		return vclass{kind: classNone, re: `(.*?)`}
+	}
+	return vclass{kind: classDefault, set: setPrintable, re: `([ !#-~]*?)`}
+}
+
+// isNumericVar reports variables whose value is a number (or "-"): a line where one holds
+// something else is diagnosed as such.
+func isNumericVar(v string) bool {
+	c := varClass(v, EscapeDefault)
+	return c.kind == classSet && (c.set == setDigits || c.set == setDecimal)
+}
+
+// alpha reports whether byte b can appear in a value of class c.
+func (c *vclass) alpha(b byte) bool {
+	switch c.kind {
+	case classSet:
+		return c.set[b] || c.dash && b == '-'
+	case classDefault:
+		return c.set[b]
+	case classJSON:
+		return b >= 0x20 // escape=json writes control bytes as \uXXXX
+	}
+	return b != '\n'
+}
 
 // tseg is one segment of a compiled text format.
 type tseg struct {
 	lit   []byte // literal text; nil for a variable
 	id    varID  // the variable's slot in fields; numVars when not read (or a repeat)
 	class uint8
+	cls   *vclass
 	kind  valueKind
 }
 
@@ -53,6 +127,8 @@ type matcher struct {
 	fast  bool
 	lead  []byte // firstFit's plan
 	steps []step
+	// autoSyslog: SyslogAuto may strip a header (see autoSyslog)
+	autoSyslog bool
 }
 
 func compile(f Format) (*matcher, error) {
@@ -85,19 +161,11 @@ func compile(f Format) (*matcher, error) {
 				ts.id = id
 			}
 		}
-		switch {
-		case isNumericVar(s.Var):
-			b.WriteString(`(-|[0-9.]*)`)
-			ts.class, ts.kind = classNumeric, kindRaw
-		case f.Escape == EscapeJSON:
-			b.WriteString(`((?:[^"\\]|\\.)*?)`)
-			ts.class = classJSON
-		case f.Escape == EscapeNone:
-			b.WriteString(`(.*?)`)
-			ts.class = classNone
-		default:
-			b.WriteString(`([^"]*?)`)
-			ts.class = classDefault
+		c := varClass(s.Var, f.Escape)
+		b.WriteString(c.re)
+		ts.class, ts.cls = c.kind, &c
+		if c.kind == classSet {
+			ts.kind = kindRaw
 		}
 		m.segs = append(m.segs, ts)
 	}
@@ -156,9 +224,6 @@ func plan(segs []tseg) (lead []byte, steps []step) {
 	return lead, steps
 }
 
-// numericByte is the alphabet of [0-9.].
-func numericByte(c byte) bool { return c >= '0' && c <= '9' || c == '.' }
-
 // firstFit matches the line in one pass, giving each variable its first candidate value
 // (the one a backtracking search — and the regexp's leftmost-first submatches — try first)
 // after which the next literal follows. When it reaches the end of the line, the regexp
@@ -174,16 +239,17 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 		st := &m.steps[k]
 		end := -1
 		switch st.class {
-		case classNumeric:
-			if pos < n && line[pos] == '-' {
+		case classSet:
+			c := st.cls
+			if c.dash && pos < n && line[pos] == '-' && (st.next == nil && pos+1 == n || st.next != nil && bytes.HasPrefix(line[pos+1:], st.next)) {
 				end = pos + 1
-			} else {
-				end = pos
-				for end < n && numericByte(line[end]) {
-					end++
-				}
+				break
 			}
-			if st.next != nil && !bytes.HasPrefix(line[end:], st.next) {
+			end = pos
+			for end < n && c.set[line[end]] {
+				end++
+			}
+			if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !bytes.HasPrefix(line[end:], st.next) {
 				return false
 			}
 		case classDefault, classNone:
@@ -225,6 +291,13 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 					e++
 				}
 				e++
+			}
+		}
+		if st.class == classDefault {
+			for _, c := range line[pos:end] {
+				if c < 0x20 || c >= 0x7f {
+					return false // default escaping writes these as \xHH
+				}
 			}
 		}
 		if st.id != numVars {

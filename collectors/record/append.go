@@ -19,7 +19,11 @@ func AppendHTTP(dst []byte, r *HTTPRequest) ([]byte, error) {
 	b = append(b, `,"cc":`...)
 	b = appendString(b, r.CC)
 	b = append(b, `,"peer_prefix":`...)
-	b = appendString(b, r.PeerPrefix)
+	if r.PeerPrefixNull {
+		b = append(b, "null"...)
+	} else {
+		b = appendString(b, r.PeerPrefix)
+	}
 	b = appendOptInt(append(b, `,"conn_serial":`...), r.ConnSerial)
 	b = appendOptInt(append(b, `,"conn_requests":`...), r.ConnRequests)
 	b = append(b, `,"method":`...)
@@ -39,6 +43,9 @@ func AppendHTTP(dst []byte, r *HTTPRequest) ([]byte, error) {
 	b = append(b, `,"sample_rate":`...)
 	if b, err = appendFloatField(b, float64(r.SampleRate), "sample_rate"); err != nil {
 		return dst, err
+	}
+	if r.TsSource != "" {
+		b = appendString(append(b, `,"ts_source":`...), r.TsSource)
 	}
 	return append(b, '}'), nil
 }

@@ -87,6 +87,8 @@ func randFill(rng *rand.Rand, v reflect.Value) {
 		switch p := f.Addr().Interface().(type) {
 		case *string:
 			*p = randString(rng)
+		case *bool:
+			*p = rng.Intn(4) == 0
 		case *int64:
 			*p = *randInt0(rng)
 		case **int64:
@@ -136,9 +138,15 @@ func TestAppendMatchesEncodingJSON(t *testing.T) {
 			{&h, func() ([]byte, error) { return AppendHTTP([]byte("prefix"), &h) }},
 			{&s, func() ([]byte, error) { return AppendTCP([]byte("prefix"), &s) }},
 		} {
+			if h.PeerPrefixNull {
+				h.PeerPrefix = "" // written as null; encoding/json writes "" (json:"-" flag)
+			}
 			want, err := referenceEncode(tc.rec)
 			if err != nil {
 				t.Fatalf("reference: %v", err)
+			}
+			if _, ok := tc.rec.(*HTTPRequest); ok && h.PeerPrefixNull {
+				want = bytes.Replace(want, []byte(`"peer_prefix":""`), []byte(`"peer_prefix":null`), 1)
 			}
 			got, err := tc.got()
 			if err != nil {

@@ -113,6 +113,13 @@ type HTTPRequest struct {
 	TcpinfoRcvSpace *int64 `json:"tcpinfo_rcv_space"`
 
 	SampleRate Float `json:"sample_rate"`
+
+	// TsSource is "read" when the log line carried no time and ts_ms is when the line was
+	// read; empty (not written) when ts_ms is the log's own time. Optional in the contract.
+	TsSource string `json:"ts_source,omitempty"`
+	// PeerPrefixNull writes peer_prefix as null: the client had no IP address (a unix-socket
+	// client, $remote_addr "unix:"). PeerPrefix is then "".
+	PeerPrefixNull bool `json:"-"`
 }
 
 // Meta is what the collecting host adds to every record: where and when it was sampled.

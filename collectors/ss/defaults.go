@@ -76,6 +76,12 @@ func (b *builder) applyDefaults() {
 	if s.RTOMs == nil {
 		s.RTOMs = record.Int(hiddenRTOMs)
 	}
+	b.nullSentinels()
+}
+
+// nullSentinels turns values that mean "no sample yet" into null.
+func (b *builder) nullSentinels() {
+	s := &b.s
 	// minrtt:4.29497e+06 (4294967.295) is tcpi_min_rtt = ~0U: the kernel has no RTT sample
 	// yet; likewise BBR's mrtt.
 	if s.MinRTTUs != nil && noRTTSampleUs(*s.MinRTTUs) {

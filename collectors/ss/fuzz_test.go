@@ -33,6 +33,10 @@ func FuzzParseSS(f *testing.F) {
 		}
 	}
 	f.Add("ESTAB 0 0 [::1]:1 [::1]:2 bbr bbr:(bw:1bps,mrtt:1,pacing_gain:1,cwnd_gain:1,version:3)")
+	// ss without -n, unreadable and future tokens, a continuation that lost its indent
+	f.Add("ESTAB 0 0 10.0.0.1:https 10.0.0.2:http-alt\n\t cubic rtt:1/0.5\n")
+	f.Add("ESTAB 0 0 10.0.0.1:443 10.0.0.9:444 cubic rtt:x/1 bbr:(bw:1.2xbps,mrtt:1,future,newkey:7) pacing_rate retrans:1 lost:q\n")
+	f.Add("ESTAB 0 0 10.0.0.1:22 10.0.0.2:40000\n\t cubic rto:234 rtt:33.199/17.225 cwnd:9\nretrans:0/4 unacked:1 reordering:4\n\t ts\n")
 	f.Fuzz(func(t *testing.T, in string) {
 		sc := NewScanner(strings.NewReader(in))
 		var buf bytes.Buffer

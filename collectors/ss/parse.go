@@ -1,6 +1,7 @@
 package ss
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -21,6 +22,11 @@ type Options struct {
 type Socket struct {
 	Local, Peer netip.AddrPort
 	Sample      record.TCPSample
+	// Unread lists the tokens whose value could not be read ("rtt: invalid decimal …"):
+	// their fields are null, the rest of the socket is kept.
+	Unread []string
+	// Incomplete is Entry.Incomplete: hidden-means-zero defaults were not applied.
+	Incomplete bool
 }
 
 // ParseEntry parses one entry (a socket line plus its info lines). Errors are *ParseError.
@@ -40,14 +46,19 @@ func ParseEntry(e Entry, opts Options) (Socket, error) {
 	}
 	b.s.LocalPort = int64(cols.local.Port())
 	b.s.RecvQBytes, b.s.SendQBytes = cols.recvQ, cols.sendQ
-	if err := b.info(cols.rest); err != nil {
-		return Socket{}, err
-	}
+	b.info(cols.rest)
 	if !b.hasInfo {
 		return Socket{}, errorf(ReasonNoInfo, "socket %s has no TCP info (run ss with -i)", cols.local)
 	}
-	b.applyDefaults()
-	return Socket{Local: cols.local, Peer: cols.peer, Sample: b.s}, nil
+	if e.Incomplete {
+		b.nullSentinels() // what ss hid cannot be told from what was lost: no defaults
+	} else {
+		b.applyDefaults()
+	}
+	for _, null := range b.bad {
+		null() // printed but unreadable: null, never a default
+	}
+	return Socket{Local: cols.local, Peer: cols.peer, Sample: b.s, Unread: b.unread, Incomplete: e.Incomplete}, nil
 }
 
 // builder accumulates one socket's fields.
@@ -56,25 +67,35 @@ type builder struct {
 	gen     generation // newest kernel generation the tokens prove
 	hasInfo bool       // saw at least one tcp_info token
 	kvSeen  bool       // saw a tcp_info key:value token (the CC name comes before them)
+	unread  []string   // tokens whose value could not be read
+	bad     []func()   // null the fields of those tokens (after the defaults)
 }
 
-func (b *builder) info(tok []string) error {
+// fail notes a token that could not be read; null clears its fields after the defaults.
+func (b *builder) fail(what string, err error, null func()) {
+	b.hasInfo = true
+	b.unread = append(b.unread, fmt.Sprintf("%s: %v", what, err))
+	if null != nil {
+		b.bad = append(b.bad, null)
+	}
+}
+
+func (b *builder) info(tok []string) {
 	for i := 0; i < len(tok); i++ {
 		t := tok[i]
 		if k, v, ok := strings.Cut(t, ":"); ok && isKey(k) {
-			if err := b.keyValue(k, v); err != nil {
-				return &ParseError{Reason: ReasonValue, Err: fmt.Errorf("%s: %w", k, err)}
-			}
+			b.keyValue(k, v)
 			continue
 		}
 		switch t {
 		case "send", "pacing_rate", "delivery_rate":
 			if i+1 >= len(tok) {
-				return errorf(ReasonValue, "%s: missing value", t)
+				b.fail(t, errors.New("missing value"), b.rateNull(t))
+				continue
 			}
 			i++
 			if err := b.rate(t, tok[i]); err != nil {
-				return &ParseError{Reason: ReasonValue, Err: fmt.Errorf("%s: %w", t, err)}
+				b.fail(t, err, b.rateNull(t))
 			}
 		case "ts", "sack", "ecn", "ecnseen", "fastopen", "usec_ts", "bidir":
 			b.hasInfo = true
@@ -96,7 +117,17 @@ func (b *builder) info(tok []string) error {
 	if b.s.CC == "bbr2" && b.s.CCVersion == nil {
 		b.s.CCVersion = record.Int(2) // google/bbr v2alpha registers as bbr2 (ss_tcp_info_bbr.md)
 	}
-	return nil
+}
+
+// rateNull clears the field of a rate token.
+func (b *builder) rateNull(name string) func() {
+	switch name {
+	case "pacing_rate":
+		return func() { b.s.PacingRateBps = nil }
+	case "delivery_rate":
+		return func() { b.s.DeliveryRateBps = nil }
+	}
+	return nil // send: not recorded
 }
 
 func (b *builder) rate(name, v string) error {
@@ -130,32 +161,35 @@ func (b *builder) rate(name, v string) error {
 
 // keyValue handles one key:value token. Keys that are not tcp_info (timer, uid, ino, sk,
 // cgroup, skmem, users, ULP details) and unknown keys are ignored.
-func (b *builder) keyValue(k, v string) error {
+func (b *builder) keyValue(k, v string) {
 	var dst **int64
 	var g generation
 	parse := parseCount
 	switch k {
 	case "timer", "uid", "ino", "sk", "cgroup", "skmem", "users", "v6only", "fwmark", "tos", "tclass", "class", "cgroup2":
-		return nil
+		return
 	case "rtt":
 		s, r, err := parsePair(v, "srtt/rttvar", parseMsToUs)
 		if err != nil {
-			return err
+			b.fail(k, err, func() { b.s.RTTUs, b.s.RTTVarUs = nil, nil })
+			return
 		}
 		b.s.RTTUs, b.s.RTTVarUs = record.Int(s), record.Int(r)
 		b.tcpInfo(genBase)
-		return nil
+		return
 	case "retrans":
 		o, t, err := parsePair(v, "retrans_out/total_retrans", parseCount)
 		if err != nil {
-			return err
+			b.fail(k, err, func() { b.s.RetransOut, b.s.TotalRetrans = nil, nil })
+			return
 		}
 		b.s.RetransOut, b.s.TotalRetrans = record.Int(o), record.Int(t)
 		b.tcpInfo(genBase)
-		return nil
+		return
 	case "bbr":
 		b.tcpInfo(genBase)
-		return b.bbr(v)
+		b.bbr(v)
+		return
 	case "rto":
 		dst, parse = &b.s.RTOMs, parseMs
 	case "mss":
@@ -212,79 +246,85 @@ func (b *builder) keyValue(k, v string) error {
 		dst, g = &b.s.SndWnd, gen5_4
 	case "delivered_ce":
 		b.tcpInfo(gen4_18)
-		return nil
+		return
 	case "dsack_dups", "reord_seen":
 		b.tcpInfo(gen4_19)
-		return nil
+		return
 	case "rcv_ooopack":
 		b.tcpInfo(gen5_4)
-		return nil
+		return
 	case "rcv_wnd", "rehash":
 		b.tcpInfo(gen6_2)
-		return nil
+		return
 	case "wscale", "ato", "qack", "backoff", "pmtu", "rcvmss", "advmss", "rcv_rtt", "rcv_ssthresh", "fackets", "dctcp":
 		b.tcpInfo(genBase)
-		return nil
+		return
 	default:
-		return nil
+		return
 	}
 	n, err := parse(v)
 	if err != nil {
-		return err
+		b.fail(k, err, func() { *dst = nil })
+		return
 	}
 	*dst = record.Int(n)
 	b.tcpInfo(g)
-	return nil
 }
 
 // bbr reads "(bw:18955200bps,mrtt:0.027,pacing_gain:1,cwnd_gain:2)" and Google's extended
 // form with ",version:3,bw_hi:…,bw_lo:…,inflight_hi:…,inflight_lo:…,extra_acked:…,mode:…,phase:…".
-func (b *builder) bbr(v string) error {
+func (b *builder) bbr(v string) {
 	inner, ok := strings.CutPrefix(v, "(")
 	if ok {
 		inner, ok = strings.CutSuffix(inner, ")")
 	}
 	if !ok {
-		return fmt.Errorf("%q is not a (…) block", v)
+		b.fail("bbr", fmt.Errorf("%q is not a (…) block", v), nil)
+		return
 	}
 	for _, kv := range strings.Split(inner, ",") {
 		k, val, ok := strings.Cut(kv, ":")
 		if !ok {
-			return fmt.Errorf("%q is not key:value", kv)
+			continue // not key:value: a word a newer ss may print; nothing of ours
 		}
 		var err error
+		var null func()
 		switch k {
 		case "bw":
 			var bps int64
 			if bps, err = parseRate(val); err == nil {
 				b.s.BBRBwBps = record.Int(bps)
 			}
+			null = func() { b.s.BBRBwBps = nil }
 		case "mrtt":
 			var us int64
 			if us, err = parseMsToUs(val); err == nil {
 				b.s.BBRMinRTTUs = record.Int(us)
 			}
+			null = func() { b.s.BBRMinRTTUs = nil }
 		case "pacing_gain":
 			var g float64
 			if g, err = decimal.Float(val); err == nil {
 				b.s.BBRPacingGain = record.F(g)
 			}
+			null = func() { b.s.BBRPacingGain = nil }
 		case "cwnd_gain":
 			var g float64
 			if g, err = decimal.Float(val); err == nil {
 				b.s.BBRCwndGain = record.F(g)
 			}
+			null = func() { b.s.BBRCwndGain = nil }
 		case "version":
 			var n int64
 			if n, err = parseCount(val); err == nil {
 				b.s.CCVersion = record.Int(n)
 			}
+			null = func() { b.s.CCVersion = nil }
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", k, err)
+			b.fail("bbr: "+k, err, null)
 		}
 	}
-	return nil
 }
 
 func (b *builder) tcpInfo(g generation) {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ccab-dev/ccab/collectors/anon"
+	"github.com/ccab-dev/ccab/collectors/record"
 	"github.com/ccab-dev/ccab/internal/testvectors"
 )
 
@@ -179,25 +181,18 @@ func TestParseErrors(t *testing.T) {
 		substr string
 	}{
 		{"\t cubic rtt:1/0.5 mss:1448\n", ReasonOrphanInfo, "no socket line"},
-		{"ESTAB 0 0 10.0.0.1:443 10.0.0.2:ssh\n\t cubic rtt:1/0.5\n", ReasonAddress, "run ss with -n"},
+		{"ESTAB 0 0 10.0.0.1:443 10.0.0.2:nosuchsvc\n\t cubic rtt:1/0.5\n", ReasonAddress, "run ss with -n"},
 		{"time:1754776664023490865\n", ReasonSocketLine, "1 columns where Recv-Q"},
 		{"ESTAB 0 0 10.0.0.1:443 *:*\n", ReasonListening, "wildcard"},
 		{"LISTEN 0 4096 0.0.0.0:22 0.0.0.0:* cubic cwnd:10\n", ReasonListening, "listening socket"},
 		{"ESTAB 0 0 10.0.0.1:443 10.0.0.2:*x\n", ReasonAddress, "port"},
 		{"ESTAB 0 0 *:443 10.0.0.2:1\n", ReasonAddress, "wildcard"},
 		{"ESTAB 0 0 10.0.0.1:443 10.0.0.9:443\n", ReasonNoInfo, "no TCP info"},
-		{"ESTAB 0 0 10.0.0.1:443 10.0.0.9:444\n\t cubic rtt:abc/1\n", ReasonValue, "rtt: invalid decimal"},
 		{"udp UNCONN 0 0 10.0.0.1:53 10.0.0.9:53\n", ReasonNotTCP, `"udp"`},
 		{"ESTAB x 0 10.0.0.1:443 10.0.0.9:445 cubic\n", ReasonSocketLine, "Recv-Q"},
-		{"ESTAB 0 0 10.0.0.1:443 10.0.0.9:446 cubic bbr:(bw:1Mbps,mrtt:x)\n", ReasonValue, "bbr: mrtt"},
-		{"ESTAB 0 0 10.0.0.1:443 10.0.0.9:447 cubic rtt:1.5/0.5 pacing_rate\n", ReasonValue, "pacing_rate: missing"},
-		{"ESTAB 0 0 10.0.0.1:443 10.0.0.9:447 cubic pacing_rate 12Mbit\n", ReasonValue, "bps unit"},
-		{"ESTAB 0 0 10.0.0.1:443 10.0.0.9:447 cubic busy:12\n", ReasonValue, "ms unit"},
 		{"ESTAB 0 0 [10.0.0.1:443 10.0.0.9:447 cubic\n", ReasonAddress, "lacks ']'"},
 		{"ESTAB 0 0 10.0.0.1:99999 10.0.0.9:447 cubic\n", ReasonAddress, "port"},
 		{"ESTAB 0 0 300.0.0.1:1 10.0.0.9:447 cubic\n", ReasonAddress, "local address"},
-		{"ESTAB 0 0 10.0.0.1:1 10.0.0.9:447 cubic retrans:1\n", ReasonValue, "retrans"},
-		{"ESTAB 0 0 10.0.0.1:1 10.0.0.9:447 cubic bytes_sent:99999999999999999999\n", ReasonValue, "out of range"},
 	} {
 		sc := NewScanner(strings.NewReader(tc.in))
 		if !sc.Scan() {
@@ -279,5 +274,125 @@ func TestScannerHugeEntry(t *testing.T) {
 	}
 	if _, err := ParseEntry(got[0], Options{}); err == nil || !strings.Contains(err.Error(), string(ReasonTooLong)) {
 		t.Errorf("ParseEntry = %v", err)
+	}
+}
+
+func parseOne(t *testing.T, in string) Socket {
+	t.Helper()
+	sc := NewScanner(strings.NewReader(in))
+	if !sc.Scan() {
+		t.Fatalf("%q: no entry", in)
+	}
+	s, err := ParseEntry(sc.Entry(), Options{DefaultState: "ESTAB"})
+	if err != nil {
+		t.Fatalf("%q: %v", in, err)
+	}
+	return s
+}
+
+func sampleJSON(t *testing.T, s Socket) map[string]any {
+	t.Helper()
+	r := s.Record(anon.SockKey{Salt: "s"}, record.Meta{SampleRate: 1})
+	b, err := record.AppendTCP(nil, &r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// ss without -n prints service names for known ports: they are read, not a reason to drop
+// the socket.
+func TestServiceNames(t *testing.T) {
+	named := parseOne(t, "ESTAB 0 0 10.0.0.1:https 10.0.0.2:http-alt\n\t cubic rtt:1/0.5\n")
+	num := parseOne(t, "ESTAB 0 0 10.0.0.1:443 10.0.0.2:8080\n\t cubic rtt:1/0.5\n")
+	if named.Local.Port() != 443 || named.Peer.Port() != 8080 || named.Sample.LocalPort != 443 {
+		t.Fatalf("ports %v %v", named.Local, named.Peer)
+	}
+	k := anon.SockKey{Salt: "s"}
+	if a, b := named.Record(k, record.Meta{}), num.Record(k, record.Meta{}); a.SockID != b.SockID {
+		t.Errorf("sock_id %s by name, %s by number", a.SockID, b.SockID)
+	}
+	for _, p := range []string{"[2001:db8::1]:ssh", "10.0.0.1:domain", "10.0.0.1:imaps"} {
+		if _, err := parseAddrPort(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}
+
+// One token that cannot be read nulls its own fields only; the socket is kept, and the
+// field never becomes a hidden-means-zero default.
+func TestUnreadableTokensNulled(t *testing.T) {
+	const base = "ESTAB 0 0 10.0.0.1:443 10.0.0.9:444 ts sack cubic wscale:7,7 rto:204 rtt:1.5/0.5 mss:1448 cwnd:10 " +
+		"bytes_sent:1000 bytes_acked:1000 segs_out:9 segs_in:5 data_segs_out:8 delivery_rate 1000bps busy:10ms rcv_space:14480 snd_wnd:1000 minrtt:1.2"
+	for _, tc := range []struct {
+		extra  string
+		null   []string
+		substr string
+	}{
+		{"rtt:abc/1", []string{"rtt_us", "rttvar_us"}, "rtt: invalid decimal"},
+		{"bbr:(bw:1Mbps,mrtt:x,pacing_gain:1,cwnd_gain:2)", []string{"bbr_min_rtt_us"}, "bbr: mrtt"},
+		{"bbr:(bw:1.2xbps,mrtt:1,future_thing,pacing_gain:1)", []string{"bbr_bw_bps"}, "bbr: bw"},
+		{"pacing_rate", []string{"pacing_rate_bps"}, "pacing_rate: missing"},
+		{"pacing_rate 12Mbit", []string{"pacing_rate_bps"}, "bps unit"},
+		{"rwnd_limited:12", []string{"rwnd_limited_ms"}, "ms unit"},
+		{"retrans:1", []string{"retrans_out", "total_retrans"}, "retrans"},
+		{"bytes_retrans:99999999999999999999", []string{"bytes_retrans"}, "out of range"},
+		{"lost:x", []string{"lost"}, "lost"},
+		{"reordering:x", []string{"reordering"}, "reordering"},
+	} {
+		s := parseOne(t, base+" "+tc.extra+"\n")
+		got := sampleJSON(t, s)
+		for _, k := range tc.null {
+			if got[k] != nil {
+				t.Errorf("%s: %s = %v, want null", tc.extra, k, got[k])
+			}
+		}
+		if got["mss"] != float64(1448) || got["cwnd"] != float64(10) || got["bytes_acked"] != float64(1000) || got["unacked"] != float64(0) {
+			t.Errorf("%s: other fields lost: %v", tc.extra, got)
+		}
+		if !strings.Contains(strings.Join(s.Unread, "; "), tc.substr) {
+			t.Errorf("%s: Unread = %q, want %q", tc.extra, s.Unread, tc.substr)
+		}
+	}
+}
+
+// A socket whose info continues on a line that lost its indent (wrapped output) is kept
+// with what it printed, and nothing it may have lost becomes a zero default.
+func TestIncompleteEntryNoDefaults(t *testing.T) {
+	in := "ESTAB 0 0 10.0.0.1:22 10.0.0.2:40000\n" +
+		"\t cubic wscale:7,6 rto:234 rtt:33.199/17.225 ato:17.225 mss:1418 cwnd:9 bytes_acked:188396\n" +
+		"ssthresh:9 send 3.1Mbps lastsnd:3 lastrcv:4 lastack:193\n" +
+		"retrans:0/4 unacked:1 reordering:4 rcv_rtt:47.25 rcv_space:28960\n" +
+		"ESTAB 0 0 10.0.0.1:22 10.0.0.2:40001\n\t cubic rtt:1/0.5 bytes_acked:1\n"
+	sc := NewScanner(strings.NewReader(in))
+	var socks []Socket
+	var reasons []Reason
+	for sc.Scan() {
+		s, err := ParseEntry(sc.Entry(), Options{DefaultState: "ESTAB"})
+		var pe *ParseError
+		if errors.As(err, &pe) {
+			reasons = append(reasons, pe.Reason)
+			continue
+		}
+		socks = append(socks, s)
+	}
+	if len(socks) != 2 || len(reasons) != 2 || reasons[0] != ReasonSocketLine {
+		t.Fatalf("%d sockets, reasons %v", len(socks), reasons)
+	}
+	got := sampleJSON(t, socks[0])
+	for _, k := range []string{"unacked", "retrans_out", "total_retrans", "reordering", "lost", "sacked", "rcv_space", "bytes_received", "ssthresh"} {
+		if got[k] != nil {
+			t.Errorf("incomplete socket: %s = %v, want null (the line holding it was lost)", k, got[k])
+		}
+	}
+	if got["rto_ms"] != float64(234) || got["bytes_acked"] != float64(188396) || !socks[0].Incomplete {
+		t.Errorf("incomplete socket lost what it printed: %v", got)
+	}
+	if g := sampleJSON(t, socks[1]); g["unacked"] != float64(0) || g["reordering"] != float64(3) || socks[1].Incomplete {
+		t.Errorf("complete socket: %v", g)
 	}
 }

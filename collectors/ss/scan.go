@@ -16,6 +16,10 @@ type Entry struct {
 	Text                string
 	TooLong             bool // some line of the entry was cut at the length limit
 	Orphan              bool // info lines with no socket line before them
+	// Incomplete marks a socket followed by a line that is neither a socket line nor an
+	// indented info line (e.g. wrapped output whose continuation lost its indent): part of
+	// its info may be in that line, so what ss hid cannot be told from what was lost.
+	Incomplete bool
 }
 
 // Lines describes where the entry is, for error messages: "line 3" or "lines 3-4".
@@ -107,6 +111,15 @@ func (s *Scanner) step() {
 		s.parts = append(s.parts, trimmed)
 		return
 	}
+	if s.pending != nil && !looksLikeSocketLine(trimmed) {
+		// Not a socket: a stray line, likely a continuation of the pending socket's info
+		// that lost its indent. The socket keeps what it has, marked incomplete; the line
+		// is reported on its own (bad_socket_line).
+		s.pending.Incomplete = true
+		s.flush()
+		s.ready = append(s.ready, Entry{FirstLine: l.Num, LastLine: l.Num, Text: trimmed, TooLong: l.TooLong})
+		return
+	}
 	s.flush()
 	s.pending = &Entry{FirstLine: l.Num, LastLine: l.Num, TooLong: l.TooLong}
 	s.parts = append(s.parts[:0], trimmed)
@@ -150,6 +163,20 @@ func isInfoLine(line string) bool {
 		i++
 	}
 	return !(i+1 < len(f) && isUint(f[i]) && isUint(f[i+1]))
+}
+
+// looksLikeSocketLine reports a line that starts like a socket line: [Netid] [State]
+// Recv-Q Send-Q.
+func looksLikeSocketLine(trimmed string) bool {
+	f := strings.Fields(trimmed)
+	i := 0
+	if i < len(f) && isNetid(f[i]) {
+		i++
+	}
+	if i < len(f) && isState(f[i]) {
+		i++
+	}
+	return i+1 < len(f) && isUint(f[i]) && isUint(f[i+1])
 }
 
 func isUint(s string) bool {

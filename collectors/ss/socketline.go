@@ -92,7 +92,12 @@ func parseAddrPort(s string) (netip.AddrPort, error) {
 	}
 	port, err := strconv.ParseUint(portText, 10, 16)
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("port of %q is not a number (run ss with -n)", s)
+		// ss without -n prints a service name (https, http-alt, ...) for a known port
+		p, ok := serviceNames[portText]
+		if !ok {
+			return netip.AddrPort{}, fmt.Errorf("port of %q is neither a number nor a known service name (run ss with -n)", s)
+		}
+		port = uint64(p)
 	}
 	var zone string
 	if strings.HasPrefix(host, "[") {

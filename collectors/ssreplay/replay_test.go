@@ -248,12 +248,12 @@ func TestReplayCountsSkips(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := ssLine(fixtureSocket{local: "10.0.0.1:443", peer: "10.0.0.2:5000", cc: "cubic", cwnd: 10, rttUs: 1000, bytesSent: 1})
-	text := good + "\n0 0 10.0.0.1:443 *:*\n0 0 10.0.0.1:443 10.0.0.3:5000 cubic rtt:x/1\n\tskmem:(r0)\n"
+	text := good + "\n0 0 10.0.0.1:443 *:*\n0 0 10.0.0.1:443 10.0.0.3:nosuchsvc cubic rtt:1/1\n\tskmem:(r0)\n"
 	recs, st, err := r.ReadSnapshot(strings.NewReader(text), 5, record.Meta{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 1 || recs[0].SampleRate != 1 || st.SkippedParse[ss.ReasonListening] != 1 || st.SkippedParse[ss.ReasonValue] != 2 || st.FirstParseErr == nil {
+	if len(recs) != 1 || recs[0].SampleRate != 1 || st.SkippedParse[ss.ReasonListening] != 1 || st.SkippedParse[ss.ReasonAddress] != 2 || st.FirstParseErr == nil {
 		t.Errorf("%d records, stats %+v", len(recs), st)
 	}
 }

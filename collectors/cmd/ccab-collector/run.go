@@ -123,14 +123,31 @@ func collect(ctx context.Context, cfg config.Config, stdout io.Writer, log *slog
 	// last run stopped cleanly.
 	out := &lateOutput{}
 	var tl *tailer.Tailer
+	var p *nginxlog.Parser
 	if cfg.Nginx.Enabled {
-		p, err := nginxlog.NewParser(cfg.Nginx.Format, cfg.Nginx.FormatName)
-		if err != nil {
+		p, err = nginxlog.NewParserOptions(cfg.Nginx.Format, cfg.Nginx.FormatName,
+			nginxlog.Options{FieldMap: cfg.Nginx.FieldMap, Syslog: cfg.Nginx.Syslog})
+		switch {
+		case err != nil && !cfg.TCPInfo.Enabled && cfg.SSReplay.Dir == "":
 			return fmt.Errorf("nginx format: %w", err)
+		case err != nil:
+			// The TCP side does not depend on the access log: keep it running.
+			m.NginxFormatOK.Set(0)
+			log.Error("nginx log format refused: not tailing access logs; the other sources keep running", "err", err)
+			p = nil
+		default:
+			m.NginxFormatOK.Set(1)
 		}
+	}
+	if p != nil {
 		if miss := p.Missing(); len(miss) > 0 {
 			log.Warn("the log format does not log some fields; they will be null", "fields", strings.Join(miss, ","))
 		}
+		if p.ReadTime() {
+			log.Warn("the log format logs no time ($msec, $time_iso8601, $time_local): ts_ms is the time each line is read (ts_source \"read\")")
+		}
+		m.CounterFunc("http_read_time_records_total", "http_request/1 records whose ts_ms is the time the line was read "+
+			"(ts_source \"read\"): the log_format logs no time.", func() float64 { return float64(p.ReadTimeRecords()) })
 		tl, err = tailer.New(tailer.Config{
 			Paths: cfg.Nginx.Paths, Topic: cfg.Kafka.TopicHTTP,
 			PollInterval: cfg.Nginx.PollInterval.Std(), GlobInterval: cfg.Nginx.GlobInterval.Std(),

@@ -194,3 +194,63 @@ func TestRunOnceReplaysSnapshotsAndLog(t *testing.T) {
 		t.Fatalf("missing replay dir: exit %d: %s", code, errb.String())
 	}
 }
+
+// A log_format the parser refuses (here: one where a client could forge fields) stops the
+// access-log tailing only: the TCP side keeps running, and the reason is logged and
+// exported as ccab_collector_nginx_format_ok 0.
+func TestRunRefusedNginxFormatKeepsTCPSide(t *testing.T) {
+	dir := t.TempDir()
+	snaps := filepath.Join(dir, "ss")
+	os.Mkdir(snaps, 0o755)
+	const sock = "0 0 192.0.2.14:443 100.64.1.1:40000 cubic rtt:20/5 mss:1448 cwnd:10 bytes_acked:1000 segs_out:9 segs_in:5 data_segs_out:8 rcv_space:14480 minrtt:19.5\n"
+	os.WriteFile(filepath.Join(snaps, "1763640000000.txt"), []byte(sock+strings.Replace(sock, "40000", "40001", 1)), 0o644)
+	log := filepath.Join(dir, "access.log")
+	os.WriteFile(log, []byte("[1.5] [curl] [200] [-]\n"), 0o644)
+	var out, errb bytes.Buffer
+	code := runMain(context.Background(), testEnv(&out, &errb), []string{"--once", "--output", "stdout",
+		"--state-dir", filepath.Join(dir, "state"), "--metrics-addr", "", "--rollout-state-file", filepath.Join(dir, "none.json"),
+		"--nginx-paths", log, "--nginx-format", "[$msec] [$http_user_agent] [$status] [$http_referer]",
+		"--ss-replay-dir", snaps, "--tcp-info-salt", "s"})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if n := strings.Count(out.String(), `"schema":"tcp_sample/1"`); n != 2 || strings.Contains(out.String(), "http_request") {
+		t.Fatalf("%d tcp records (want 2), output %.300s", n, out.String())
+	}
+	if !strings.Contains(errb.String(), "nginx log format refused") || !strings.Contains(errb.String(), "ambiguous") {
+		t.Fatalf("reason not logged: %s", errb.String())
+	}
+	// nginx alone: nothing else to run, so the refusal is the collector's error
+	errb.Reset()
+	if code := runMain(context.Background(), testEnv(&out, &errb), []string{"--once", "--output", "stdout",
+		"--state-dir", filepath.Join(dir, "state2"), "--metrics-addr", "", "--nginx-paths", log,
+		"--nginx-format", "[$msec] [$http_user_agent] [$status] [$http_referer]"}); code != cli.ExitFailure {
+		t.Fatalf("nginx only, refused format: exit %d", code)
+	}
+}
+
+// A format without a time variable: records carry the read time and ts_source "read".
+func TestRunReadTimeFormat(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "access.log")
+	os.WriteFile(log, []byte("unix: 7 200 \"GET / HTTP/1.1\"\n10.1.2.3 8 404 \"GET /x HTTP/1.1\"\n"), 0o644)
+	var out, errb bytes.Buffer
+	before := time.Now().UnixMilli()
+	code := runMain(context.Background(), testEnv(&out, &errb), []string{"--once", "--output", "stdout",
+		"--state-dir", filepath.Join(dir, "state"), "--metrics-addr", "", "--rollout-state-file", filepath.Join(dir, "none.json"),
+		"--nginx-paths", log, "--nginx-format", `$remote_addr $connection $status "$request"`})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"peer_prefix":null`) || !strings.Contains(lines[1], `"peer_prefix":"10.1.2.0/24"`) {
+		t.Fatalf("records: %s", out.String())
+	}
+	for _, l := range lines {
+		var ts int64
+		fmt.Sscanf(l[strings.Index(l, `"ts_ms":`)+len(`"ts_ms":`):], "%d", &ts)
+		if !strings.HasSuffix(l, `,"ts_source":"read"}`) || ts < before {
+			t.Errorf("record %s: want the read time (>= %d) and ts_source read", l, before)
+		}
+	}
+}

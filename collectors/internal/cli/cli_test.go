@@ -128,7 +128,11 @@ func TestUsage(t *testing.T) {
 		{[]string{"parse-ss", "file.txt"}, nil, ExitUsage, "unexpected arguments"},
 		{[]string{"parse-ss"}, map[string]string{"CCAB_SAMPLE_RATE": "x"}, ExitUsage, "CCAB_SAMPLE_RATE"},
 		{[]string{"parse-nginx"}, nil, ExitUsage, "--format or --format-name is required"},
-		{[]string{"parse-nginx", "--format", "$remote_addr"}, nil, ExitUsage, "no $msec"},
+		{[]string{"parse-nginx", "--format", "$remote_addr"}, nil, ExitOK, `ts_source "read"`},
+		{[]string{"parse-nginx", "--format", "[$msec] [$http_user_agent] [$status] [$http_referer]"}, nil, ExitUsage, "ambiguous"},
+		{[]string{"parse-nginx", "--format", "json", "--field-map", "a=nope"}, nil, ExitUsage, "field map"},
+		{[]string{"parse-nginx", "--format", "combined", "--field-map", "a=b"}, nil, ExitUsage, "field map"},
+		{[]string{"parse-nginx", "--format", "combined", "--syslog", "maybe"}, nil, ExitUsage, "syslog mode"},
 		{[]string{"parse-ss", "-h"}, nil, ExitOK, "usage: ss -tinHOe"},
 	} {
 		env, _, errb := testEnv("", tc.vars)

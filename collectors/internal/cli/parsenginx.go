@@ -30,6 +30,10 @@ func runParseNginx(ctx context.Context, env Env, args []string) int {
 		"(combined, ccab), or an nginx log_format: bare text, '…' '…', or whole log_format directives")
 	formatName := fs.String("format-name", "", "which log_format directive of --format to use; alone, a predefined format")
 	cc := fs.String("cc", "", "the host's default congestion control while the log was written")
+	syslog := fs.String("syslog", "auto", "syslog header before each line (<190>Nov 23 19:53:35 host nginx: …, RFC 3164 or 5424): "+
+		"auto (strip it from lines that start with <PRI>), on (every line has one, <PRI> optional), off")
+	fieldMap := fs.String("field-map", "", "comma-separated `var=field_var`: read a log_format variable as another, "+
+		"e.g. my_rtt=tcpinfo_rtt,upstream_tcpinfo_rtt=tcpinfo_rtt (for JSON lines: keys)")
 	strict := fs.Bool("strict", false, "exit 1 if any line was skipped")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: ccab-collector %s --format json|combined|'<log_format>' [flags] < access.log\n\n", cmd)
@@ -46,12 +50,23 @@ func runParseNginx(ctx context.Context, env Env, args []string) int {
 	if *format == "" && *formatName == "" {
 		return usageError(env.Stderr, cmd, errors.New("--format or --format-name is required"))
 	}
-	p, err := nginxlog.NewParser(*format, *formatName)
+	fm, err := nginxlog.ParseFieldMap(*fieldMap)
+	if err != nil {
+		return usageError(env.Stderr, cmd, err)
+	}
+	mode := *syslog
+	if mode == "auto" {
+		mode = nginxlog.SyslogAuto
+	}
+	p, err := nginxlog.NewParserOptions(*format, *formatName, nginxlog.Options{FieldMap: fm, Syslog: mode, Now: env.Now})
 	if err != nil {
 		return usageError(env.Stderr, cmd, err)
 	}
 	if m := p.Missing(); len(m) > 0 {
 		fmt.Fprintf(env.Stderr, "%s: warning: the format does not log %s; they will be null\n", cmd, strings.Join(m, ", "))
+	}
+	if p.ReadTime() {
+		fmt.Fprintf(env.Stderr, "%s: warning: the format logs no time ($msec, $time_iso8601, $time_local): ts_ms is the time each line is read (ts_source \"read\")\n", cmd)
 	}
 
 	out := bufio.NewWriterSize(env.Stdout, 256<<10)

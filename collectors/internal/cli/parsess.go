@@ -59,7 +59,7 @@ func runParseSS(ctx context.Context, env Env, args []string) int {
 	out := bufio.NewWriter(env.Stdout)
 	enc := record.NewEncoder(out)
 	sk := newSkips(cmd, env.Stderr)
-	records := 0
+	records, partial := 0, 0
 	sc := ss.NewScanner(env.Stdin)
 	for sc.Scan() {
 		if ctx.Err() != nil {
@@ -76,12 +76,21 @@ func runParseSS(ctx context.Context, env Env, args []string) int {
 			sk.add(e.Lines(), reason, e.LastLine-e.FirstLine+1, err)
 			continue
 		}
+		if len(sock.Unread) > 0 {
+			partial++
+			if partial <= maxReported {
+				fmt.Fprintf(env.Stderr, "%s: %s: kept; unreadable, so null: %s\n", cmd, e.Lines(), strings.Join(sock.Unread, "; "))
+			}
+		}
 		r := sock.Record(key, meta)
 		if err := enc.Encode(&r); err != nil {
 			fmt.Fprintf(env.Stderr, "%s: %s: %v\n", cmd, e.Lines(), err)
 			return ExitFailure
 		}
 		records++
+	}
+	if partial > 0 {
+		fmt.Fprintf(env.Stderr, "%s: %d records with unreadable tokens (their fields null)\n", cmd, partial)
 	}
 	return finish(env, cmd, out, sc.Err(), sk, records, *strict)
 }
