@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export CCAB_DATA_DIR ?= $(CURDIR)/.ccab
 PY := .venv/bin/python
 
-.PHONY: setup demo test test-python test-go test-fuzz bench clean help lab
+.PHONY: setup demo test test-python test-go test-fuzz test-prometheus bench clean help lab
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -14,7 +14,7 @@ setup:  ## install everything (venv, Go binaries, Kafka jars); idempotent
 demo: setup  ## run the main job end to end on the embedded engines
 	@scripts/demo.sh
 
-test: setup test-go test-fuzz test-python  ## set everything up and run all tests
+test: setup test-go test-fuzz test-python test-prometheus  ## set everything up and run all tests
 
 test-go:
 	go test -count=1 ./...
@@ -24,6 +24,20 @@ test-fuzz:  ## each Go fuzz target for FUZZTIME (default 100000x executions)
 
 test-python:
 	@$(PY) -m pytest -q
+
+PROMTOOL ?= promtool
+AMTOOL ?= amtool
+AM_CONFIG := deploy/prometheus/alertmanager.yml
+test-prometheus:  ## check and unit-test deploy/prometheus/ (rules, scrape config, Alertmanager routes)
+	@command -v $(PROMTOOL) >/dev/null 2>&1 || { echo "test-prometheus: FAILED: promtool not found (Debian package 'prometheus'; make setup installs it as root)" >&2; exit 1; }
+	@command -v $(AMTOOL) >/dev/null 2>&1 || { echo "test-prometheus: FAILED: amtool not found (Debian package 'prometheus-alertmanager'; make setup installs it as root)" >&2; exit 1; }
+	$(PROMTOOL) check rules deploy/prometheus/rules/*.yml
+	$(PROMTOOL) check config deploy/prometheus/prometheus.yml
+	cd deploy/prometheus/tests && $(PROMTOOL) test rules *.test.yml
+	$(AMTOOL) check-config $(AM_CONFIG)
+	$(AMTOOL) config routes test --config.file=$(AM_CONFIG) --verify.receivers=ccab-page severity=page rollout=r1 pop=tyo1 arm=bbr2
+	$(AMTOOL) config routes test --config.file=$(AM_CONFIG) --verify.receivers=ccab-ticket severity=ticket component=collector
+	$(AMTOOL) config routes test --config.file=$(AM_CONFIG) --verify.receivers=ccab-ticket alertname=Unlabelled
 
 lab: setup  ## short runs of the four lab experiments (root: network namespaces, nginx), with reports
 	@for e in fairness size-fairness buffer-sweep loss-resilience; do .venv/bin/ccab lab run lab/experiments/$$e.yaml --quick || exit 1; done

@@ -25,14 +25,19 @@ command -v mvn >/dev/null 2>&1 || die "Maven is required once, to fetch the Kafk
 
 # --- Debian packages the real-component tests need ------------------------------------------------
 # nginx (real access logs), ip/tc (network namespaces, tbf bottlenecks), curl (a real client),
-# nft (random loss in the lab's bottleneck), chromium (renders the canary report headless in tests).
-# Installed without starting the packaged nginx service: tests run their own nginx in namespaces.
+# nft (random loss in the lab's bottleneck), chromium (renders the canary report headless in tests),
+# prometheus (promtool: `make test-prometheus` checks and unit-tests deploy/prometheus/) and
+# prometheus-alertmanager (/usr/bin/prometheus-alertmanager, amtool: the Alertmanager client's tests).
+# Installed without starting the packaged services (policy-rc.d): tests run their own nginx in
+# namespaces and their own Alertmanager on a loopback port.
 need=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 || need+=(iproute2)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     step "debian packages: ${need[*]}"
