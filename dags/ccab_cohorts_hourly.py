@@ -7,7 +7,7 @@ Every hour, for the data interval [start, end):
   recompute_late_hours  recompute the hours of the 24 h before it whose raw rows changed since
                         they were computed (late data; watermarks in cohort_watermarks)
 
-Thin: the work is ccab.cohorts.tasks (the same functions `ccab analyze` runs). Both tasks use the
+Thin: the work is ccab.dags.tasks (the same functions `ccab analyze` runs). Both tasks use the
 pool `clickhouse` (1 slot: an embedded chdb warehouse is one process at a time). Retry delay:
 Airflow's [core] default_task_retry_delay. Docs: docs/cohorts/README.md.
 """
@@ -34,13 +34,13 @@ LOOKBACK_HOURS = 24
 def ccab_cohorts_hourly():
     @task
     def rollup_interval(data_interval_start=None, data_interval_end=None) -> dict:
-        from ccab.cohorts.tasks import rollup_interval as run
+        from ccab.dags.tasks import rollup_interval as run
 
         return run(data_interval_start, data_interval_end)
 
     @task
     def recompute_late_hours(data_interval_start=None) -> dict:
-        from ccab.cohorts.tasks import recompute_late_hours as run
+        from ccab.dags.tasks import recompute_late_hours as run
 
         return run(data_interval_start, lookback_hours=LOOKBACK_HOURS)
 

@@ -3,7 +3,7 @@
 At :15 past each hour (after ccab_cohorts_hourly has rolled up the hour that just ended), for
 the 24 whole hours before the interval's end: per-arm summaries of every metric and segment into
 cohort_arm_summaries, then the statistical judge once it exists (ccab.judge.judge_window; see
-ccab.cohorts.compare). Reads only the rollups. Thin: the work is ccab.cohorts.tasks.
+ccab.cohorts.summaries). Reads only the rollups. Thin: the work is ccab.dags.tasks.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ WINDOW_HOURS = 24
 def ccab_compare():
     @task
     def compare_arms(data_interval_end=None) -> dict:
-        from ccab.cohorts.tasks import compare_window
+        from ccab.dags.tasks import compare_window
 
         return compare_window(data_interval_end, hours=WINDOW_HOURS)
 

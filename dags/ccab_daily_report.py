@@ -4,7 +4,7 @@ Daily at 00:30 UTC (after ccab_cohorts_hourly has rolled up the day's last hour)
 day that ended before the interval's end: heatmaps (RTT x retransmit %, RTT x in
 flight), PDFs and CDFs per arm and a per-arm Markdown table for every (pop, rollout), written to
 $CCAB_DATA_DIR/reports/<YYYY-MM-DD>/<pop>/<rollout>/. Reads only the rollups; re-running a day
-overwrites its files. Thin: the work is ccab.cohorts.report via ccab.cohorts.tasks.
+overwrites its files. Thin: the work is ccab.report.daily via ccab.dags.tasks.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from airflow.sdk import CronDataIntervalTimetable, dag, task
 def ccab_daily_report():
     @task
     def render_report(data_interval_end=None) -> dict:
-        from ccab.cohorts.tasks import daily_report
+        from ccab.dags.tasks import daily_report
 
         return daily_report(data_interval_end)
 

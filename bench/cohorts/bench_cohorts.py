@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from ccab import cli, migrate
+from ccab import cli
+from ccab.base import schema as migrate
+from ccab.base.config import REPO_ROOT
+from ccab.base.warehouse import ChdbWarehouse
 from ccab.cohorts.job import run_window
-from ccab.migrate import REPO_ROOT
-from ccab.warehouse import ChdbWarehouse
 
 SCENARIO = REPO_ROOT / "bench" / "cohorts" / "scenario.yaml"
 START = datetime(2025, 11, 20, 0, tzinfo=timezone.utc)

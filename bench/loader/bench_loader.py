@@ -21,12 +21,14 @@ import time
 import uuid
 from pathlib import Path
 
-from ccab import kafka_local, migrate
-from ccab.config import settings
-from ccab.contracts import SCHEMAS
-from ccab.ingest import MAX_BATCH_ROWS
-from ccab.loader import Loader
-from ccab.warehouse import ChdbWarehouse
+from ccab.base import schema as migrate
+from ccab.base.config import settings
+from ccab.base.contracts import SCHEMAS
+from ccab.base.warehouse import ChdbWarehouse
+from ccab.ingest.batch import MAX_BATCH_ROWS
+from ccab.ingest.loader import Loader
+from ccab.kafka import broker
+from ccab.kafka import topics as kafka_topics
 
 ROUNDS = 3
 VECTORS = Path(__file__).resolve().parents[3] / "shared" / "contracts" / "vectors"
@@ -66,7 +68,7 @@ def loader_rate(lines: list[bytes], bootstrap: str, workdir: Path) -> float:
     from confluent_kafka import Producer
 
     topic = f"bench.tcp.{uuid.uuid4().hex[:8]}"
-    kafka_local.ensure_topics(bootstrap, {topic: kafka_local.TopicSpec(partitions=6, config={})})
+    kafka_topics.ensure_topics(bootstrap, {topic: kafka_topics.TopicSpec(partitions=6, config={})})
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "compression.type": "zstd",
                   "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 2_000_000})
     for i, v in enumerate(lines):
@@ -105,8 +107,8 @@ def main() -> int:
     try:
         bootstrap = settings().kafka_brokers
         if not bootstrap:
-            started_broker = not kafka_local.is_running()
-            bootstrap = kafka_local.up(timeout_s=120)
+            started_broker = not broker.is_running()
+            bootstrap = broker.up(timeout_s=120)
         lines = records(n)
         data = b"\n".join(lines)
         print(f"bench/loader: {n:,} tcp_sample/1 records, {len(data) / 1e6:.0f} MB of JSONEachRow, "
@@ -124,7 +126,7 @@ def main() -> int:
         return 0
     finally:
         if started_broker:
-            kafka_local.down()
+            broker.down()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

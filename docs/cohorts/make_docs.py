@@ -48,7 +48,7 @@ def main() -> int:
     assert cli.main(["analyze", "--from", "2025-11-20T00:00Z", "--to", "2025-11-20T06:00Z", "--no-progress"]) == 0
 
     from ccab.report.daily import PDF_BINS_PER_OCTAVE
-    from ccab.dags.tasks import warehouse
+    from ccab.pipeline import open_warehouse as warehouse
     from ccab.plots import data, render
     from ccab.cli.query import format_table
 
