@@ -284,8 +284,8 @@ func (t *Tailer) discover(now time.Time) {
 		t.log.Info("log rotated: draining the old file", "path", path, "dev", fo.id.dev, "ino", fo.id.ino)
 	}
 	if t.firstPoll {
-		t.restoreRotated(now)
-		// Live files of the last run whose path names another file now.
+		// Live files of the last run whose path names another file now (taken before opening
+		// anything consumes their checkpoint entries).
 		for _, fs := range t.restored {
 			if fs.SeenMs <= 0 || fs.Closed {
 				continue
@@ -295,18 +295,6 @@ func (t *Tailer) discover(now time.Time) {
 			}
 			rotated = append(rotated, away{fs.Path, time.UnixMilli(fs.SeenMs), nil})
 		}
-	}
-	sort.Slice(rotated, func(i, j int) bool { return rotated[i].path < rotated[j].path })
-	for _, r := range rotated {
-		t.findRotatedSiblings(r.path, r.since, r.siblings, now)
-	}
-	if t.firstPoll {
-		// What the last run knew and was not found stays known (bounded) as closed files.
-		for id, fs := range t.restored {
-			fs.Closed, fs.SeenMs = true, 0
-			t.retire(id, fs)
-		}
-		t.restored = map[fileID]FileState{}
 	}
 	var matches []string
 	for _, p := range t.cfg.Paths {
@@ -329,6 +317,23 @@ func (t *Tailer) discover(now time.Time) {
 			continue
 		}
 		t.open(path, now)
+	}
+	if t.firstPoll {
+		t.restoreRotated(now)
+	}
+	// Rotated files are read in the order they were found (oldest first): the restored
+	// ones, then those found among the siblings; the live files after all of them.
+	sort.Slice(rotated, func(i, j int) bool { return rotated[i].path < rotated[j].path })
+	for _, r := range rotated {
+		t.findRotatedSiblings(r.path, r.since, r.siblings, now)
+	}
+	if t.firstPoll {
+		// What the last run knew and was not found stays known (bounded) as closed files.
+		for id, fs := range t.restored {
+			fs.Closed, fs.SeenMs = true, 0
+			t.retire(id, fs)
+		}
+		t.restored = map[fileID]FileState{}
 	}
 }
 
@@ -506,7 +511,11 @@ func (t *Tailer) open(path string, now time.Time) {
 // away while unread) by inode in the directory where they were last seen, and drains them.
 // Closed files are resumed only if they still hold the content they were closed with.
 func (t *Tailer) restoreRotated(now time.Time) {
-	listings := map[string][]os.DirEntry{}
+	type entry struct {
+		path string
+		size int64
+	}
+	listings := map[string]map[fileID]entry{} // dir -> files by id
 	ids := make([]fileID, 0, len(t.restored))
 	for id := range t.restored {
 		ids = append(ids, id)
@@ -518,31 +527,38 @@ func (t *Tailer) restoreRotated(now time.Time) {
 			continue
 		}
 		dir := filepath.Dir(fs.Path)
-		des, ok := listings[dir]
+		files, ok := listings[dir]
 		if !ok {
-			des, _ = os.ReadDir(dir)
-			listings[dir] = des
+			files = map[fileID]entry{}
+			des, _ := os.ReadDir(dir)
+			for _, de := range des {
+				p := filepath.Join(dir, de.Name())
+				if fid, size, err := statID(p); err == nil {
+					files[fid] = entry{p, size}
+				}
+			}
+			listings[dir] = files
 		}
-		for _, de := range des {
-			p := filepath.Join(dir, de.Name())
-			fid, size, err := statID(p)
-			if err != nil || fid != id || size <= fs.Offset {
-				continue
-			}
-			if fs.Closed && !t.sameFile(p, fs) {
-				break // the inode is another file's now
-			}
-			f, err := os.Open(p)
-			if err != nil {
-				t.m.TailErrors.WithLabelValues("open").Inc()
-				break
-			}
-			fo := t.start(f, id, p, size, false, now)
-			fo.rotated = true
-			fo.lastGrowth = now
-			t.log.Info("resuming a rotated log found by inode", "path", p, "offset", fo.readOff)
-			break
+		e, ok := files[id]
+		if !ok || e.size <= fs.Offset {
+			continue
 		}
+		if fs.Closed && !t.sameFile(e.path, fs) {
+			continue // the inode is another file's now
+		}
+		f, err := os.Open(e.path)
+		if err != nil {
+			t.m.TailErrors.WithLabelValues("open").Inc()
+			continue
+		}
+		if fi, err := f.Stat(); err != nil || idOf(fi) != id {
+			f.Close()
+			continue
+		}
+		fo := t.start(f, id, e.path, e.size, false, now)
+		fo.rotated = true
+		fo.lastGrowth = now
+		t.log.Info("resuming a rotated log found by inode", "path", e.path, "offset", fo.readOff)
 	}
 }
 

@@ -381,18 +381,19 @@ func TestRestartFindsAShortLivedRotatedFile(t *testing.T) {
 	tl, _ := newTailer(t, dir, o, log)
 	poll(t, tl, 1)
 	tl.Close()
+	appendLines(t, log, 10, 12) // the live file grows after the checkpoint
 	mv(t, log+".1", log+".2")
 	mv(t, log, log+".1")
-	appendLines(t, log, 10, 15)
+	appendLines(t, log, 12, 17)
 	mv(t, log+".2", log+".3")
 	mv(t, log+".1", log+".2")
 	mv(t, log, log+".1")
-	appendLines(t, log, 15, 20)
+	appendLines(t, log, 17, 22)
 	o2 := &out{}
 	tl2, _ := newTailer(t, dir, o2, log)
 	poll(t, tl2, 3)
 	got := o2.conns(t)
-	sameSet(t, got, want(10, 20))
+	sameSet(t, got, want(10, 22))
 	for i, c := range got {
 		if c != int64(10+i) {
 			t.Fatalf("out of order: %v", got)
@@ -504,4 +505,30 @@ func TestLateWriteToAClosedRotatedFileIsResumedNotReread(t *testing.T) {
 	poll(t, tl2, 2)
 	sameSet(t, o2.conns(t), want(25, 26))
 	tl2.Close()
+}
+
+// The same with logrotate's dateext names; a compressed sibling and an unrelated name that
+// starts like the log are not read.
+func TestShortLivedRotatedFileWithDateextNames(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "access.log")
+	appendLines(t, log, 0, 10)
+	o := &out{}
+	tl, _ := newTailer(t, dir, o, log)
+	poll(t, tl, 1)
+	mv(t, log, log+"-20261124")
+	appendLines(t, log, 10, 15)
+	mv(t, log, log+"-20261125")
+	appendLines(t, log, 15, 20)
+	appendLines(t, log+"-20261123.gz", 900, 905)
+	appendLines(t, log+".bak", 905, 910)
+	appendLines(t, log+"-vhost2", 910, 915)
+	poll(t, tl, 3)
+	got := o.conns(t)
+	sameSet(t, got, want(0, 20))
+	for i, c := range got {
+		if c != int64(i) {
+			t.Fatalf("out of order: %v", got)
+		}
+	}
 }
