@@ -32,10 +32,11 @@
 // rotated files by inode itself.
 //
 // Checkpoints (per file: device, inode, generation, offset, fingerprints of its first bytes
-// and of the bytes before the offset) are written atomically at most every CheckpointInterval and at Close. An offset is
-// checkpointed only after the sink reported every record up to it durable (Kafka
-// acknowledged, or spooled and fsynced), so a restart neither loses nor skips a line; the
-// sink drops the lines it re-reads that already reached Kafka or the spool.
+// and of the bytes before the offset) are written atomically at most every
+// CheckpointInterval and at Close. An offset is checkpointed only after the sink reported
+// every record up to it durable (Kafka acknowledged, or spooled and fsynced), so a restart
+// neither loses nor skips a line; the sink drops the lines it re-reads that already reached
+// Kafka or the spool.
 package tailer
 
 import (
@@ -330,7 +331,9 @@ func (t *Tailer) discover(now time.Time) {
 	if t.firstPoll {
 		// What the last run knew and was not found stays known (bounded) as closed files.
 		for id, fs := range t.restored {
-			fs.Closed, fs.SeenMs = true, 0
+			if !fs.Closed {
+				fs.Closed, fs.SeenMs = true, now.UnixMilli() // retire orders by it
+			}
 			t.retire(id, fs)
 		}
 		t.restored = map[fileID]FileState{}
