@@ -21,9 +21,23 @@ type follower struct {
 	path       string // last path it was seen under
 	f          *os.File
 	opened     time.Time
-	rotated    bool // the path names another file now: drain, then close
-	grew       bool // grew in the last poll
+	seq        uint64    // order of discovery: rotated files are read oldest first
+	seenAt     time.Time // when path last named this file (zero once rotated away)
+	rotated    bool      // the path names another file now: drain, then close
+	grew       bool      // grew in the last poll
 	lastGrowth time.Time
+	lastSize   int64 // size and mtime at the last poll: content is re-checked when they change
+	lastMtime  time.Time
+
+	// tail holds the bytes just before tailEnd (the start of the held partial line, at most
+	// tailMax): if they are not in the file any more, it was truncated and written again.
+	tail    []byte
+	tailEnd int64
+	closed  FileState // fingerprints taken when a rotated file was closed (f == nil)
+
+	// siblings: the rotation siblings of path (and their mtimes) when this file was opened
+	// as the live one. They are history, not files rotated away later.
+	siblings map[fileID]time.Time
 
 	readOff  int64  // next byte to read
 	partial  []byte // bytes after the last newline (they end at readOff)
@@ -61,6 +75,40 @@ func (fo *follower) setGen(gen, off int64) {
 	fo.partial = fo.partial[:0]
 	fo.skipping = false
 	fo.stream = fmt.Sprintf("f:%d:%d:%d", fo.id.dev, fo.id.ino, gen)
+	fo.tail, fo.tailEnd = fo.tail[:0], 0
+	fo.refreshTail()
+}
+
+// refreshTail remembers the bytes just before the start of the partial line.
+func (fo *follower) refreshTail() {
+	end := fo.readOff - int64(len(fo.partial))
+	if end == fo.tailEnd && len(fo.tail) == int(min(end, tailMax)) {
+		return
+	}
+	n := min(end, tailMax)
+	if cap(fo.tail) < tailMax {
+		fo.tail = make([]byte, 0, tailMax)
+	}
+	fo.tail = fo.tail[:n]
+	if got, _ := fo.f.ReadAt(fo.tail, end-n); int64(got) != n {
+		fo.tail = fo.tail[:0] // unreadable: fall back to the newline check
+	}
+	fo.tailEnd = end
+}
+
+// contentOK reports whether the bytes before the partial line and the partial line itself
+// are still in the file where they were read: false after a truncation and a rewrite, even
+// one that grew the file past the old offset.
+func (fo *follower) contentOK(lineStart int64) bool {
+	if len(fo.tail) == 0 || fo.tailEnd != lineStart {
+		return fo.boundaryOK(lineStart)
+	}
+	n := int64(len(fo.tail))
+	buf := make([]byte, n+int64(len(fo.partial)))
+	if got, _ := fo.f.ReadAt(buf, lineStart-n); got != len(buf) {
+		return false
+	}
+	return bytes.Equal(buf[:n], fo.tail) && bytes.Equal(buf[n:], fo.partial)
 }
 
 func (fo *follower) drained() bool {
@@ -94,7 +142,9 @@ func (t *Tailer) readFollower(ctx context.Context, fo *follower, meta record.Met
 		t.m.TailErrors.WithLabelValues("stat").Inc()
 		return nil
 	}
-	size := fi.Size()
+	size, mtime := fi.Size(), fi.ModTime()
+	changed := size != fo.lastSize || !mtime.Equal(fo.lastMtime)
+	fo.lastSize, fo.lastMtime = size, mtime
 	fo.grew = false
 	lineStart := fo.readOff - int64(len(fo.partial))
 	switch {
@@ -102,7 +152,9 @@ func (t *Tailer) readFollower(ctx context.Context, fo *follower, meta record.Met
 		if err := fo.truncated(ctx, meta, "truncate"); err != nil {
 			return err
 		}
-	case size > fo.readOff && lineStart > 0 && !fo.boundaryOK(lineStart):
+	case changed && lineStart > 0 && !fo.contentOK(lineStart):
+		// Truncated and written again (to this size or past it) between two polls: the size
+		// alone cannot tell, the content before the offset can.
 		if err := fo.truncated(ctx, meta, "rewrite"); err != nil {
 			return err
 		}
@@ -127,7 +179,11 @@ func (t *Tailer) readFollower(ctx context.Context, fo *follower, meta record.Met
 			break
 		}
 	}
-	return fo.submit(ctx, &b)
+	if err := fo.submit(ctx, &b); err != nil {
+		return err
+	}
+	fo.refreshTail()
+	return nil
 }
 
 // consume splits data (the bytes at readOff) into lines.
@@ -280,7 +336,7 @@ func (fo *follower) truncated(ctx context.Context, meta record.Meta, kind string
 		}
 	}
 	t.m.Rotations.WithLabelValues(kind).Inc()
-	t.log.Info("log truncated: reading it again from the start", "path", fo.path, "kind", kind,
+	t.log.Warn("log truncated: reading it again from the start", "path", fo.path, "kind", kind,
 		"old_offset", fo.readOff, "gen", fo.tr.gen+1)
 	fo.setGen(fo.tr.gen+1, 0)
 	t.ckptDirty = true

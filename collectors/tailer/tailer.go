@@ -10,10 +10,17 @@
 //     and kept open until it has not grown for RotateGrace (nginx workers reopen one by one,
 //     and a buffered log flushes late), then closed. A file deleted while open is read to
 //     its end the same way.
-//   - copytruncate: the file shrank below the read offset, or the byte before the offset is
-//     no longer a newline (truncated and rewritten between two polls): start again at 0
-//     with a new generation. Lines written after the last poll and before the truncation
-//     are in the copy only and are lost; that window is inherent to copytruncate.
+//   - several rotations between two polls (or while stopped): when a path names another
+//     file, the path's rotation siblings (path.1, path-20261124, ...) that the tailer does
+//     not know and that were modified since it last saw the path's file are files that
+//     lived and were rotated away unseen: they are read whole, oldest first, before the new
+//     file. Known files (followed, or closed: the last maxRetired stay in the checkpoint)
+//     are resumed at their offset, never read again.
+//   - copytruncate: the file shrank below the read offset, or the bytes just before the
+//     offset are not the ones read there (truncated and rewritten between two polls, even
+//     past the old size): start again at 0 with a new generation. Lines written after the
+//     last poll and before the truncation are in the copy only and are lost; that window is
+//     inherent to copytruncate.
 //   - a path that does not exist yet is picked up when it appears (patterns are globs,
 //     evaluated every poll for literal paths and every GlobInterval for patterns).
 //   - a partial last line (no newline yet) is held until its newline arrives. If its file
@@ -24,11 +31,12 @@
 // Patterns should name the live log only (access.log, not access.log*): the tailer follows
 // rotated files by inode itself.
 //
-// Checkpoints (per file: device, inode, generation, offset, and a fingerprint of its first
-// bytes) are written atomically at most every CheckpointInterval and at Close. An offset is
-// checkpointed only after the sink reported every record up to it durable (Kafka
-// acknowledged, or spooled and fsynced), so a restart neither loses nor skips a line; the
-// sink drops the lines it re-reads that already reached Kafka or the spool.
+// Checkpoints (per file: device, inode, generation, offset, fingerprints of its first bytes
+// and of the bytes before the offset) are written atomically at most every
+// CheckpointInterval and at Close. An offset is checkpointed only after the sink reported
+// every record up to it durable (Kafka acknowledged, or spooled and fsynced), so a restart
+// neither loses nor skips a line; the sink drops the lines it re-reads that already reached
+// Kafka or the spool.
 package tailer
 
 import (
@@ -38,6 +46,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -116,6 +125,8 @@ type Tailer struct {
 	followers map[fileID]*follower
 	byPath    map[string]*follower
 	restored  map[fileID]FileState // checkpoint entries not yet matched to an open file
+	retired   map[fileID]FileState // closed rotated files (bounded): resumed, never re-read
+	seq       uint64
 
 	loaded    Checkpoint
 	hadCkpt   bool
@@ -145,7 +156,7 @@ func New(cfg Config, parser *nginxlog.Parser, meta func() record.Meta, out Outpu
 	}
 	t := &Tailer{cfg: cfg, parser: parser, meta: meta, out: out, m: m, log: log,
 		followers: map[fileID]*follower{}, byPath: map[string]*follower{}, restored: map[fileID]FileState{},
-		loaded: c, hadCkpt: had, firstPoll: true, readBuf: make([]byte, cfg.ReadBytes)}
+		retired: map[fileID]FileState{}, loaded: c, hadCkpt: had, firstPoll: true, readBuf: make([]byte, cfg.ReadBytes)}
 	for _, fs := range c.Files {
 		t.restored[fileID{fs.Dev, fs.Ino}] = fs
 	}
@@ -223,7 +234,7 @@ func (t *Tailer) ordered() []*follower {
 		if fs[i].rotated != fs[j].rotated {
 			return fs[i].rotated
 		}
-		return fs[i].opened.Before(fs[j].opened)
+		return fs[i].seq < fs[j].seq
 	})
 	return fs
 }
@@ -240,17 +251,24 @@ func (t *Tailer) openCount() int {
 
 func hasMeta(p string) bool { return strings.ContainsAny(p, `*?[\`) }
 
-// discover matches the patterns, notices paths that now name another file (or none), and
-// opens new files.
+// discover matches the patterns, notices paths that now name another file (or none), finds
+// files that lived and were rotated away between two looks at a path, and opens new files.
 func (t *Tailer) discover(now time.Time) {
 	globDue := now.Sub(t.lastGlob) >= t.cfg.GlobInterval
 	if globDue {
 		t.lastGlob = now
 	}
+	type away struct {
+		path     string
+		since    time.Time
+		siblings map[fileID]time.Time
+	}
+	var rotated []away
 	// Paths we follow: did the file behind them change?
 	for path, fo := range t.byPath {
 		id, _, err := statID(path)
 		if err == nil && id == fo.id {
+			fo.seenAt = now
 			continue
 		}
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -261,8 +279,23 @@ func (t *Tailer) discover(now time.Time) {
 		delete(t.byPath, path)
 		fo.rotated = true
 		fo.lastGrowth = now
+		rotated = append(rotated, away{path, fo.seenAt, fo.siblings})
+		fo.seenAt, fo.siblings = time.Time{}, nil
 		t.m.Rotations.WithLabelValues("rename").Inc()
 		t.log.Info("log rotated: draining the old file", "path", path, "dev", fo.id.dev, "ino", fo.id.ino)
+	}
+	if t.firstPoll {
+		// Live files of the last run whose path names another file now (taken before opening
+		// anything consumes their checkpoint entries).
+		for _, fs := range t.restored {
+			if fs.SeenMs <= 0 || fs.Closed {
+				continue
+			}
+			if id, _, err := statID(fs.Path); err == nil && id == (fileID{fs.Dev, fs.Ino}) {
+				continue
+			}
+			rotated = append(rotated, away{fs.Path, time.UnixMilli(fs.SeenMs), nil})
+		}
 	}
 	var matches []string
 	for _, p := range t.cfg.Paths {
@@ -289,6 +322,154 @@ func (t *Tailer) discover(now time.Time) {
 	if t.firstPoll {
 		t.restoreRotated(now)
 	}
+	// Rotated files are read in the order they were found (oldest first): the restored
+	// ones, then those found among the siblings; the live files after all of them.
+	sort.Slice(rotated, func(i, j int) bool { return rotated[i].path < rotated[j].path })
+	for _, r := range rotated {
+		t.findRotatedSiblings(r.path, r.since, r.siblings, now)
+	}
+	if t.firstPoll {
+		// What the last run knew and was not found stays known (bounded) as closed files.
+		for id, fs := range t.restored {
+			if !fs.Closed {
+				fs.Closed, fs.SeenMs = true, now.UnixMilli() // retire orders by it
+			}
+			t.retire(id, fs)
+		}
+		t.restored = map[fileID]FileState{}
+	}
+}
+
+// siblingSuffix is what follows a log's name in its rotated names: ".1", ".2" (numbered),
+// "-20261124" (dateext), "-2026-11-24-1763942400" (dateformat). Compressed files (".gz")
+// do not match: they are not read.
+var siblingSuffix = regexp.MustCompile(`^[._-][0-9][0-9._-]*$`)
+
+// siblingSlack allows for file timestamps that lag the clock (they are taken from a coarse
+// clock, one jiffy) when comparing a file's mtime with the time a path was last seen.
+const siblingSlack = time.Second
+
+// findRotatedSiblings looks, after path was seen naming another file than at since, for
+// files that were created after since, written, and rotated away before this poll (two
+// rotations between two polls, or rotations while the collector was stopped): rotation
+// siblings of path (path.1, path-20261124, ...) that the tailer does not know and that were
+// modified since then. They are read from the start, oldest first, before the new live file.
+// A known file (followed, restored from the checkpoint, or closed) is never read again; one
+// that grew since it was closed is resumed where it was left.
+func (t *Tailer) findRotatedSiblings(path string, since time.Time, history map[fileID]time.Time, now time.Time) {
+	type cand struct {
+		path  string
+		id    fileID
+		mtime time.Time
+	}
+	var found []cand
+	for p, fi := range rotationSiblings(path, t.m) {
+		id := idOf(fi)
+		if mt, ok := history[id]; ok && !fi.ModTime().After(mt) {
+			continue // there, unchanged, when the live file was opened: history
+		}
+		if _, ok := t.followers[id]; ok {
+			continue
+		}
+		if fs, ok := t.known(id); ok {
+			if fi.Size() > fs.Offset && t.sameFile(p, fs) {
+				found = append(found, cand{p, id, fi.ModTime()})
+			}
+			continue
+		}
+		if fi.ModTime().Before(since.Add(-siblingSlack)) {
+			continue // history from before the path's file was last seen
+		}
+		found = append(found, cand{p, id, fi.ModTime()})
+	}
+	sort.Slice(found, func(i, j int) bool { return found[i].mtime.Before(found[j].mtime) })
+	for _, c := range found {
+		f, err := os.Open(c.path)
+		if err != nil {
+			t.m.TailErrors.WithLabelValues("open").Inc()
+			continue
+		}
+		fi, err := f.Stat()
+		if err != nil || idOf(fi) != c.id {
+			f.Close()
+			continue
+		}
+		fo := t.start(f, c.id, c.path, fi.Size(), false, now)
+		fo.rotated = true
+		fo.lastGrowth = now
+		t.m.Rotations.WithLabelValues("rename").Inc()
+		t.log.Info("found a log rotated away between two polls: reading it", "path", c.path, "live_path", path,
+			"dev", c.id.dev, "ino", c.id.ino, "offset", fo.readOff)
+	}
+}
+
+// rotationSiblings returns the regular files whose names are path's rotated names.
+func rotationSiblings(path string, m *metrics.Metrics) map[string]os.FileInfo {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		m.TailErrors.WithLabelValues("readdir").Inc()
+		return nil
+	}
+	out := map[string]os.FileInfo{}
+	for _, de := range des {
+		name := de.Name()
+		if !strings.HasPrefix(name, base) || !siblingSuffix.MatchString(name[len(base):]) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			out[p] = fi
+		}
+	}
+	return out
+}
+
+// known returns what is remembered of a file that is not followed now.
+func (t *Tailer) known(id fileID) (FileState, bool) {
+	if fs, ok := t.restored[id]; ok {
+		return fs, true
+	}
+	fs, ok := t.retired[id]
+	return fs, ok
+}
+
+// sameFile reports whether the file at p still starts with the bytes fs was fingerprinted on
+// (an inode can be reused by another file).
+func (t *Tailer) sameFile(p string, fs FileState) bool {
+	if fs.FpLen <= 0 {
+		return true
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fp, err := fingerprint(f, fs.FpLen)
+	return err == nil && fp == fs.Fp
+}
+
+// maxRetired bounds the closed files remembered (in memory and in the checkpoint).
+const maxRetired = 64
+
+// retire remembers a closed file, forgetting the oldest beyond maxRetired.
+func (t *Tailer) retire(id fileID, fs FileState) {
+	fs.Closed = true
+	t.retired[id] = fs
+	for len(t.retired) > maxRetired {
+		var oldest fileID
+		first := true
+		for k, v := range t.retired {
+			if first || v.SeenMs < t.retired[oldest].SeenMs || (v.SeenMs == t.retired[oldest].SeenMs && v.Path < t.retired[oldest].Path) {
+				oldest, first = k, false
+			}
+		}
+		delete(t.retired, oldest)
+	}
+	t.ckptDirty = true
 }
 
 // open starts following path (a file that exists).
@@ -316,64 +497,100 @@ func (t *Tailer) open(path string, now time.Time) {
 		f.Close()
 		fo.path = path
 		fo.rotated = false
+		fo.seenAt = now
 		t.byPath[path] = fo
 		return
 	}
 	fo := t.start(f, id, path, fi.Size(), t.firstPoll && t.cfg.StartAt == StartEnd, now)
+	fo.seenAt = now
+	fo.siblings = map[fileID]time.Time{}
+	for _, sfi := range rotationSiblings(path, t.m) {
+		fo.siblings[idOf(sfi)] = sfi.ModTime()
+	}
 	t.byPath[path] = fo
 }
 
 // restoreRotated finds, after a restart, checkpointed files no pattern matched (rotated
 // away while unread) by inode in the directory where they were last seen, and drains them.
+// Closed files are resumed only if they still hold the content they were closed with.
 func (t *Tailer) restoreRotated(now time.Time) {
-	for id, fs := range t.restored {
-		dir := filepath.Dir(fs.Path)
-		des, err := os.ReadDir(dir)
-		if err != nil {
+	type entry struct {
+		path string
+		size int64
+	}
+	listings := map[string]map[fileID]entry{} // dir -> files by id
+	ids := make([]fileID, 0, len(t.restored))
+	for id := range t.restored {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return t.restored[ids[i]].Path < t.restored[ids[j]].Path })
+	for _, id := range ids {
+		fs := t.restored[id]
+		if _, ok := t.followers[id]; ok {
 			continue
 		}
-		for _, de := range des {
-			p := filepath.Join(dir, de.Name())
-			fid, size, err := statID(p)
-			if err != nil || fid != id || size <= fs.Offset {
-				continue
+		dir := filepath.Dir(fs.Path)
+		files, ok := listings[dir]
+		if !ok {
+			files = map[fileID]entry{}
+			des, _ := os.ReadDir(dir)
+			for _, de := range des {
+				p := filepath.Join(dir, de.Name())
+				if fid, size, err := statID(p); err == nil {
+					files[fid] = entry{p, size}
+				}
 			}
-			f, err := os.Open(p)
-			if err != nil {
-				t.m.TailErrors.WithLabelValues("open").Inc()
-				break
-			}
-			fo := t.start(f, id, p, size, false, now)
-			fo.rotated = true
-			fo.lastGrowth = now
-			t.log.Info("resuming a rotated log found by inode", "path", p, "offset", fo.readOff)
-			break
+			listings[dir] = files
 		}
+		e, ok := files[id]
+		if !ok || e.size <= fs.Offset {
+			continue
+		}
+		if fs.Closed && !t.sameFile(e.path, fs) {
+			continue // the inode is another file's now
+		}
+		f, err := os.Open(e.path)
+		if err != nil {
+			t.m.TailErrors.WithLabelValues("open").Inc()
+			continue
+		}
+		if fi, err := f.Stat(); err != nil || idOf(fi) != id {
+			f.Close()
+			continue
+		}
+		fo := t.start(f, id, e.path, e.size, false, now)
+		fo.rotated = true
+		fo.lastGrowth = now
+		t.log.Info("resuming a rotated log found by inode", "path", e.path, "offset", fo.readOff)
 	}
-	t.restored = map[fileID]FileState{}
 }
 
-// start sets up a follower at its checkpointed offset (or the beginning, or the end).
+// start sets up a follower at its checkpointed (or last closed) offset, or the beginning,
+// or the end.
 func (t *Tailer) start(f *os.File, id fileID, path string, size int64, atEnd bool, now time.Time) *follower {
-	fo := &follower{t: t, id: id, path: path, f: f, opened: now, lastGrowth: now}
+	t.seq++
+	fo := &follower{t: t, id: id, path: path, f: f, opened: now, lastGrowth: now, seq: t.seq}
 	var off, gen int64
-	if fs, ok := t.restored[id]; ok {
+	if fs, ok := t.known(id); ok {
 		delete(t.restored, id)
+		delete(t.retired, id)
 		gen, off = fs.Gen, fs.Offset
+		why := ""
 		switch {
 		case size < off:
-			gen, off = gen+1, 0
-			t.m.Rotations.WithLabelValues("truncate").Inc()
-		case fs.FpLen > 0:
-			if fp, err := fingerprint(f, min(fs.FpLen, size)); err != nil || fs.FpLen > size || fp != fs.Fp {
-				// Same inode, other content: truncated and rewritten, or a reused inode.
-				gen, off = gen+1, 0
-				t.m.Rotations.WithLabelValues("rewrite").Inc()
-			}
+			why = "truncate"
+		case fs.FpLen > 0 && !fpMatches(f, 0, fs.FpLen, fs.Fp, size):
+			why = "rewrite" // same inode, other content: truncated and rewritten, or a reused inode
+		case fs.TailLen > 0 && !fpMatches(f, off-fs.TailLen, fs.TailLen, fs.TailFp, size):
+			why = "rewrite" // same head, but not the bytes before the offset: rewritten past it
+		case off > 0 && !fo.boundaryOK(off):
+			why = "rewrite"
 		}
-		if off > 0 && !fo.boundaryOK(off) {
+		if why != "" {
+			t.m.Rotations.WithLabelValues(why).Inc()
+			t.log.Warn("log truncated since it was checkpointed: reading it again from the start", "path", path,
+				"kind", why, "old_offset", off, "gen", gen+1)
 			gen, off = gen+1, 0
-			t.m.Rotations.WithLabelValues("rewrite").Inc()
 		}
 	} else if atEnd {
 		off = lastLineEnd(f, size)
@@ -385,6 +602,15 @@ func (t *Tailer) start(f *os.File, id fileID, path string, size int64, atEnd boo
 	return fo
 }
 
+// fpMatches reports whether the n bytes of f at from (all within size) have CRC-32 fp.
+func fpMatches(f *os.File, from, n int64, fp uint32, size int64) bool {
+	if from < 0 || from+n > size {
+		return false
+	}
+	got, err := rangeFp(f, from, n)
+	return err == nil && got == fp
+}
+
 // closeIdle closes rotated files that reached their end and stayed idle for RotateGrace,
 // flushing an incomplete last line, and forgets files whose records are all delivered.
 func (t *Tailer) closeIdle(ctx context.Context, meta record.Meta, now time.Time) {
@@ -394,15 +620,65 @@ func (t *Tailer) closeIdle(ctx context.Context, meta record.Meta, now time.Time)
 				t.m.PartialLines.WithLabelValues("flushed").Inc()
 				fo.flushPartial(ctx, meta)
 			}
+			fo.closed = t.closedState(fo)
 			fo.f.Close()
 			fo.f = nil
 			t.log.Info("closed rotated log", "path", fo.path, "dev", id.dev, "ino", id.ino, "offset", fo.readOff)
 		}
 		if fo.f == nil && fo.drained() {
 			delete(t.followers, id)
-			t.ckptDirty = true
+			fs := t.closedNow(fo)
+			fs.SeenMs = now.UnixMilli() // retire orders by it
+			t.retire(id, fs)
 		}
 	}
+}
+
+// fileState is fo's checkpoint entry: its committed offset and the fingerprints of its first
+// bytes and of the bytes just before that offset (read from the open file).
+func (t *Tailer) fileState(fo *follower) FileState {
+	t.mu.Lock()
+	fs := FileState{Dev: fo.id.dev, Ino: fo.id.ino, Gen: fo.tr.gen, Offset: fo.tr.committed, Path: fo.path}
+	t.mu.Unlock()
+	if !fo.seenAt.IsZero() {
+		fs.SeenMs = fo.seenAt.UnixMilli()
+	}
+	if fo.f != nil {
+		n := min(fs.Offset, fpMax)
+		if fp, err := fingerprint(fo.f, n); err == nil {
+			fs.FpLen, fs.Fp = n, fp
+		}
+		if n, fp, err := tailFingerprint(fo.f, fs.Offset); err == nil {
+			fs.TailLen, fs.TailFp = n, fp
+		}
+	}
+	return fs
+}
+
+// closedState is fo's entry as it is closed: fingerprints at the end of what was read (the
+// offset committed once its records are durable).
+func (t *Tailer) closedState(fo *follower) FileState {
+	fs := t.fileState(fo)
+	fs.Offset, fs.Closed, fs.SeenMs = fo.readOff, true, 0
+	if n, fp, err := tailFingerprint(fo.f, fs.Offset); err == nil {
+		fs.TailLen, fs.TailFp = n, fp
+	} else {
+		fs.TailLen, fs.TailFp = 0, 0
+	}
+	return fs
+}
+
+// closedNow is a closed file's entry with its committed offset (the tail fingerprint only
+// if it was taken at that offset).
+func (t *Tailer) closedNow(fo *follower) FileState {
+	fs := fo.closed
+	t.mu.Lock()
+	fs.Gen, fs.Offset = fo.tr.gen, fo.tr.committed
+	t.mu.Unlock()
+	if fs.Offset != fo.closed.Offset {
+		fs.TailLen, fs.TailFp = 0, 0
+	}
+	return fs
 }
 
 // checkpoint writes the state file. final marks it clean if nothing is in flight.
@@ -413,28 +689,32 @@ func (t *Tailer) checkpoint(final bool) error {
 	var lag int64
 	t.mu.Lock()
 	for _, fo := range t.followers {
-		fs := FileState{Dev: fo.id.dev, Ino: fo.id.ino, Gen: fo.tr.gen, Offset: fo.tr.committed, Path: fo.path}
 		if len(fo.tr.spans) > 0 {
 			clean = false
 		}
 		lag += fo.readOff - int64(len(fo.partial)) - fo.tr.committed
-		c.Files = append(c.Files, fs)
 	}
 	t.mu.Unlock()
-	for i := range c.Files {
-		fo := t.followers[fileID{c.Files[i].Dev, c.Files[i].Ino}]
-		if fo.f != nil {
-			n := min(c.Files[i].Offset, fpMax)
-			if fp, err := fingerprint(fo.f, n); err == nil {
-				c.Files[i].FpLen, c.Files[i].Fp = n, fp
-			}
+	for _, fo := range t.followers {
+		fs := t.fileState(fo)
+		if fo.f == nil { // closed, records still in flight
+			fs = t.closedNow(fo)
 		}
+		c.Files = append(c.Files, fs)
 	}
-	// Files restored from the checkpoint but not found yet stay in it.
+	// Files restored from the checkpoint but not found yet, and closed files, stay in it.
 	for _, fs := range t.restored {
 		c.Files = append(c.Files, fs)
 	}
-	sort.Slice(c.Files, func(i, j int) bool { return c.Files[i].Path < c.Files[j].Path })
+	for _, fs := range t.retired {
+		c.Files = append(c.Files, fs)
+	}
+	sort.Slice(c.Files, func(i, j int) bool {
+		if c.Files[i].Path != c.Files[j].Path {
+			return c.Files[i].Path < c.Files[j].Path
+		}
+		return c.Files[i].Ino < c.Files[j].Ino
+	})
 	c.Clean = clean
 	t.m.CheckpointLagBytes.Set(float64(lag))
 	t.lastCkpt = time.Now()

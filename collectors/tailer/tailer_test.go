@@ -317,3 +317,218 @@ func TestStartAtEndSkipsHistoryOfNewFilesOnly(t *testing.T) {
 	poll(t, tl, 1)
 	sameSet(t, o.conns(t), want(10, 12))
 }
+
+func mv(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.Rename(from, to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A file that lived only between two polls (rotated in, written, rotated on) is found among
+// the rotation siblings and read whole, after the file it replaced and before the new one.
+func TestShortLivedRotatedFileIsReadWhereverItWasRenamed(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "access.log")
+	appendLines(t, log+".2", 900, 905) // history from before the tailer: not read
+	appendLines(t, log+".1", 905, 910)
+	appendLines(t, log, 0, 10)
+	o := &out{}
+	tl, _ := newTailer(t, dir, o, log)
+	poll(t, tl, 1)
+	// Between two polls: two rotations (logrotate shifts .1 → .2 → .3, then the live file to .1).
+	mv(t, log+".2", log+".3")
+	mv(t, log+".1", log+".2")
+	mv(t, log, log+".1")
+	appendLines(t, log+".1", 10, 12) // before the reopen
+	appendLines(t, log, 12, 17)      // the short-lived file: 5 lines
+	mv(t, log+".3", log+".4")
+	mv(t, log+".2", log+".3")
+	mv(t, log+".1", log+".2")
+	mv(t, log, log+".1")
+	appendLines(t, log, 17, 25)
+	poll(t, tl, 3)
+	got := o.conns(t)
+	if len(got) != 25 {
+		t.Fatalf("got %d records, want 25 (0..24): %v", len(got), got)
+	}
+	for i, c := range got {
+		if c != int64(i) {
+			t.Fatalf("record %d is %d: %v", i, c, got)
+		}
+	}
+	// A later rotation does not read anything again.
+	mv(t, log+".2", log+".3")
+	mv(t, log+".1", log+".2")
+	mv(t, log, log+".1")
+	appendLines(t, log, 25, 27)
+	poll(t, tl, 3)
+	sameSet(t, o.conns(t), want(0, 27))
+}
+
+// The same while the collector is stopped: the checkpoint remembers when the live file was
+// last seen under its name.
+func TestRestartFindsAShortLivedRotatedFile(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "access.log")
+	appendLines(t, log+".1", 900, 905) // history from yesterday: not read
+	old := time.Now().Add(-24 * time.Hour)
+	if err := os.Chtimes(log+".1", old, old); err != nil {
+		t.Fatal(err)
+	}
+	appendLines(t, log, 0, 10)
+	o := &out{}
+	tl, _ := newTailer(t, dir, o, log)
+	poll(t, tl, 1)
+	tl.Close()
+	appendLines(t, log, 10, 12) // the live file grows after the checkpoint
+	mv(t, log+".1", log+".2")
+	mv(t, log, log+".1")
+	appendLines(t, log, 12, 17)
+	mv(t, log+".2", log+".3")
+	mv(t, log+".1", log+".2")
+	mv(t, log, log+".1")
+	appendLines(t, log, 17, 22)
+	o2 := &out{}
+	tl2, _ := newTailer(t, dir, o2, log)
+	poll(t, tl2, 3)
+	got := o2.conns(t)
+	sameSet(t, got, want(10, 22))
+	for i, c := range got {
+		if c != int64(10+i) {
+			t.Fatalf("out of order: %v", got)
+		}
+	}
+	tl2.Close()
+}
+
+// fixedLine is a log line whose length does not depend on conn (1000 ≤ conn < 10000).
+func fixedLine(conn int) string {
+	return fmt.Sprintf(`{"msec":1763769601.%03d,"remote_addr":"10.1.2.7","connection":%d,"connection_requests":1,"request_method":"GET","status":200,"bytes_sent":100,"body_bytes_sent":50,"request_time":0.010}`+"\n",
+		conn%1000, conn)
+}
+
+func appendFixed(t *testing.T, path string, from, to int) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := from; i < to; i++ {
+		if _, err := f.WriteString(fixedLine(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// copytruncate, then more lines than before written before the next poll: the size grew and
+// the byte before the old offset is a newline again (lines of one length), so only the
+// content tells that the file was rewritten.
+func TestCopytruncateRegrownPastTheOffsetIsDetectedByContent(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "access.log")
+	appendFixed(t, log, 1000, 1100)
+	o := &out{}
+	tl, m := newTailer(t, dir, o, log)
+	poll(t, tl, 1)
+	copyFile(t, log, log+".1")
+	if err := os.Truncate(log, 0); err != nil {
+		t.Fatal(err)
+	}
+	appendFixed(t, log, 1100, 1260)
+	poll(t, tl, 1)
+	sameSet(t, o.conns(t), want(1000, 1260))
+	if v := testutil.ToFloat64(m.Rotations.WithLabelValues("rewrite")) + testutil.ToFloat64(m.Rotations.WithLabelValues("truncate")); v != 1 {
+		t.Fatalf("truncations counted: %v, want 1", v)
+	}
+}
+
+// The same across a restart: the checkpoint's fingerprint of the bytes before its offset.
+func TestCopytruncateWhileStoppedIsDetectedByContent(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "access.log")
+	appendFixed(t, log, 1000, 1100)
+	o := &out{}
+	tl, _ := newTailer(t, dir, o, log)
+	poll(t, tl, 1)
+	tl.Close()
+	if err := os.Truncate(log, 0); err != nil {
+		t.Fatal(err)
+	}
+	appendFixed(t, log, 1000, 1003) // the same first lines (same fingerprint of the head) ...
+	appendFixed(t, log, 1103, 1260) // ... then others
+	o2 := &out{}
+	tl2, m := newTailer(t, dir, o2, log)
+	poll(t, tl2, 1)
+	sameSet(t, o2.conns(t), append(want(1000, 1003), want(1103, 1260)...))
+	if v := testutil.ToFloat64(m.Rotations.WithLabelValues("rewrite")); v != 1 {
+		t.Fatalf("rewrites counted: %v, want 1", v)
+	}
+	tl2.Close()
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A closed rotated file that is written late (a slow worker) and found again at the next
+// rotation is resumed where it was closed: its new lines are read, its old ones not again.
+func TestLateWriteToAClosedRotatedFileIsResumedNotReread(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "access.log")
+	appendLines(t, log, 0, 10)
+	o := &out{}
+	tl, _ := newTailer(t, dir, o, log)
+	poll(t, tl, 1)
+	mv(t, log, log+".1")
+	appendLines(t, log, 10, 20)
+	poll(t, tl, 3) // the old file drained and closed (grace 0)
+	appendLines(t, log+".1", 20, 22)
+	mv(t, log+".1", log+".2")
+	mv(t, log, log+".1")
+	appendLines(t, log, 22, 25)
+	poll(t, tl, 3)
+	sameSet(t, o.conns(t), want(0, 25))
+	// and across a restart: the closed files are in the checkpoint
+	tl.Close()
+	appendLines(t, log+".2", 25, 26)
+	o2 := &out{}
+	tl2, _ := newTailer(t, dir, o2, log)
+	poll(t, tl2, 2)
+	sameSet(t, o2.conns(t), want(25, 26))
+	tl2.Close()
+}
+
+// The same with logrotate's dateext names; a compressed sibling and an unrelated name that
+// starts like the log are not read.
+func TestShortLivedRotatedFileWithDateextNames(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "access.log")
+	appendLines(t, log, 0, 10)
+	o := &out{}
+	tl, _ := newTailer(t, dir, o, log)
+	poll(t, tl, 1)
+	mv(t, log, log+"-20261124")
+	appendLines(t, log, 10, 15)
+	mv(t, log, log+"-20261125")
+	appendLines(t, log, 15, 20)
+	appendLines(t, log+"-20261123.gz", 900, 905)
+	appendLines(t, log+".bak", 905, 910)
+	appendLines(t, log+"-vhost2", 910, 915)
+	poll(t, tl, 3)
+	got := o.conns(t)
+	sameSet(t, got, want(0, 20))
+	for i, c := range got {
+		if c != int64(i) {
+			t.Fatalf("out of order: %v", got)
+		}
+	}
+}

@@ -212,6 +212,20 @@ func (a *Agent) Apply(raw []byte) (Outcome, status.Status) {
 	return out, s
 }
 
+// Admissible reports whether raw would pass the checks that need no kernel (size, shape,
+// signature, host, generation rule) against the applied state: the catch-up after a start
+// uses it to skip records that would be refused.
+func (a *Agent) Admissible(raw []byte) bool {
+	as, err := assignment.Parse(raw)
+	if err != nil || as.Verify(a.cfg.PublicKey) != nil || as.Host != a.cfg.Host {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return assignment.CheckGeneration(as.Generation, a.state.Generation) == nil ||
+		(as.Generation == a.state.Generation && a.reconfirm && a.state.CC == as.CC)
+}
+
 func (a *Agent) refuse(s status.Status, reason, why string) (Outcome, status.Status) {
 	a.m.Refusals.WithLabelValues(reason).Inc()
 	s.State, s.Reason = status.Refused, why
@@ -221,6 +235,9 @@ func (a *Agent) refuse(s status.Status, reason, why string) (Outcome, status.Sta
 func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 	var s status.Status
 	as, err := assignment.Parse(raw)
+	if errors.Is(err, assignment.ErrTooLarge) {
+		return a.refuse(s, "too_large", err.Error())
+	}
 	if err != nil {
 		return a.refuse(s, "malformed", err.Error())
 	}
@@ -231,7 +248,8 @@ func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 	if as.Host != a.cfg.Host {
 		return a.refuse(s, "wrong_host", fmt.Sprintf("assignment is for host %q, this agent is %q", as.Host, a.cfg.Host))
 	}
-	if !assignment.Newer(as.Generation, a.state.Generation) {
+	switch err := assignment.CheckGeneration(as.Generation, a.state.Generation); {
+	case errors.Is(err, assignment.ErrStale):
 		if as.Generation == a.state.Generation && a.reconfirm && a.state.CC == as.CC {
 			// After a restart: the state file may have been written and the status lost.
 			a.reconfirm = false
@@ -240,6 +258,10 @@ func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 		}
 		s.Reason = fmt.Sprintf("generation %d is not newer than applied generation %d", as.Generation, a.state.Generation)
 		return Stale, s
+	case err != nil:
+		// Refused, not applied: the applied generation stays, so the controller's next
+		// record (its last generation + 1) is still accepted.
+		return a.refuse(s, "generation_jump", err.Error())
 	}
 	a.reconfirm = false
 	if !assignment.KnownCC(as.CC) {

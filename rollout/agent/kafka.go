@@ -105,7 +105,7 @@ func (a *Agent) Run(ctx context.Context, kc KafkaConfig) error {
 	if err != nil {
 		return nil // ctx done
 	}
-	var newest []byte
+	var cu CatchUp
 	caughtUp := func(pos map[int32]int64) bool {
 		for p, end := range ends {
 			if pos[p] < end {
@@ -146,19 +146,48 @@ func (a *Agent) Run(ctx context.Context, kc KafkaConfig) error {
 			if live {
 				a.handle(r.Value, send)
 			} else {
-				newest = r.Value
+				cu.Add(a, r.Value)
 			}
 		})
 		if !live && caughtUp(pos) {
 			live = true
-			a.log.Info("caught up with the assignments topic", "topic", kc.AssignmentsTopic, "found", newest != nil)
-			if newest != nil {
-				a.handle(newest, send)
-				newest = nil
-			}
+			a.log.Info("caught up with the assignments topic", "topic", kc.AssignmentsTopic, "found", cu.Found())
+			cu.Finish(func(raw []byte) { a.handle(raw, send) })
 		}
 	}
 	return nil
+}
+
+// CatchUp is what the agent keeps while it reads the compacted assignments topic to its end
+// at start: the newest record for the host that passes every check that needs no kernel
+// (size, shape, signature, host, generation rule), and a newer one that does not. So a bad
+// record last on the topic cannot hide the controller's newest good one from a restarting
+// agent (it ends where a running agent would have: the good one applied, the bad one
+// refused), and intermediate generations are still never replayed.
+type CatchUp struct {
+	apply, reject []byte
+}
+
+// Add takes the next record (in offset order) keyed to the host.
+func (c *CatchUp) Add(a *Agent, raw []byte) {
+	if a.Admissible(raw) {
+		c.apply, c.reject = raw, nil
+	} else {
+		c.reject = raw
+	}
+}
+
+// Found reports whether any record was added.
+func (c *CatchUp) Found() bool { return c.apply != nil || c.reject != nil }
+
+// Finish hands the kept records to handle, oldest first, and forgets them.
+func (c *CatchUp) Finish(handle func([]byte)) {
+	for _, raw := range [][]byte{c.apply, c.reject} {
+		if raw != nil {
+			handle(raw)
+		}
+	}
+	c.apply, c.reject = nil, nil
 }
 
 func (a *Agent) handle(raw []byte, send func(status.Status)) {

@@ -23,7 +23,7 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	Assignments   *prometheus.CounterVec // result: applied, refused, error, stale, reconfirmed, other_host
-	Refusals      *prometheus.CounterVec // reason: malformed, signature, wrong_host, unknown_cc, not_available, bbr_version
+	Refusals      *prometheus.CounterVec // reason: too_large, malformed, signature, wrong_host, generation_jump, unknown_cc, not_available, bbr_version
 	Errors        *prometheus.CounterVec // op: sysctl, qdisc, state_file, netns, kafka_consume, kafka_produce, read
 	StatusSent    *prometheus.CounterVec // state: acknowledged by Kafka
 	StatusDropped *prometheus.CounterVec // reason: buffer_full, produce_failed
@@ -58,8 +58,8 @@ func NewMetrics() *Metrics {
 		Assignments: cv("assignments_total", "Assignments for this host, by result: applied, refused, error, "+
 			"stale (generation not newer than the applied one: ignored), reconfirmed (same generation "+
 			"re-reported after a restart), other_host (keyed to this host but for another: refused).", "result"),
-		Refusals: cv("refusals_total", "Refused assignments, by reason: malformed, signature (forged, tampered "+
-			"or unsigned), wrong_host, unknown_cc, not_available, bbr_version.", "reason"),
+		Refusals: cv("refusals_total", "Refused assignments, by reason: too_large, malformed, signature (forged, "+
+			"tampered or unsigned), wrong_host, generation_jump, unknown_cc, not_available, bbr_version.", "reason"),
 		Errors: cv("errors_total", "Failures, by operation: sysctl, qdisc, state_file, netns, kafka_consume, "+
 			"kafka_produce, read.", "op"),
 		StatusSent:    cv("status_sent_total", "agent_status/1 records acknowledged by Kafka, by state.", "state"),

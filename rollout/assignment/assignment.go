@@ -17,33 +17,58 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/ccab-dev/ccab/rollout/internal/strictjson"
 )
 
 // Schema is the value of the "schema" field.
 const Schema = "assignment/1"
 
+// Bounds (contracts/CONTRACTS.md, assignment/1). The controller's records are a few hundred
+// bytes with generations that grow by one per record and host, far inside them.
+const (
+	// MaxRecordBytes bounds a whole record (the Kafka value or the --once file): larger ones
+	// are refused before they are parsed.
+	MaxRecordBytes = 16 << 10
+	// MaxStringBytes bounds each string field (rollout_id, pop, host, arm).
+	MaxStringBytes = 256
+	// MaxGeneration is the largest generation (and issued_at_ms): 2^53-1, an integer every
+	// JSON reader holds exactly, and far enough below 2^63-1 that the controller's
+	// "last generation + 1" never overflows.
+	MaxGeneration = 1<<53 - 1
+	// MaxGenerationJump bounds how far ahead of the applied generation a record may be. The
+	// controller gives each new record for a host its last generation + 1, so a host is this
+	// far behind only after that many consecutive records it did not apply; without the bound
+	// one record with a huge generation would make every later record (a rollback included)
+	// "stale" and freeze the host.
+	MaxGenerationJump = 1_000_000
+)
+
 // Errors to branch on (wrapped with details).
 var (
-	ErrMalformed    = errors.New("malformed assignment")
-	ErrUnsigned     = errors.New("assignment is not signed")
-	ErrBadSignature = errors.New("signature does not verify: record forged or tampered")
+	ErrMalformed      = errors.New("malformed assignment")
+	ErrTooLarge       = errors.New("assignment record too large")
+	ErrUnsigned       = errors.New("assignment is not signed")
+	ErrBadSignature   = errors.New("signature does not verify: record forged or tampered")
+	ErrStale          = errors.New("generation not newer than the applied one")
+	ErrGenerationJump = errors.New("generation too far ahead of the applied one")
 )
 
 // Assignment is one assignment/1 record.
 type Assignment struct {
-	Schema     string  `json:"schema"`
-	RolloutID  string  `json:"rollout_id"`
-	Generation int64   `json:"generation"`
-	Pop        string  `json:"pop"`
-	Host       string  `json:"host"`
-	Arm        string  `json:"arm"`
-	CC         string  `json:"cc"`
-	Qdisc      *string `json:"qdisc"`
-	IssuedAtMs int64   `json:"issued_at_ms"`
+	Schema     string
+	RolloutID  string
+	Generation int64
+	Pop        string
+	Host       string
+	Arm        string
+	CC         string
+	Qdisc      *string // nil: leave the qdisc alone
+	IssuedAtMs int64
 	// BBRVersion is optional (not in the contract's required fields): when set ("1", "2", "3")
 	// the agent refuses unless the kernel's BBR is that version.
-	BBRVersion Version `json:"bbr_version,omitempty"`
-	Signature  string  `json:"signature"`
+	BBRVersion Version
+	Signature  string
 
 	canonical []byte
 }
@@ -51,13 +76,28 @@ type Assignment struct {
 // Canonical returns the bytes the signature covers.
 func (a *Assignment) Canonical() []byte { return a.canonical }
 
-// Parse decodes one record and checks its shape (schema, required fields, types). It does
-// not verify the signature: call Verify.
+var (
+	qdiscName  = QdiscName
+	versionStr = regexp.MustCompile(`^[0-9]{1,3}$`)
+)
+
+// required are the members every record has (qdisc may be null, no other).
+var required = []string{"schema", "rollout_id", "generation", "pop", "host", "arm", "cc", "qdisc", "issued_at_ms"}
+
+// Parse decodes one record and checks its shape: at most MaxRecordBytes, one JSON object,
+// schema, and every required field present, not null, of its type and within its bounds
+// (the error names each field that is not). It does not verify the signature: call Verify.
 func Parse(b []byte) (*Assignment, error) {
-	var a Assignment
+	if len(b) > MaxRecordBytes {
+		return nil, fmt.Errorf("%w: more than %d bytes (%d read)", ErrTooLarge, MaxRecordBytes, len(b))
+	}
+	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&a); err != nil {
+	if err := dec.Decode(&raw); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if raw == nil {
+		return nil, fmt.Errorf("%w: not a JSON object", ErrMalformed)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("%w: trailing data after the record", ErrMalformed)
@@ -66,28 +106,52 @@ func Parse(b []byte) (*Assignment, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.canonical = canon
 	var missing []string
-	var raw map[string]json.RawMessage
-	_ = json.Unmarshal(b, &raw) // already decoded above
-	for _, k := range []string{"schema", "rollout_id", "generation", "pop", "host", "arm", "cc", "qdisc", "issued_at_ms"} {
+	for _, k := range required {
 		if _, ok := raw[k]; !ok {
 			missing = append(missing, k)
 		}
 	}
-	switch {
-	case len(missing) > 0:
+	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: missing field(s) %s", ErrMalformed, strings.Join(missing, ", "))
-	case a.Schema != Schema:
-		return nil, fmt.Errorf("%w: schema %q, want %q", ErrMalformed, a.Schema, Schema)
-	case a.Host == "":
-		return nil, fmt.Errorf("%w: empty host", ErrMalformed)
-	case a.CC == "":
-		return nil, fmt.Errorf("%w: empty cc", ErrMalformed)
-	case a.Generation < 0:
-		return nil, fmt.Errorf("%w: negative generation %d", ErrMalformed, a.Generation)
 	}
-	return &a, nil
+	a := &Assignment{canonical: canon}
+	f := strictjson.Fields{Raw: raw}
+	a.Schema = f.Str("schema", 1, 64)
+	a.RolloutID = f.Str("rollout_id", 1, MaxStringBytes)
+	a.Generation = f.Int("generation", 0, MaxGeneration)
+	a.Pop = f.Str("pop", 0, MaxStringBytes)
+	a.Host = f.Str("host", 1, MaxStringBytes)
+	a.Arm = f.Str("arm", 1, MaxStringBytes)
+	a.CC = f.Str("cc", 1, 64)
+	if q, present := f.OptStr("qdisc", true); present && q != nil {
+		if !qdiscName.MatchString(*q) {
+			f.Bad("qdisc", fmt.Sprintf("%.40q is not a qdisc name ([a-z0-9_], at most 31)", *q))
+		}
+		a.Qdisc = q
+	}
+	a.IssuedAtMs = f.Int("issued_at_ms", 0, MaxGeneration)
+	if v, ok := raw["bbr_version"]; ok {
+		if err := a.BBRVersion.UnmarshalJSON(v); err != nil {
+			f.Bad("bbr_version", "want a string or an integer (1, 2 or 3)")
+		} else if a.BBRVersion != "" && !versionStr.MatchString(string(a.BBRVersion)) {
+			f.Bad("bbr_version", "want 1 to 3 digits")
+		}
+	}
+	if s, _ := f.OptStr("signature", false); s != nil {
+		if len(*s) > 128 {
+			f.Bad("signature", fmt.Sprintf("%d bytes, an Ed25519 signature in base64 is 88", len(*s)))
+		} else {
+			a.Signature = *s
+		}
+	}
+	if err := f.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if a.Schema != Schema {
+		return nil, fmt.Errorf("%w: schema %.70q, want %q", ErrMalformed, a.Schema, Schema)
+	}
+	return a, nil
 }
 
 // Verify checks the Ed25519 signature over the canonical bytes with pub.
@@ -108,8 +172,22 @@ func (a *Assignment) Verify(pub ed25519.PublicKey) error {
 	return nil
 }
 
-// Newer reports whether generation gen may be applied after lastApplied: strictly greater.
+// Newer reports whether generation gen is strictly greater than lastApplied.
 func Newer(gen, lastApplied int64) bool { return gen > lastApplied }
+
+// CheckGeneration is the generation rule: a record may be applied after applied only if its
+// generation is strictly greater (else ErrStale: ignored) and at most MaxGenerationJump
+// greater (else ErrGenerationJump: refused). Parse already bounds gen to [0, MaxGeneration].
+func CheckGeneration(gen, applied int64) error {
+	switch {
+	case gen <= applied:
+		return fmt.Errorf("%w: generation %d, applied %d", ErrStale, gen, applied)
+	case gen-applied > MaxGenerationJump:
+		return fmt.Errorf("%w: generation %d is %d ahead of the applied %d, the limit is %d",
+			ErrGenerationJump, gen, gen-applied, applied, MaxGenerationJump)
+	}
+	return nil
+}
 
 // knownCC are the congestion-control names of mainline Linux (net/ipv4/tcp_*.c) plus bbr2
 // (Google's v2alpha module). Anything else is refused as unknown before the kernel is asked.
@@ -120,6 +198,12 @@ var knownCC = map[string]bool{
 }
 
 var ccName = regexp.MustCompile(`^[a-z0-9_]{1,15}$`)
+
+// QdiscName is the shape of a qdisc kind the agent passes to tc.
+var QdiscName = regexp.MustCompile(`^[a-z0-9_]{1,31}$`)
+
+// CCName is the shape of a kernel congestion-control name (TCP_CA_NAME_MAX is 16 with the NUL).
+var CCName = ccName
 
 // KnownCC reports whether name is a congestion-control algorithm this agent knows.
 func KnownCC(name string) bool { return knownCC[name] && ccName.MatchString(name) }

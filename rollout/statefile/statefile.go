@@ -9,10 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/ccab-dev/ccab/internal/atomicfile"
+	"github.com/ccab-dev/ccab/rollout/assignment"
+	"github.com/ccab-dev/ccab/rollout/internal/strictjson"
 )
 
 // State is the last applied assignment.
@@ -30,18 +33,63 @@ type State struct {
 	PreviousCC  string  `json:"previous_cc,omitempty"`
 }
 
+// MaxBytes bounds the state file (an agent writes a few hundred bytes).
+const MaxBytes = 64 << 10
+
 // Read returns the state in path; a missing file is the zero State (generation 0) and no error.
+// The file is checked like a record: at most MaxBytes, one JSON object, rollout_id, arm and cc
+// strings (cc empty or a congestion-control name: the agent writes it back to the kernel),
+// generation an integer in [0, assignment.MaxGeneration], qdisc absent, null or a qdisc name;
+// null or another type is an error naming the field. A file that fails is an error (the agent
+// does not start) rather than a silent generation 0, or a host frozen at a huge generation:
+// fix or remove it (removing it makes the next assignment apply).
 func Read(path string) (State, error) {
 	var st State
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return st, nil
 	}
 	if err != nil {
 		return st, fmt.Errorf("read state file %s: %w", path, err)
 	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		return State{}, fmt.Errorf("state file %s: %w", path, err)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxBytes+1))
+	if err != nil {
+		return st, fmt.Errorf("read state file %s: %w", path, err)
+	}
+	raw, err := strictjson.Object(b, MaxBytes)
+	if err != nil {
+		return State{}, fmt.Errorf("state file %s: %v", path, err)
+	}
+	fs := strictjson.Fields{Raw: raw}
+	st.RolloutID = fs.Str("rollout_id", 0, assignment.MaxStringBytes)
+	st.Arm = fs.Str("arm", 0, assignment.MaxStringBytes)
+	st.CC = fs.Str("cc", 0, 64)
+	if st.CC != "" && !assignment.CCName.MatchString(st.CC) {
+		fs.Bad("cc", fmt.Sprintf("%.40q is not a congestion-control name", st.CC))
+	}
+	st.Generation = fs.Int("generation", 0, assignment.MaxGeneration)
+	if q, _ := fs.OptStr("qdisc", false); q != nil {
+		if !assignment.QdiscName.MatchString(*q) {
+			fs.Bad("qdisc", fmt.Sprintf("%.40q is not a qdisc name", *q))
+		}
+		st.Qdisc = q
+	}
+	optStr := func(name string, max int) string {
+		if v, ok := raw[name]; !ok || strictjson.Kind(v) == "null" {
+			return ""
+		}
+		return fs.Str(name, 0, max)
+	}
+	st.Pop = optStr("pop", assignment.MaxStringBytes)
+	st.Host = optStr("host", assignment.MaxStringBytes)
+	st.BBRVersion = optStr("bbr_version", 8)
+	st.PreviousCC = optStr("previous_cc", 64)
+	if v, ok := raw["applied_at_ms"]; ok && strictjson.Kind(v) != "null" {
+		st.AppliedAtMs = fs.Int("applied_at_ms", 0, assignment.MaxGeneration)
+	}
+	if err := fs.Err(); err != nil {
+		return State{}, fmt.Errorf("state file %s: %v", path, err)
 	}
 	return st, nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ccab-dev/ccab/rollout/statefile"
@@ -46,5 +47,45 @@ func TestWriteReadAtomic(t *testing.T) {
 	}
 	if _, err := statefile.Read(path); err == nil {
 		t.Error("corrupt state file read without error")
+	}
+}
+
+// The state file is read back with the same rules as a record: every field the agent and the
+// collector use present with its type (null refused, naming the field), bounded, and a
+// generation the generation rule can still follow. A bad file is an error (the agent does not
+// start) rather than a silent generation 0 or a host frozen at 2^63-1.
+func TestReadRefusesNullHugeAndWrongTypes(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	for _, tc := range []struct{ body, field string }{
+		{`{"rollout_id":"r","arm":"a","cc":"bbr","generation":null,"qdisc":null}`, "generation"},
+		{`{"rollout_id":"r","arm":"a","cc":"bbr","qdisc":null}`, "generation"},
+		{`{"rollout_id":null,"arm":"a","cc":"bbr","generation":3,"qdisc":null}`, "rollout_id"},
+		{`{"rollout_id":"r","arm":null,"cc":"bbr","generation":3,"qdisc":null}`, "arm"},
+		{`{"rollout_id":"r","arm":"a","cc":null,"generation":3,"qdisc":null}`, "cc"},
+		{`{"rollout_id":"r","arm":"a","cc":"bbr","generation":9223372036854775807,"qdisc":null}`, "generation"},
+		{`{"rollout_id":"r","arm":"a","cc":"bbr","generation":-4,"qdisc":null}`, "generation"},
+		{`{"rollout_id":"r","arm":"a","cc":"bbr","generation":"3","qdisc":null}`, "generation"},
+		{`{"rollout_id":"r","arm":"a","cc":"bbr\n; reboot","generation":3,"qdisc":null}`, "cc"},
+		{`{"rollout_id":"r","arm":"a","cc":"bbr","generation":3,"qdisc":"fq limit 1"}`, "qdisc"},
+		{`{"rollout_id":"` + strings.Repeat("r", 300) + `","arm":"a","cc":"bbr","generation":3,"qdisc":null}`, "rollout_id"},
+		{`{"rollout_id":"r","arm":"a","cc":"bbr","generation":3,"qdisc":null,"pad":"` + strings.Repeat("x", 1<<20) + `"}`, "bytes"},
+		{`null`, "object"},
+		{`[]`, "object"},
+	} {
+		if err := os.WriteFile(path, []byte(tc.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := statefile.Read(path)
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%.80s: err %v, want one naming %q", tc.body, err, tc.field)
+		}
+	}
+	// What an agent writes (and an empty state: nothing applied yet) reads back.
+	if err := os.WriteFile(path, []byte(`{"rollout_id":"","arm":"","cc":"","generation":0,"qdisc":null}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := statefile.Read(path); err != nil {
+		t.Errorf("empty state: %v", err)
 	}
 }

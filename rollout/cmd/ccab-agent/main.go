@@ -140,7 +140,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	}
 
 	if *once {
-		raw, err := os.ReadFile(*asgFile)
+		raw, err := readBounded(*asgFile, assignment.MaxRecordBytes+1) // one byte more: "too large"
 		if err != nil {
 			fmt.Fprintf(stderr, "ccab-agent: assignment file: %v\n", err)
 			return exitFailed
@@ -180,4 +180,14 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return exitFailed
 	}
 	return exitApplied
+}
+
+// readBounded reads at most max bytes of path.
+func readBounded(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, max))
 }

@@ -97,3 +97,47 @@ func TestOnceNamespace(t *testing.T) {
 	}
 	_ = fmt.Sprint()
 }
+
+// --once reads at most a bounded prefix of the file: a 20 MB record is refused as too large
+// (and a null generation as malformed), with nothing changed.
+func TestOnceRefusesHugeAndNullRecords(t *testing.T) {
+	dir := t.TempDir()
+	proc := filepath.Join(dir, "proc", "sys", "net", "ipv4")
+	if err := os.MkdirAll(proc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]string{"tcp_available_congestion_control": "reno cubic bbr", "tcp_congestion_control": "cubic"} {
+		if err := os.WriteFile(filepath.Join(proc, name), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{"CCAB_AGENT_PUBLIC_KEY": testkit.PublicKeyFile(t), "CCAB_AGENT_PROCFS": filepath.Join(dir, "proc"),
+		"CCAB_AGENT_SYSFS": filepath.Join(dir, "sys"), "CCAB_AGENT_STATE_FILE": filepath.Join(dir, "state.json"),
+		"CCAB_AGENT_HOST": "edge-once-2"}
+	big := testkit.Valid("edge-once-2", 1)
+	big["padding"] = strings.Repeat("x", 20<<20)
+	null := testkit.Valid("edge-once-2", 1)
+	null["generation"] = nil
+	for name, tc := range map[string]struct {
+		rec  []byte
+		want string
+	}{
+		"big":  {testkit.SignMap(t, big), "too large"},
+		"null": {testkit.SignMap(t, null), "generation: want an integer, got null"},
+	} {
+		p := filepath.Join(dir, name+".json")
+		if err := os.WriteFile(p, tc.rec, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, out, stderr := runCmd(t, env, "--once", "--assignment-file", p)
+		if code != exitFailed || !strings.Contains(out, `"state":"refused"`) || !strings.Contains(out, tc.want) || len(out) > 4096 {
+			t.Errorf("%s: exit %d, stdout %.300s, stderr %.300s", name, code, out, stderr)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(proc, "tcp_congestion_control")); string(b) != "cubic\n" {
+		t.Errorf("kernel changed to %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state.json")); err == nil {
+		t.Error("a state file was written")
+	}
+}

@@ -104,3 +104,31 @@ func AllowCC(t testing.TB, names ...string) {
 	}
 	t.Logf("net.ipv4.tcp_allowed_congestion_control is now %q (left so for other tests)", strings.Join(want, " "))
 }
+
+// Valid returns the fields of a valid assignment/1 record for host (generation gen), to be
+// changed by a test and signed with SignMap.
+func Valid(host string, gen int64) map[string]any {
+	return map[string]any{"schema": assignment.Schema, "rollout_id": "r1", "generation": gen, "pop": "lab1",
+		"host": host, "arm": "control", "cc": "cubic", "qdisc": nil, "issued_at_ms": 1763769600000}
+}
+
+// SignMap returns m as JSON signed with the test key: hostile records are signed too, so a
+// refusal cannot be the signature's doing.
+func SignMap(t testing.TB, m map[string]any) []byte {
+	t.Helper()
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return SignRaw(t, b)
+}
+
+// SignRaw signs the JSON object b (which may hold anything, e.g. numbers Go cannot hold).
+func SignRaw(t testing.TB, b []byte) []byte {
+	t.Helper()
+	signed, err := assignment.Sign(b, Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signed
+}
