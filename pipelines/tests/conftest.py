@@ -21,6 +21,8 @@ from typing import Callable, Iterator, Mapping
 import pytest
 from paths import REPO
 
+pytest_plugins = ["alertmanager_fixture"]  # the real Alertmanager fixtures
+
 # --- Kafka ---------------------------------------------------------------------------------------
 
 

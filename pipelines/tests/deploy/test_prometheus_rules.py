@@ -6,12 +6,11 @@ tests that fire and stay quiet, and the scrape config uses the components' defau
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from paths import REPO
 PROM = REPO / "deploy" / "prometheus"
 
 
@@ -36,7 +35,7 @@ def _exported_metrics() -> dict[str, str]:
     agent = REPO / "rollout" / "agent" / "metrics.go"
     for name in re.findall(r'\b(?:cv|g|c)\("([a-z0-9_]+)"', agent.read_text()):
         add("ccab_agent_" + name, str(agent.relative_to(REPO)))
-    loader = REPO / "pipelines" / "ccab" / "loader.py"
+    loader = REPO / "pipelines" / "ccab" / "ingest" / "loader.py"
     for kind, name in re.findall(r'\b(Counter|Gauge|Histogram)\("(ccab_[a-z0-9_]+)"', loader.read_text()):
         add(name, str(loader.relative_to(REPO)), kind == "Histogram")
     contract = PROM / "README.md"
@@ -93,7 +92,7 @@ def test_every_rule_has_a_test_that_fires_and_one_that_stays_quiet():
 def test_the_scrape_config_uses_the_components_default_ports():
     collector = re.search(r'MetricsAddr:\s+"127\.0\.0\.1:(\d+)"', (REPO / "collectors/config/config.go").read_text())
     agent = re.search(r'"metrics-addr", "127\.0\.0\.1:(\d+)"', (REPO / "rollout/cmd/ccab-agent/main.go").read_text())
-    loader = re.search(r'"--metrics-port", type=int, default=(\d+)', (REPO / "pipelines/ccab/loader.py").read_text())
+    loader = re.search(r'"--metrics-port", type=int, default=(\d+)', (REPO / "pipelines/ccab/cli/load.py").read_text())
     assert collector and agent and loader
     cfg = yaml.safe_load((PROM / "prometheus.yml").read_text())
     jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from alertmanager_fixture import alertmanager, alertmanager_factory, wait_until  # noqa: F401 (fixtures)
+from alertmanager_fixture import wait_until
 from ccab.alerting import (
     AlertmanagerError,
     create_silence,
