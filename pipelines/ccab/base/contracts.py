@@ -153,7 +153,7 @@ HTTP_REQUEST = Schema(
         arm string
         rollout_id string
         cc string
-        peer_prefix string
+        peer_prefix string?
         conn_serial uint
         conn_requests uint
         method string
@@ -166,6 +166,7 @@ HTTP_REQUEST = Schema(
         tcpinfo_snd_cwnd uint?
         tcpinfo_rcv_space uint?
         sample_rate float
+        ts_source string?
         """
     ),
 )

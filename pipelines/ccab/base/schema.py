@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ccab.base import contracts
 from ccab.base.config import REPO_ROOT
 from ccab.base.warehouse import Warehouse, split_statements
 
@@ -70,21 +71,56 @@ def applied(wh: Warehouse) -> dict[int, str]:
     return {int(v): c for v, c in rows}
 
 
+def _record(wh: Warehouse, mig: Migration) -> None:
+    # later than any earlier record of this version, even within the same second
+    wh.command(
+        "INSERT INTO schema_migrations (version, name, checksum, applied_at) "
+        "SELECT {v:UInt32}, {n:String}, {c:String}, greatest(now(), max(applied_at) + 1) "
+        "FROM schema_migrations WHERE version = {v:UInt32}",
+        params={"v": mig.version, "n": mig.name, "c": mig.checksum},
+    )
+
+
+def _drop_landing(wh: Warehouse) -> None:
+    """Drop the derived landing objects (Null tables hold no rows; the views are stateless)."""
+    for s in contracts.SCHEMAS.values():
+        wh.command(f"DROP VIEW IF EXISTS {s.landing_table}_mv")
+        wh.command(f"DROP TABLE IF EXISTS {s.landing_table}")
+        wh.command(f"DROP TABLE IF EXISTS {s.check_table}")
+
+
 def migrate(wh: Warehouse, directory: Path = MIGRATIONS_DIR, log=print) -> list[Migration]:
-    """Apply pending migrations in order; return the ones applied (empty = nothing to do)."""
+    """Apply pending migrations in order; return the ones applied (empty = nothing to do).
+
+    Numbered migrations run once each. The landing layer (``0002_landing.sql``, generated from the
+    contracts: Null-engine tables, check tables, materialized views into the raw tables) is derived
+    state: it is applied after every numbered migration, and dropped and re-created whenever the
+    file changed — so a contract change (a new field, a new record) reaches every warehouse with
+    the raw-table columns its migration added. A loader inserting meanwhile gets an error and
+    retries its batch (offsets are committed only after an insert), so nothing is lost.
+    """
     done = applied(wh)
     ran = []
+    landing = None
     for mig in discover(directory):
+        if mig.path.name == LANDING_FILE.name:
+            landing = mig
+            continue
         if mig.version in done:
             continue
         for stmt in split_statements(mig.sql):
             wh.command(stmt)
-        wh.command(
-            "INSERT INTO schema_migrations (version, name, checksum) VALUES ({v:UInt32}, {n:String}, {c:String})",
-            params={"v": mig.version, "n": mig.name, "c": mig.checksum},
-        )
+        _record(wh, mig)
         log(f"applied {mig.path.name}")
         ran.append(mig)
+    if landing is not None and done.get(landing.version) != landing.checksum:
+        if landing.version in done:
+            _drop_landing(wh)
+        for stmt in split_statements(landing.sql):
+            wh.command(stmt)
+        _record(wh, landing)
+        log(f"applied {landing.path.name}" + (" (re-created: the contracts changed)" if landing.version in done else ""))
+        ran.append(landing)
     return ran
 
 

@@ -27,6 +27,8 @@ def _cmd_status(args) -> int:
         for mig in discover():
             if mig.version not in done:
                 state, pending = "pending", pending + 1
+            elif done[mig.version] != mig.checksum and mig.path.name == LANDING_FILE.name:
+                state, pending = "pending: the contracts changed; `ccab db migrate` re-creates the landing layer", pending + 1
             elif done[mig.version] != mig.checksum:
                 state = "applied (file changed since; DDL is idempotent, add a new migration for changes)"
             else:

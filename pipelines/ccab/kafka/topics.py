@@ -39,7 +39,9 @@ TOPICS: dict[str, TopicSpec] = {
         partitions=6,
         config={"retention.ms": str(RETENTION_7_DAYS_MS), "compression.type": "producer"},
     ),
-    TOPIC_ASSIGNMENTS: TopicSpec(partitions=1, config={"cleanup.policy": "compact"}),
+    # an assignment is < 1 KiB; the broker refuses anything over 64 KiB, so no producer can park a
+    # record on the topic that the agents (16 KiB limit) would have to read past
+    TOPIC_ASSIGNMENTS: TopicSpec(partitions=1, config={"cleanup.policy": "compact", "max.message.bytes": "65536"}),
     TOPIC_AGENT_STATUS: TopicSpec(partitions=3, config={"retention.ms": str(RETENTION_7_DAYS_MS)}),
 }
 

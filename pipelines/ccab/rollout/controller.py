@@ -31,7 +31,8 @@ from ccab.base import atomicfile
 from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
 from ccab.rollout import design
 from ccab.rollout.plan import Plan, load_plan, plan_to_yaml
-from ccab.rollout.publish import Publisher, latest_assignments, read_agent_status, read_assignments
+from ccab.rollout.publish import (Publisher, latest_assignments, read_agent_status, read_assignments,
+                                  valid_generation)
 from ccab.rollout.signing import sign
 from ccab.rollout.state import HostAssignment, PublishIntent, RolloutState, StateError, Store, now_ms
 
@@ -169,13 +170,13 @@ class Controller:
         latest: dict[str, dict] = {}
         best_applied: dict[str, int] = {}
         for s in statuses:
-            h = s.get("host")
-            if h not in self.st.hosts:
-                continue
+            h, gen = s.get("host"), s.get("generation")
+            if h not in self.st.hosts or not valid_generation(gen) or gen > self.st.hosts[h].generation:
+                continue  # only generations this controller published
             if s.get("state") == "applied" and s.get("rollout_id") == rid:
-                best_applied[h] = max(best_applied.get(h, -1), int(s.get("generation", -1)))
+                best_applied[h] = max(best_applied.get(h, -1), gen)
             if s.get("state") in ("applied", "refused", "error"):
-                if h not in latest or s.get("generation", -1) >= latest[h].get("generation", -1):
+                if h not in latest or gen >= latest[h]["generation"]:
                     latest[h] = s
         hosts = self.st.hosts
         ok = sum(1 for h, v in hosts.items() if v.status == "published" and best_applied.get(h, -1) >= v.generation)
@@ -196,13 +197,18 @@ class Controller:
             raise ControllerError("no signing key (--key FILE or CCAB_ROLLOUT_KEY)")
         return sign(rec, self.key)
 
+    def _topic_latest(self, records: list[dict]) -> dict[str, dict]:
+        """host -> the newest record on the topic that an agent would accept from this controller."""
+        public = self.key.public_key() if self.key is not None else None
+        return latest_assignments(records, public, {h: v.generation for h, v in self.st.hosts.items()})
+
     def reconcile(self, topic_records: list[dict] | None = None) -> list[str]:
         """Finish a publish that a crash interrupted: records already on the topic are marked
         published; the others are produced again byte for byte. Returns the hosts re-sent."""
         intent = self.st.intent
         if intent is None:
             return []
-        latest = latest_assignments(topic_records if topic_records is not None else self.bus.assignments())
+        latest = self._topic_latest(topic_records if topic_records is not None else self.bus.assignments())
         resend, already = [], []
         for h in intent.hosts:
             v = self.st.hosts[h]
@@ -254,7 +260,7 @@ class Controller:
         """Publish what the plan wants now, batch by batch within the blast radius, waiting up to
         ``wait_applied_s`` for each batch to be applied before the next."""
         deadline = time.monotonic() + wait_applied_s
-        topic_latest = latest_assignments(self.bus.assignments())
+        topic_latest = self._topic_latest(self.bus.assignments())
         while True:
             now, deferred = design.plan_changes(self.plan, self.current_arms(), self.target())
             safe = [c for c in now if c.after == self.plan.control_arm]

@@ -14,6 +14,7 @@ import json
 from typing import Callable, Iterable
 
 from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
+from ccab.rollout.signing import verify
 
 
 class KafkaUnavailable(RuntimeError):
@@ -137,12 +138,35 @@ def read_assignments(bootstrap: str, topic: str = TOPIC_ASSIGNMENTS, timeout_s: 
     return out
 
 
-def latest_assignments(records: list[dict]) -> dict[str, dict]:
-    """host -> the record with the highest generation."""
+#: the agents' generation rule (contracts/CONTRACTS.md, assignment/1): generations are integers in
+#: [0, 2^53 - 1] and an agent refuses a record more than MAX_GENERATION_JUMP ahead of what it applied
+MAX_GENERATION = 2**53 - 1
+MAX_GENERATION_JUMP = 1_000_000
+
+
+def valid_generation(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_GENERATION
+
+
+def latest_assignments(records: list[dict], key=None, known: dict[str, int] | None = None) -> dict[str, dict]:
+    """host -> the record with the highest generation that the agents would accept.
+
+    A record counts only with an integer generation in range, a valid signature when ``key`` (the
+    controller's public key) is given, and — for hosts in ``known`` (host -> the generation the
+    controller last sent) — at most MAX_GENERATION_JUMP ahead of it. So a forged, null or huge
+    generation on the topic never drags the controller's next generation (a rollback included)
+    to where every agent would refuse it."""
+    known = known or {}
     latest: dict[str, dict] = {}
     for r in records:
-        h = r.get("host")
-        if isinstance(h, str) and (h not in latest or r.get("generation", -1) >= latest[h].get("generation", -1)):
+        h, gen = r.get("host"), r.get("generation")
+        if not isinstance(h, str) or not valid_generation(gen):
+            continue
+        if h in known and gen > known[h] + MAX_GENERATION_JUMP:
+            continue
+        if key is not None and verify(r, key) is not None:
+            continue
+        if h not in latest or gen >= latest[h]["generation"]:
             latest[h] = r
     return latest
 

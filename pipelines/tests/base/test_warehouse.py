@@ -80,3 +80,15 @@ def test_goodput_alias_is_null_for_a_zero_request_time(warehouse):
         "(1, 'p', 'h', 'k', 'a', 'r', 'cubic', '192.0.2.0/24', 1, 1, 'GET', 200, 10, 10, 0, 1, 't', 0, 0), "
         "(2, 'p', 'h', 'k', 'a', 'r', 'cubic', '192.0.2.0/24', 1, 1, 'GET', 200, 10, 1000, 1, 1, 't', 0, 1)")
     assert warehouse.query("SELECT goodput_bps FROM http_requests ORDER BY ts_ms").rows == [(None,), (8_000_000,)]
+
+
+def test_a_contract_change_re_creates_the_landing_layer(warehouse):
+    """The landing layer is derived from the contracts: when 0002_landing.sql changes, migrate drops
+    and re-creates it (after the numbered migrations), and records land with the new fields."""
+    migrate.migrate(warehouse, log=lambda _m: None)
+    warehouse.command("INSERT INTO schema_migrations (version, name, checksum, applied_at) "
+                      "VALUES (2, 'landing', 'an-older-contract', now() + 60)")
+    assert [m.version for m in migrate.migrate(warehouse, log=lambda _m: None)] == [2]
+    assert migrate.migrate(warehouse, log=lambda _m: None) == []
+    columns = {r[0] for r in warehouse.query("SELECT name FROM system.columns WHERE table = 'http_requests_landing'").rows}
+    assert {"peer_prefix", "ts_source"} <= columns

@@ -170,3 +170,28 @@ def test_started_rollout_refuses_a_changed_plan(tmp_path):
     other = plan_from_dict(base_plan(design={"seed": 99}))
     with pytest.raises(ControllerError, match="plan changed"):
         _ctl(tmp_path, other, bus, [], []).step()
+
+
+def test_hostile_records_on_the_topic_never_lock_a_host_out_of_rollbacks(tmp_path):
+    """A forged record with a huge generation, a null generation and a signed jump beyond the
+    agents' ceiling sit on the assignments topic: the controller's next record for that host (a
+    rollback) still gets the next generation the agent accepts, and statuses with a null or
+    unknown generation change nothing."""
+    from ccab.rollout.publish import MAX_GENERATION_JUMP
+
+    plan = load_plan(PLAN)
+    bus, actions = MemoryBus(), []
+    ctl = _ctl(tmp_path, plan, bus, [], actions)
+    ctl.start()
+    bus.apply_all()
+    host = next(h for h, v in ctl.state.hosts.items() if v.arm != "control")
+    gen = ctl.state.hosts[host].generation
+    forged = dict(ctl.state.hosts[host].record, generation=2**63 - 1, signature="AAAA")
+    too_far = sign(dict(ctl.state.hosts[host].record, generation=gen + MAX_GENERATION_JUMP + 1),
+                   load_private_key(VECTORS / "test_ed25519_seed.hex"))
+    bus.records += [forged, dict(forged, generation=None), too_far]
+    bus.statuses += [{"schema": "agent_status/1", "host": host, "state": "applied", "generation": None,
+                      "rollout_id": plan.rollout_id}]
+    res = ctl.rollback("operator test: hostile topic")
+    mine = [r for r in res.published if r["host"] == host]
+    assert [r["generation"] for r in mine] == [gen + 1] and mine[0]["arm"] == plan.control_arm
