@@ -134,6 +134,73 @@ TCP_SAMPLE = Schema(
         bbr_min_rtt_us uint?
         bbr_pacing_gain float?
         bbr_cwnd_gain float?
+        total_rto uint?
+        total_rto_recoveries uint?
+        total_rto_time_ms uint?
+        sample_rate float
+        """
+    ),
+)
+
+TCP_CONN = Schema(
+    name="tcp_conn/1",
+    topic="ccab.tcp_conn.v1",
+    table="tcp_conns",
+    fields=_f(
+        """
+        schema string
+        ts_ms int
+        pop string
+        host string
+        kernel string
+        arm string
+        rollout_id string
+        cc string
+        cc_version int?
+        cc_source string
+        sock_id string
+        peer_prefix string
+        local_port uint
+        duration_ms uint?
+        seen_duration_ms uint?
+        rtt_us uint?
+        rttvar_us uint?
+        min_rtt_us uint?
+        rto_ms uint?
+        mss uint?
+        cwnd uint?
+        ssthresh uint?
+        unacked uint?
+        sacked uint?
+        lost uint?
+        retrans_out uint?
+        total_retrans uint?
+        reordering uint?
+        bytes_sent uint?
+        bytes_acked uint?
+        bytes_retrans uint?
+        bytes_received uint?
+        segs_out uint?
+        segs_in uint?
+        data_segs_out uint?
+        data_segs_in uint?
+        delivery_rate_bps uint?
+        pacing_rate_bps uint?
+        delivered uint?
+        delivered_ce uint?
+        app_limited bool?
+        busy_ms uint?
+        rwnd_limited_ms uint?
+        sndbuf_limited_ms uint?
+        notsent_bytes uint?
+        snd_wnd uint?
+        rcv_space uint?
+        dsack_dups uint?
+        reord_seen uint?
+        rcv_ooopack uint?
+        total_rto uint?
+        total_rto_recoveries uint?
+        total_rto_time_ms uint?
         sample_rate float
         """
     ),
@@ -214,11 +281,12 @@ AGENT_STATUS = Schema(
     ),
 )
 
-SCHEMAS: dict[str, Schema] = {s.name: s for s in (TCP_SAMPLE, HTTP_REQUEST, ASSIGNMENT, AGENT_STATUS)}
+SCHEMAS: dict[str, Schema] = {s.name: s for s in (TCP_SAMPLE, TCP_CONN, HTTP_REQUEST, ASSIGNMENT, AGENT_STATUS)}
 SCHEMA_BY_TOPIC: dict[str, Schema] = {s.topic: s for s in SCHEMAS.values()}
 
 # The Kafka topic of each record (how they are created: ccab.kafka.topics.TOPICS).
 TOPIC_TCP = TCP_SAMPLE.topic
+TOPIC_TCP_CONN = TCP_CONN.topic
 TOPIC_HTTP = HTTP_REQUEST.topic
 TOPIC_ASSIGNMENTS = ASSIGNMENT.topic
 TOPIC_AGENT_STATUS = AGENT_STATUS.topic

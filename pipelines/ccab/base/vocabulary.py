@@ -65,7 +65,8 @@ METRICS: tuple[Metric, ...] = (
            label="retransmitted bytes"),
     Metric("inflight_bytes", "connection", "KiB", 1024,
            "bytes in flight (Send-Q - notsent), the mean over the connection's samples in the hour "
-           "that had data in flight (0 if none had): a gauge, 0 at most last samples",
+           "that had data in flight; missing when no sample saw it busy (a gauge, 0 once a transfer "
+           "is done: never polled while busy is not 'nothing in flight')",
            label="bytes in flight (busy samples, per connection)"),
     Metric("rtt_us", "connection", "ms", 1000, "smoothed RTT (srtt) at the last sample",
            label="smoothed RTT"),
@@ -86,6 +87,10 @@ METRICS: tuple[Metric, ...] = (
            "share of busy time limited by the send buffer: 100 x sndbuf_limited_ms / busy_ms",
            ratio=("sndbuf_limited_ms", "busy_ms"), ratio_scale=100,
            label="send-buffer-limited busy time"),
+    Metric("rto_count", "connection", "RTOs", 1,
+           "retransmission timeouts of the connection (tcpi_total_rto, kernel >= 6.7; missing on older "
+           "kernels and from ss text): the tail that hurts users most",
+           label="RTO timeouts per connection"),
     Metric("inflight_bytes_per_sample", "sample", "KiB", 1024,
            "bytes in flight in every tcp sample (snapshot-weighted: long flows weigh more)",
            label="bytes in flight (per sample)"),
@@ -126,6 +131,7 @@ HIGHER_IS_WORSE: dict[str, bool] = {
     "min_rtt_us": True,
     "rwnd_limited_pct": True,
     "sndbuf_limited_pct": True,
+    "rto_count": True,
     "delivery_rate_bps": False,
     "goodput_bps": False,
 }

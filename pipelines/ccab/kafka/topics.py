@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS, TOPIC_HTTP, TOPIC_TCP
+from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS, TOPIC_HTTP, TOPIC_TCP, TOPIC_TCP_CONN
 
-__all__ = ["TopicSpec", "TOPICS", "TOPIC_TCP", "TOPIC_HTTP", "TOPIC_ASSIGNMENTS", "TOPIC_AGENT_STATUS",
+__all__ = ["TopicSpec", "TOPICS", "TOPIC_TCP", "TOPIC_TCP_CONN", "TOPIC_HTTP", "TOPIC_ASSIGNMENTS", "TOPIC_AGENT_STATUS",
            "KafkaLocalError", "ensure_topics", "topic_partitions", "admin_client"]
 
 # --- topics --------------------------------------------------------------------------------------
@@ -32,6 +32,10 @@ class TopicSpec:
 # keeps their batches as they are. Assignments are compacted: the latest record per host wins.
 TOPICS: dict[str, TopicSpec] = {
     TOPIC_TCP: TopicSpec(
+        partitions=6,
+        config={"retention.ms": str(RETENTION_7_DAYS_MS), "compression.type": "producer"},
+    ),
+    TOPIC_TCP_CONN: TopicSpec(
         partitions=6,
         config={"retention.ms": str(RETENTION_7_DAYS_MS), "compression.type": "producer"},
     ),

@@ -1,12 +1,14 @@
 -- connection_metrics: per-connection metrics of one hour, summarised (-> cohort_hourly_stage).
 -- Grain: one row per hour x cohort (pop, rollout_id, arm, kernel, cc, cc_version, host) x segment
--- x metric. Source grain: one value per connection (cohort_connections_stage: its last sample).
+-- x metric. Source grain: one value per connection (cohort_connections_stage: its close record, or
+-- its last sample when no close record covers it).
 -- Segments: 'all', the prefix's RTT class ('rtt:...'), and 'bulk' (bytes_acked >= bulk filter).
 -- Metrics (units in the names): retrans_pct (100 x bytes_retrans / bytes_sent), inflight_bytes
 -- (Send-Q - notsent, mean over busy samples), rtt_us (srtt), min_rtt_us (the kernel's generic
 -- tcpi_min_rtt, every cc), bbr_min_rtt_us (BBR's own mrtt, BBR sockets only: never compare it
 -- with min_rtt_us), delivery_rate_bps, rwnd_limited_pct and sndbuf_limited_pct
--- (100 x *_limited_ms / busy_ms).
+-- (100 x *_limited_ms / busy_ms), rto_count (RTO timeouts of the connection, tcpi_total_rto,
+-- kernel >= 6.7; missing elsewhere).
 -- Bins: floor(log2(value) * 128) for value > 0; zeros only in n_zero (see 0003_cohort_rollups.sql).
 -- How: one aggregation at the finest split (cohort x metric x RTT class x bulk), then the
 -- segments are merged from it with GROUPING SETS (exact: every column is a sum or a sumMap).
@@ -33,7 +35,8 @@ metric_values AS (
         ('bbr_min_rtt_us',     CAST(bbr_min_rtt_us     AS Nullable(Float64)), 0., 0.),
         ('delivery_rate_bps',  CAST(delivery_rate_bps  AS Nullable(Float64)), 0., 0.),
         ('rwnd_limited_pct',   CAST(rwnd_limited_pct   AS Nullable(Float64)), toFloat64(rwnd_limited_ms),   toFloat64(busy_ms)),
-        ('sndbuf_limited_pct', CAST(sndbuf_limited_pct AS Nullable(Float64)), toFloat64(sndbuf_limited_ms), toFloat64(busy_ms))
+        ('sndbuf_limited_pct', CAST(sndbuf_limited_pct AS Nullable(Float64)), toFloat64(sndbuf_limited_ms), toFloat64(busy_ms)),
+        ('rto_count',          CAST(rto_count          AS Nullable(Float64)), 0., 0.)
     ] AS m
 ),
 classified AS (
