@@ -86,7 +86,9 @@ func TestNetlinkAgreesWithSS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer smp.Close()
-	key := anon.SockKey{Salt: cfg.Salt, BootID: cfg.BootID}
+	// sock_id is keyed by the namespace (the sender's, where ss runs): ss text gets the
+	// same id when told which namespace it came from.
+	key := anon.SockKey{Salt: cfg.Salt, BootID: cfg.BootID, Netns: smp.NetnsInodes()[0]}
 	meta := record.Meta{Pop: "lab", Host: "snd", Kernel: "test"}
 	// 3 s of bulk transfer, up to 3 s more until some socket has retransmitted. (Drops in
 	// the sender's own tbf are local congestion for TCP — the segment never left, cwnd is
@@ -110,7 +112,8 @@ func TestNetlinkAgreesWithSS(t *testing.T) {
 	for _, c := range conns {
 		l, p := c.LocalAddr().(*net.TCPAddr).AddrPort(), c.RemoteAddr().(*net.TCPAddr).AddrPort()
 		senders[key.SockID(l, p)] = true
-		receiverOf[key.SockID(l, p)] = key.SockID(p, l)
+		rkey := anon.SockKey{Salt: cfg.Salt, BootID: cfg.BootID, Netns: smp.NetnsInodes()[1]}
+		receiverOf[key.SockID(l, p)] = rkey.SockID(p, l)
 	}
 	tick := func(now time.Time) map[string]record.TCPSample {
 		recs, st, err := smp.Tick(ctx, meta, now)
