@@ -1,0 +1,389 @@
+// Package closecap captures every TCP connection once, when the kernel destroys its
+// socket, and turns it into a tcp_conn/1 record with the connection's final counters.
+//
+// It listens to the sock_diag destroy broadcasts (SKNLGRP_INET_TCP_DESTROY and
+// SKNLGRP_INET6_TCP_DESTROY, what `ss -E` shows) of every configured network namespace.
+// On Linux 6.18 an event carries the inet_diag_msg header (addresses, ports, socket
+// cookie; state CLOSE; no uid/inode), INET_DIAG_PROTOCOL and the whole struct tcp_info
+// (280 bytes) — but no INET_DIAG_CONG and no BBRINFO. So cc comes from the poller's
+// sighting of the same socket (Book), else from the namespace's default
+// net.ipv4.tcp_congestion_control at close time; cc_source says which.
+//
+// Sampling is the poller's (sampler.Selection: the same salted 4-tuple hash and rate), so
+// a connection is in both paths or in neither, and sock_id is the poller's (keyed by the
+// namespace inode), so the two paths name one connection alike.
+package closecap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ccab-dev/ccab/collectors/anon"
+	"github.com/ccab-dev/ccab/collectors/internal/netns"
+	"github.com/ccab-dev/ccab/collectors/netlink"
+	"github.com/ccab-dev/ccab/collectors/record"
+	"github.com/ccab-dev/ccab/collectors/sampler"
+)
+
+// Defaults.
+const (
+	DefaultFlushInterval = 100 * time.Millisecond
+	DefaultMaxBatch      = 1024
+	DefaultCCRefresh     = time.Second
+	DefaultBookMaxAge    = time.Minute
+)
+
+// Config configures a Capture. Zero values mean the defaults.
+type Config struct {
+	SampleRate float64  // in (0, 1]; default 1; the poller's
+	Salt       string   // the poller's salt: keys the sampling hash and sock_id
+	BootID     string   // keys sock_id; default: /proc/sys/kernel/random/boot_id
+	LocalPorts []uint16 // only sockets with one of these local ports (also filtered in the kernel)
+	Namespaces []string // netns names or paths; "" or empty: the process's own
+
+	RcvBuf   int  // receive buffer per namespace; default netlink.DefaultDestroyRcvBuf
+	NoFilter bool // do not attach the in-kernel classic BPF filter
+
+	Book          *Book         // the poller's sightings (cc, first seen); nil: none
+	BookMaxAge    time.Duration // sweep Book entries not seen for this long; default 1 min
+	CCRefresh     time.Duration // how often namespace default cc is re-read; default 1 s
+	FlushInterval time.Duration // a batch is emitted at least this often when not empty; default 100 ms
+	MaxBatch      int           // records per emitted batch at most; default 1024
+	ProcSys       string        // default "/proc/sys"
+
+	// ipv4Only joins the IPv4 group only (tests).
+	ipv4Only bool
+}
+
+// Stats are cumulative counters, safe to read at any time.
+type Stats struct {
+	Events       atomic.Uint64 // destroy events received (after the in-kernel filter)
+	Filtered     atomic.Uint64 // events dropped in user space: no peer, local port
+	Sampled      atomic.Uint64 // events in the sample (the hash)
+	Emitted      atomic.Uint64 // records handed to emit
+	Dropped      atomic.Uint64 // events the kernel dropped (receive buffer full; SK_MEMINFO_DROPS)
+	Overruns     atomic.Uint64 // ENOBUFS errors reported on the sockets
+	DecodeErrors atomic.Uint64 // events that could not be decoded (or had no tcp_info)
+	CCSocket     atomic.Uint64 // records whose cc came from the poller's sighting
+	CCDefault    atomic.Uint64 // records whose cc is the namespace default
+	CCUnknown    atomic.Uint64 // records without cc
+}
+
+// Capture listens to destroy events. Run once.
+type Capture struct {
+	cfg    Config
+	sel    sampler.Selection
+	spaces []*space
+	Stats  Stats
+}
+
+type space struct {
+	name     string
+	conn     *netlink.DestroyConn
+	key      *anon.SockHasher
+	inode    uint64
+	ccDef    atomic.Value // string: the namespace's default cc
+	ccDefErr atomic.Value // string: why it could not be read
+}
+
+// New opens a destroy listener in every namespace. It needs CAP_NET_ADMIN there (and
+// CAP_SYS_ADMIN to enter another namespace); the error then wraps os.ErrPermission.
+func New(cfg Config) (*Capture, error) {
+	if cfg.SampleRate == 0 {
+		cfg.SampleRate = 1
+	}
+	if !(cfg.SampleRate > 0 && cfg.SampleRate <= 1) {
+		return nil, fmt.Errorf("closecap: sample rate %v is not in (0, 1]", cfg.SampleRate)
+	}
+	if cfg.BootID == "" {
+		if b, err := os.ReadFile(sampler.BootIDPath); err == nil {
+			cfg.BootID = strings.TrimSpace(string(b))
+		}
+	}
+	if cfg.BookMaxAge <= 0 {
+		cfg.BookMaxAge = DefaultBookMaxAge
+	}
+	if cfg.CCRefresh <= 0 {
+		cfg.CCRefresh = DefaultCCRefresh
+	}
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = DefaultFlushInterval
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.ProcSys == "" {
+		cfg.ProcSys = "/proc/sys"
+	}
+	c := &Capture{cfg: cfg, sel: sampler.NewSelection(cfg.Salt, cfg.SampleRate)}
+	names := cfg.Namespaces
+	if len(names) == 0 {
+		names = []string{""}
+	}
+	base := anon.SockKey{Salt: cfg.Salt, BootID: cfg.BootID}.Hasher()
+	for _, name := range names {
+		dc, err := netlink.OpenDestroy(netns.Path(name), netlink.DestroyConfig{
+			RcvBuf: cfg.RcvBuf, LocalPorts: cfg.LocalPorts, NoFilter: cfg.NoFilter, IPv4Only: cfg.ipv4Only})
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("closecap: namespace %s: %w", label(name), err)
+		}
+		sp := &space{name: name, conn: dc, inode: dc.NetnsInode(), key: base.WithNetns(dc.NetnsInode())}
+		sp.ccDef.Store("")
+		sp.ccDefErr.Store("")
+		c.spaces = append(c.spaces, sp)
+		c.refreshCC(sp)
+	}
+	return c, nil
+}
+
+func label(name string) string {
+	if name == "" {
+		return "(own)"
+	}
+	return name
+}
+
+// Close releases the sockets. Run closes them itself when it returns.
+func (c *Capture) Close() error {
+	var errs []error
+	for _, sp := range c.spaces {
+		errs = append(errs, sp.conn.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// NetnsInodes returns the inode of each namespace, in configuration order.
+func (c *Capture) NetnsInodes() []uint64 {
+	out := make([]uint64, len(c.spaces))
+	for i, sp := range c.spaces {
+		out[i] = sp.inode
+	}
+	return out
+}
+
+// RcvBuf returns the first listener's effective receive buffer and whether it was forced.
+func (c *Capture) RcvBuf() (int, bool) { return c.spaces[0].conn.RcvBuf() }
+
+// SetRcvBuf changes every listener's receive buffer (tests shrink it).
+func (c *Capture) SetRcvBuf(n int) error {
+	for _, sp := range c.spaces {
+		if err := sp.conn.SetRcvBuf(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// refreshCC reads the namespace's net.ipv4.tcp_congestion_control (net sysctls are those
+// of the reading thread's namespace).
+func (c *Capture) refreshCC(sp *space) {
+	var v []byte
+	err := netns.Do(netns.Path(sp.name), func() error {
+		var err error
+		v, err = os.ReadFile(c.cfg.ProcSys + "/net/ipv4/tcp_congestion_control")
+		return err
+	})
+	if err != nil {
+		sp.ccDefErr.Store(err.Error())
+		return
+	}
+	sp.ccDef.Store(strings.TrimSpace(string(v)))
+}
+
+// Run listens until ctx is done and hands records to emit in batches (at most MaxBatch,
+// at least every FlushInterval when there is something), from one goroutine. meta is
+// called once per batch (nil: empty host fields); its SampleRate is ignored: records carry
+// the configured rate. The sockets are closed when Run returns.
+func (c *Capture) Run(ctx context.Context, meta func() record.Meta, emit func([]record.TCPConn)) error {
+	defer c.Close()
+	ch := make(chan record.TCPConn, 4*c.cfg.MaxBatch)
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	errc := make(chan error, len(c.spaces))
+	for _, sp := range c.spaces {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.read(rctx, sp, ch); err != nil {
+				errc <- fmt.Errorf("closecap: namespace %s: %w", label(sp.name), err)
+				stop()
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(ch) }()
+
+	flush := time.NewTicker(c.cfg.FlushInterval)
+	defer flush.Stop()
+	refresh := time.NewTicker(c.cfg.CCRefresh)
+	defer refresh.Stop()
+	var batch []record.TCPConn
+	out := func() {
+		if len(batch) == 0 {
+			return
+		}
+		var m record.Meta
+		if meta != nil {
+			m = meta()
+		}
+		m.SampleRate = c.cfg.SampleRate
+		for i := range batch {
+			m.StampConn(&batch[i])
+		}
+		c.Stats.Emitted.Add(uint64(len(batch)))
+		if emit != nil {
+			emit(batch)
+		}
+		batch = nil
+	}
+	for {
+		select {
+		case r, ok := <-ch:
+			if !ok {
+				out()
+				select {
+				case err := <-errc:
+					return err
+				default:
+				}
+				return ctx.Err()
+			}
+			batch = append(batch, r)
+			if len(batch) >= c.cfg.MaxBatch {
+				out()
+			}
+		case <-flush.C:
+			out()
+		case <-refresh.C:
+			for _, sp := range c.spaces {
+				c.refreshCC(sp)
+			}
+			if c.cfg.Book != nil {
+				c.cfg.Book.Sweep(time.Now().Add(-c.cfg.BookMaxAge).UnixMilli())
+			}
+		}
+	}
+}
+
+// dropsEvery is how often a reader reads the kernel's drop counter without an ENOBUFS.
+const dropsEvery = time.Second
+
+// read receives one namespace's events until ctx is done.
+func (c *Capture) read(ctx context.Context, sp *space, ch chan<- record.TCPConn) error {
+	lastDrops := time.Now()
+	countDrops := func() {
+		lastDrops = time.Now()
+		if d, err := sp.conn.Drops(); err == nil {
+			c.Stats.Dropped.Add(d)
+		}
+	}
+	defer countDrops()
+	for ctx.Err() == nil {
+		_, err := sp.conn.Recv(func(msg []byte) {
+			if r, ok := c.event(sp, msg); ok {
+				select {
+				case ch <- r:
+				case <-ctx.Done():
+				}
+			}
+		})
+		switch {
+		case errors.Is(err, netlink.ErrOverrun):
+			c.Stats.Overruns.Add(1)
+			countDrops()
+		case err != nil:
+			var de *netlink.DecodeError
+			if errors.As(err, &de) {
+				c.Stats.DecodeErrors.Add(1)
+				continue
+			}
+			return err
+		}
+		if time.Since(lastDrops) >= dropsEvery {
+			countDrops()
+		}
+	}
+	return nil
+}
+
+// event turns one destroy message into a record, or says why not (counted).
+func (c *Capture) event(sp *space, msg []byte) (record.TCPConn, bool) {
+	now := time.Now().UnixMilli()
+	c.Stats.Events.Add(1)
+	h, err := netlink.DecodeHeader(msg)
+	if err != nil {
+		c.Stats.DecodeErrors.Add(1)
+		return record.TCPConn{}, false
+	}
+	if h.Peer.Port() == 0 || !c.portOK(h.Local.Port()) {
+		c.Stats.Filtered.Add(1)
+		return record.TCPConn{}, false
+	}
+	if !c.sel.Keep(h.Local, h.Peer) {
+		return record.TCPConn{}, false
+	}
+	c.Stats.Sampled.Add(1)
+	s, err := netlink.Decode(msg)
+	if err != nil {
+		c.Stats.DecodeErrors.Add(1)
+		return record.TCPConn{}, false
+	}
+	r, ok := s.ConnRecord()
+	if !ok {
+		c.Stats.DecodeErrors.Add(1)
+		return record.TCPConn{}, false
+	}
+	r.TsMs = now
+	r.SockID = sp.key.SockID(h.Local, h.Peer)
+	r.PeerPrefix = anon.PeerPrefix(h.Peer.Addr())
+	var e bookEntry
+	var seen bool
+	if c.cfg.Book != nil {
+		e, seen = c.cfg.Book.take(sp.inode, h.Cookie)
+	}
+	switch {
+	case r.CC != "": // the event carried INET_DIAG_CONG (not on 6.18; a later kernel might)
+		r.CCSource = record.CCSourceSocket
+		c.Stats.CCSocket.Add(1)
+	case seen:
+		r.CC, r.CCSource = e.cc, record.CCSourceSocket
+		if e.ccVersion != 0 {
+			r.CCVersion = record.Int(e.ccVersion)
+		}
+		c.Stats.CCSocket.Add(1)
+	default:
+		if d, _ := sp.ccDef.Load().(string); d != "" {
+			r.CC, r.CCSource = d, record.CCSourceNetnsDefault
+			if d == "bbr2" {
+				r.CCVersion = record.Int(2)
+			}
+			c.Stats.CCDefault.Add(1)
+		} else {
+			r.CCSource = record.CCSourceUnknown
+			c.Stats.CCUnknown.Add(1)
+		}
+	}
+	if seen && e.firstMs > 0 && now >= e.firstMs {
+		r.SeenDurationMs = record.Int(now - e.firstMs)
+	}
+	return r, true
+}
+
+func (c *Capture) portOK(p uint16) bool {
+	if len(c.cfg.LocalPorts) == 0 {
+		return true
+	}
+	for _, q := range c.cfg.LocalPorts {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
