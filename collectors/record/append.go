@@ -124,13 +124,13 @@ func AppendTCP(dst []byte, s *TCPSample) ([]byte, error) {
 	if b, err = appendOptFloat(append(b, `,"bbr_cwnd_gain":`...), s.BBRCwndGain, "bbr_cwnd_gain"); err != nil {
 		return dst, err
 	}
+	b = appendOptInt(append(b, `,"total_rto":`...), s.TotalRTO)
+	b = appendOptInt(append(b, `,"total_rto_recoveries":`...), s.TotalRTORecoveries)
+	b = appendOptInt(append(b, `,"total_rto_time_ms":`...), s.TotalRTOTimeMs)
 	b = append(b, `,"sample_rate":`...)
 	if b, err = appendFloatField(b, float64(s.SampleRate), "sample_rate"); err != nil {
 		return dst, err
 	}
-	b = appendOptInt(append(b, `,"total_rto":`...), s.TotalRTO)
-	b = appendOptInt(append(b, `,"total_rto_recoveries":`...), s.TotalRTORecoveries)
-	b = appendOptInt(append(b, `,"total_rto_time_ms":`...), s.TotalRTOTimeMs)
 	return append(b, '}'), nil
 }
 

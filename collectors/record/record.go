@@ -84,14 +84,14 @@ type TCPSample struct {
 	BBRPacingGain *Float `json:"bbr_pacing_gain"`
 	BBRCwndGain   *Float `json:"bbr_cwnd_gain"`
 
-	SampleRate Float `json:"sample_rate"`
-
 	// Optional fields added after tcp_sample/1 was first published (CONTRACTS.md allows new
 	// optional fields): null when the kernel's struct tcp_info is too short (< 6.7) or the
 	// source cannot tell (ss never prints them).
 	TotalRTO           *int64 `json:"total_rto"`
 	TotalRTORecoveries *int64 `json:"total_rto_recoveries"`
 	TotalRTOTimeMs     *int64 `json:"total_rto_time_ms"`
+
+	SampleRate Float `json:"sample_rate"`
 }
 
 // TCPConn is one TCP connection at its end (tcp_conn/1): the final counters the kernel

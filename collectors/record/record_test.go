@@ -42,8 +42,8 @@ func TestKeyOrder(t *testing.T) {
 		"reordering bytes_sent bytes_acked bytes_retrans bytes_received segs_out segs_in data_segs_out " +
 		"data_segs_in delivery_rate_bps pacing_rate_bps delivered app_limited busy_ms rwnd_limited_ms " +
 		"sndbuf_limited_ms notsent_bytes send_q_bytes recv_q_bytes snd_wnd rcv_space lastsnd_ms lastrcv_ms " +
-		"lastack_ms bbr_bw_bps bbr_min_rtt_us bbr_pacing_gain bbr_cwnd_gain sample_rate " +
-		"total_rto total_rto_recoveries total_rto_time_ms"
+		"lastack_ms bbr_bw_bps bbr_min_rtt_us bbr_pacing_gain bbr_cwnd_gain " +
+		"total_rto total_rto_recoveries total_rto_time_ms sample_rate"
 	conn := "schema ts_ms pop host kernel arm rollout_id cc cc_version cc_source sock_id peer_prefix local_port " +
 		"duration_ms seen_duration_ms rtt_us rttvar_us min_rtt_us rto_ms mss cwnd ssthresh unacked sacked lost " +
 		"retrans_out total_retrans reordering bytes_sent bytes_acked bytes_retrans bytes_received segs_out " +
