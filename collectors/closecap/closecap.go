@@ -287,7 +287,7 @@ func (c *Capture) read(ctx context.Context, sp *space, ch chan<- record.TCPConn)
 	defer countDrops()
 	for ctx.Err() == nil {
 		_, err := sp.conn.Recv(func(msg []byte) {
-			if r, ok := c.event(sp, msg); ok {
+			if r, ok := c.event(sp, msg, time.Now().UnixMilli()); ok {
 				select {
 				case ch <- r:
 				case <-ctx.Done():
@@ -313,9 +313,9 @@ func (c *Capture) read(ctx context.Context, sp *space, ch chan<- record.TCPConn)
 	return nil
 }
 
-// event turns one destroy message into a record, or says why not (counted).
-func (c *Capture) event(sp *space, msg []byte) (record.TCPConn, bool) {
-	now := time.Now().UnixMilli()
+// event turns one destroy message received at now (unix ms: ts_ms) into a record, or says
+// why not (counted).
+func (c *Capture) event(sp *space, msg []byte, now int64) (record.TCPConn, bool) {
 	c.Stats.Events.Add(1)
 	h, err := netlink.DecodeHeader(msg)
 	if err != nil {
