@@ -51,8 +51,10 @@ func AppendPeerPrefix4(b []byte, a [4]byte) []byte {
 // SockKey holds what keys the connection hash: a fleet-wide secret salt, the host's boot
 // id (so that a 4-tuple reused after a reboot gets a new id) and the connection's network
 // namespace (the inode of its nsfs file, unique on one boot), so that equal 4-tuples of two
-// namespaces (containers, labs) get two ids. Netns 0 means "not known" (ss text read
-// elsewhere): the id is then the namespace-less one of the first version.
+// namespaces (containers, labs) get two ids. With the namespace, the socket cookie keys the
+// id too (SockIDOf), so that two connections on one 4-tuple (a client port reused while the
+// server still holds the old connection in TIME-WAIT) get two ids. Netns 0 means "not
+// known" (ss text read elsewhere): the id is then the first version's, of the 4-tuple alone.
 type SockKey struct {
 	Salt   string
 	BootID string
@@ -62,16 +64,26 @@ type SockKey struct {
 // SockIDer computes sock_id: a SockKey (one HMAC per call) or a *SockHasher (reused).
 type SockIDer interface {
 	SockID(local, peer netip.AddrPort) string
+	SockIDOf(local, peer netip.AddrPort, cookie uint64) string
 }
 
-// SockID returns an opaque, stable id for the connection local↔peer: the hex of the first 8
-// bytes of HMAC-SHA256(salt, "ccab-sock/1" | boot id | local | peer), or, when the network
-// namespace is known (Netns ≠ 0), of HMAC-SHA256(salt, "ccab-sock/2" | boot id | netns inode
-// (decimal) | local | peer) (each part followed by a NUL byte). IPv4-mapped addresses are
-// unmapped first, so ss text and netlink give the same id for the same socket and namespace. It sets up a
-// new HMAC on every call; for many sockets use a SockHasher.
+// SockID is SockIDOf with cookie 0 (not known).
 func (k SockKey) SockID(local, peer netip.AddrPort) string {
-	return k.Hasher().SockID(local, peer)
+	return k.Hasher().SockIDOf(local, peer, 0)
+}
+
+// SockIDOf returns an opaque, stable id for the connection local↔peer whose socket has the
+// given cookie (the kernel's socket cookie: INET_DIAG's idiag_cookie, `ss -e`'s sk:): the hex
+// of the first 8 bytes of
+//
+//	HMAC-SHA256(salt, "ccab-sock/1" | boot id | local | peer)                          Netns = 0
+//	HMAC-SHA256(salt, "ccab-sock/2" | boot id | netns | cookie | local | peer)         Netns ≠ 0
+//
+// (netns and cookie in decimal, every part followed by a NUL byte). IPv4-mapped addresses
+// are unmapped first, so ss text and netlink give the same id for the same socket. It sets
+// up a new HMAC on every call; for many sockets use a SockHasher.
+func (k SockKey) SockIDOf(local, peer netip.AddrPort, cookie uint64) string {
+	return k.Hasher().SockIDOf(local, peer, cookie)
 }
 
 // Hasher returns a SockHasher for k.
@@ -104,7 +116,10 @@ type SockHasher struct {
 func (h *SockHasher) salt() string { return h.key }
 
 // SockID is SockKey.SockID.
-func (h *SockHasher) SockID(local, peer netip.AddrPort) string {
+func (h *SockHasher) SockID(local, peer netip.AddrPort) string { return h.SockIDOf(local, peer, 0) }
+
+// SockIDOf is SockKey.SockIDOf.
+func (h *SockHasher) SockIDOf(local, peer netip.AddrPort, cookie uint64) string {
 	h.mac.Reset()
 	var b []byte
 	if h.netns == 0 {
@@ -118,6 +133,8 @@ func (h *SockHasher) SockID(local, peer netip.AddrPort) string {
 		b = append(b, h.bootID...)
 		b = append(b, 0)
 		b = strconv.AppendUint(b, h.netns, 10)
+		b = append(b, 0)
+		b = strconv.AppendUint(b, cookie, 10)
 		b = append(b, 0)
 	}
 	b = appendCanon(b, local)

@@ -341,7 +341,7 @@ func (c *Capture) event(sp *space, msg []byte, now int64) (record.TCPConn, bool)
 		return record.TCPConn{}, false
 	}
 	r.TsMs = now
-	r.SockID = sp.key.SockID(h.Local, h.Peer)
+	r.SockID = sp.key.SockIDOf(h.Local, h.Peer, h.Cookie)
 	r.PeerPrefix = anon.PeerPrefix(h.Peer.Addr())
 	var e bookEntry
 	var seen bool

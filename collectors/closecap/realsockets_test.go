@@ -30,13 +30,24 @@ type lab struct {
 	srvIP    string
 	srvIf    string
 	cliIf    string
+
+	mu      sync.Mutex
+	cookies map[netip.AddrPort]uint64 // server socket cookie by client address
+}
+
+// cookie returns the socket cookie of the server's end of the connection from client.
+func (l *lab) cookie(client netip.AddrPort) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cookies[client]
 }
 
 func newLab(t *testing.T) *lab {
 	t.Helper()
 	netnstest.Require(t, "sysctl", "tc")
 	tag := netnstest.Tag()
-	l := &lab{srv: "cc14s-" + tag, cli: "cc14c-" + tag, srvIf: "cc14s" + tag, cliIf: "cc14c" + tag}
+	l := &lab{srv: "cc14s-" + tag, cli: "cc14c-" + tag, srvIf: "cc14s" + tag, cliIf: "cc14c" + tag,
+		cookies: map[netip.AddrPort]uint64{}}
 	netnstest.Namespace(t, l.srv)
 	netnstest.Namespace(t, l.cli)
 	netnstest.Sysctl(t, "net.ipv4.tcp_allowed_congestion_control", "reno bbr cubic")
@@ -78,6 +89,10 @@ func (l *lab) server(t *testing.T, port int, cc string, hold <-chan struct{}) {
 			if err != nil {
 				return
 			}
+			ck := netnstest.Cookie(t, c.(*net.TCPConn))
+			l.mu.Lock()
+			l.cookies[c.RemoteAddr().(*net.TCPAddr).AddrPort()] = ck
+			l.mu.Unlock()
 			go func() {
 				defer c.Close()
 				var hdr [8]byte
@@ -277,6 +292,7 @@ func TestEveryConnectionOnce(t *testing.T) {
 			c.Close()
 		}()
 	}
+	polled := map[string]bool{} // the poller's sock_ids of the held connections
 	for {
 		recs, _, err := smp.Tick(context.Background(), record.Meta{}, time.Now())
 		if err != nil {
@@ -284,9 +300,7 @@ func TestEveryConnectionOnce(t *testing.T) {
 		}
 		if len(recs) == 6 {
 			for _, r := range recs {
-				if r.SockID == "" {
-					t.Fatal("no sock_id")
-				}
+				polled[r.SockID] = true
 			}
 			break
 		}
@@ -305,7 +319,7 @@ func TestEveryConnectionOnce(t *testing.T) {
 		c := l.fetch(t, portTenth, 1<<10)
 		tenth = append(tenth, c)
 		if sel.Keep(c.server, c.client) {
-			wantTenth[key.SockID(c.server, c.client)] = true
+			wantTenth[key.SockIDOf(c.server, c.client, l.cookie(c.client))] = true
 		}
 	}
 	heldWG.Wait()
@@ -319,7 +333,7 @@ func TestEveryConnectionOnce(t *testing.T) {
 		t.Errorf("rate 1: %d records for %d connections", n, len(all)+len(held))
 	}
 	for _, c := range all {
-		id := key.SockID(c.server, c.client)
+		id := key.SockIDOf(c.server, c.client, l.cookie(c.client))
 		rs := got[id]
 		if len(rs) != 1 {
 			t.Errorf("connection %v→%v: %d records, want 1", c.client, c.server, len(rs))
@@ -344,7 +358,11 @@ func TestEveryConnectionOnce(t *testing.T) {
 		}
 	}
 	for _, c := range held {
-		rs := got[key.SockID(c.server, c.client)]
+		id := key.SockIDOf(c.server, c.client, l.cookie(c.client))
+		if !polled[id] {
+			t.Errorf("held connection %v: the poller's sock_ids %v lack the close record's %s", c.client, polled, id)
+		}
+		rs := got[id]
 		if len(rs) != 1 {
 			t.Errorf("held connection %v: %d records", c.client, len(rs))
 			continue

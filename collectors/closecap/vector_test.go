@@ -26,7 +26,10 @@ import (
 	"github.com/ccab-dev/ccab/internal/testvectors"
 )
 
-var recordVector = flag.Bool("record", false, "capture contracts/vectors/tcp_conn_destroy_linux-6.18.* anew (root)")
+var (
+	recordVector = flag.Bool("record", false, "capture contracts/vectors/tcp_conn_destroy_linux-6.18.* anew (root)")
+	updateVector = flag.Bool("update", false, "rewrite the vector's expected records from its events and inputs")
+)
 
 // The contract vector: real destroy events of this kernel, as hex lines, and the inputs
 // that are not in them (vectorParams). contracts/vectors/README.md describes them.
@@ -78,6 +81,12 @@ func TestVector(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := buildVector(t, raw, p)
+	if *updateVector {
+		if err := os.WriteFile(filepath.Join(dir, strings.Replace(vectorName, "tcp_conn_destroy", "tcp_conn", 1)+".expected.jsonl"), got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("records differ from the vector:\n got %s\nwant %s", got, want)
 	}

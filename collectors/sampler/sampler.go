@@ -323,7 +323,7 @@ func (s *Sampler) Tick(ctx context.Context, meta record.Meta, now time.Time) ([]
 		if tc := s.tracked[c.key()]; tc != nil {
 			r.SockID, r.PeerPrefix = tc.last.SockID, tc.last.PeerPrefix
 		} else {
-			r.SockID, r.PeerPrefix = s.spaces[c.ns].key.SockID(c.sock.Local, c.sock.Peer), anon.PeerPrefix(c.sock.Peer.Addr())
+			r.SockID, r.PeerPrefix = s.spaces[c.ns].key.SockIDOf(c.sock.Local, c.sock.Peer, c.sock.Cookie), anon.PeerPrefix(c.sock.Peer.Addr())
 		}
 		if s.cfg.Observe != nil {
 			s.cfg.Observe(s.spaces[c.ns].inode, c.sock.Cookie, &r)

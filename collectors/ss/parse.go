@@ -3,6 +3,7 @@ package ss
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/ccab-dev/ccab/collectors/internal/decimal"
@@ -20,6 +21,7 @@ type Options struct {
 // caller adds peer_prefix, sock_id and the host fields (see package anon and record.Meta).
 type Socket struct {
 	Local, Peer netip.AddrPort
+	Cookie      uint64 // socket cookie from -e's sk: (hex), 0 when absent; keys sock_id with a namespace
 	Sample      record.TCPSample
 }
 
@@ -47,12 +49,13 @@ func ParseEntry(e Entry, opts Options) (Socket, error) {
 		return Socket{}, errorf(ReasonNoInfo, "socket %s has no TCP info (run ss with -i)", cols.local)
 	}
 	b.applyDefaults()
-	return Socket{Local: cols.local, Peer: cols.peer, Sample: b.s}, nil
+	return Socket{Local: cols.local, Peer: cols.peer, Cookie: b.cookie, Sample: b.s}, nil
 }
 
 // builder accumulates one socket's fields.
 type builder struct {
 	s       record.TCPSample
+	cookie  uint64
 	gen     generation // newest kernel generation the tokens prove
 	hasInfo bool       // saw at least one tcp_info token
 	kvSeen  bool       // saw a tcp_info key:value token (the CC name comes before them)
@@ -135,7 +138,14 @@ func (b *builder) keyValue(k, v string) error {
 	var g generation
 	parse := parseCount
 	switch k {
-	case "timer", "uid", "ino", "sk", "cgroup", "skmem", "users", "v6only", "fwmark", "tos", "tclass", "class", "cgroup2":
+	case "sk":
+		// The socket cookie in hex (iproute2 ≥ 4.x; older ss printed a kernel pointer, which
+		// keys nothing useful but is harmless).
+		if c, err := strconv.ParseUint(v, 16, 64); err == nil {
+			b.cookie = c
+		}
+		return nil
+	case "timer", "uid", "ino", "cgroup", "skmem", "users", "v6only", "fwmark", "tos", "tclass", "class", "cgroup2":
 		return nil
 	case "rtt":
 		s, r, err := parsePair(v, "srtt/rttvar", parseMsToUs)
