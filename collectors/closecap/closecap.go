@@ -33,7 +33,6 @@ import (
 
 // Defaults.
 const (
-	DefaultFlushInterval = 100 * time.Millisecond
 	DefaultMaxBatch      = 1024
 	DefaultCCRefresh     = time.Second
 	DefaultBookMaxAge    = time.Minute
@@ -53,7 +52,6 @@ type Config struct {
 	Book          *Book         // the poller's sightings (cc, first seen); nil: none
 	BookMaxAge    time.Duration // sweep Book entries not seen for this long; default 1 min
 	CCRefresh     time.Duration // how often namespace default cc is re-read; default 1 s
-	FlushInterval time.Duration // a batch is emitted at least this often when not empty; default 100 ms
 	MaxBatch      int           // records per emitted batch at most; default 1024
 	ProcSys       string        // default "/proc/sys"
 
@@ -111,9 +109,6 @@ func New(cfg Config) (*Capture, error) {
 	}
 	if cfg.CCRefresh <= 0 {
 		cfg.CCRefresh = DefaultCCRefresh
-	}
-	if cfg.FlushInterval <= 0 {
-		cfg.FlushInterval = DefaultFlushInterval
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = DefaultMaxBatch
@@ -197,13 +192,14 @@ func (c *Capture) refreshCC(sp *space) {
 	sp.ccDef.Store(strings.TrimSpace(string(v)))
 }
 
-// Run listens until ctx is done and hands records to emit in batches (at most MaxBatch,
-// at least every FlushInterval when there is something), from one goroutine. meta is
-// called once per batch (nil: empty host fields); its SampleRate is ignored: records carry
-// the configured rate. The sockets are closed when Run returns.
+// Run listens until ctx is done and hands records to emit, from one goroutine: what each
+// namespace's reader drained from its socket at one wakeup, merged with what else is
+// waiting, at most MaxBatch records per call. meta is called once per batch (nil: empty
+// host fields); its SampleRate is ignored: records carry the configured rate. The sockets
+// are closed when Run returns.
 func (c *Capture) Run(ctx context.Context, meta func() record.Meta, emit func([]record.TCPConn)) error {
 	defer c.Close()
-	ch := make(chan record.TCPConn, 4*c.cfg.MaxBatch)
+	ch := make(chan []record.TCPConn, 64)
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
@@ -220,15 +216,9 @@ func (c *Capture) Run(ctx context.Context, meta func() record.Meta, emit func([]
 	}
 	go func() { wg.Wait(); close(ch) }()
 
-	flush := time.NewTicker(c.cfg.FlushInterval)
-	defer flush.Stop()
 	refresh := time.NewTicker(c.cfg.CCRefresh)
 	defer refresh.Stop()
-	var batch []record.TCPConn
-	out := func() {
-		if len(batch) == 0 {
-			return
-		}
+	out := func(batch []record.TCPConn) {
 		var m record.Meta
 		if meta != nil {
 			m = meta()
@@ -241,13 +231,11 @@ func (c *Capture) Run(ctx context.Context, meta func() record.Meta, emit func([]
 		if emit != nil {
 			emit(batch)
 		}
-		batch = nil
 	}
 	for {
 		select {
-		case r, ok := <-ch:
+		case recs, ok := <-ch:
 			if !ok {
-				out()
 				select {
 				case err := <-errc:
 					return err
@@ -255,12 +243,23 @@ func (c *Capture) Run(ctx context.Context, meta func() record.Meta, emit func([]
 				}
 				return ctx.Err()
 			}
-			batch = append(batch, r)
-			if len(batch) >= c.cfg.MaxBatch {
-				out()
+		merge:
+			for len(recs) < c.cfg.MaxBatch {
+				select {
+				case more, ok := <-ch:
+					if !ok {
+						break merge
+					}
+					recs = append(recs, more...)
+				default:
+					break merge
+				}
 			}
-		case <-flush.C:
-			out()
+			for len(recs) > c.cfg.MaxBatch {
+				out(recs[:c.cfg.MaxBatch:c.cfg.MaxBatch])
+				recs = recs[c.cfg.MaxBatch:]
+			}
+			out(recs)
 		case <-refresh.C:
 			for _, sp := range c.spaces {
 				c.refreshCC(sp)
@@ -275,8 +274,8 @@ func (c *Capture) Run(ctx context.Context, meta func() record.Meta, emit func([]
 // dropsEvery is how often a reader reads the kernel's drop counter without an ENOBUFS.
 const dropsEvery = time.Second
 
-// read receives one namespace's events until ctx is done.
-func (c *Capture) read(ctx context.Context, sp *space, ch chan<- record.TCPConn) error {
+// read receives one namespace's events until ctx is done, one slice of records per wakeup.
+func (c *Capture) read(ctx context.Context, sp *space, ch chan<- []record.TCPConn) error {
 	lastDrops := time.Now()
 	countDrops := func() {
 		lastDrops = time.Now()
@@ -286,14 +285,22 @@ func (c *Capture) read(ctx context.Context, sp *space, ch chan<- record.TCPConn)
 	}
 	defer countDrops()
 	for ctx.Err() == nil {
+		var recs []record.TCPConn
+		var now int64 // one clock read per wakeup: the events were queued within microseconds
 		_, err := sp.conn.Recv(func(msg []byte) {
-			if r, ok := c.event(sp, msg, time.Now().UnixMilli()); ok {
-				select {
-				case ch <- r:
-				case <-ctx.Done():
-				}
+			if now == 0 {
+				now = time.Now().UnixMilli()
+			}
+			if r, ok := c.event(sp, msg, now); ok {
+				recs = append(recs, r)
 			}
 		})
+		if len(recs) > 0 {
+			select {
+			case ch <- recs:
+			case <-ctx.Done():
+			}
+		}
 		switch {
 		case errors.Is(err, netlink.ErrOverrun):
 			c.Stats.Overruns.Add(1)

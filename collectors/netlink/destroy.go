@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"syscall"
 	"time"
 	"unsafe"
@@ -47,6 +48,8 @@ type DestroyConfig struct {
 // one network namespace. Not safe for concurrent use.
 type DestroyConn struct {
 	ns        string
+	f         *os.File        // the socket, non-blocking, in Go's network poller
+	rc        syscall.RawConn // of f
 	fd        int
 	inode     uint64 // inode of the network namespace (nsfs), the namespace's id on this boot
 	rcvbuf    int    // effective SO_RCVBUF (what the kernel charges against)
@@ -93,10 +96,6 @@ func OpenDestroy(nsPath string, cfg DestroyConfig) (*DestroyConn, error) {
 	if v, err := unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUF); err == nil {
 		c.rcvbuf = v
 	}
-	tv := unix.NsecToTimeval(destroyRecvTimeout.Nanoseconds())
-	if err := unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return fail("SO_RCVTIMEO", err)
-	}
 	if !cfg.NoFilter {
 		prog := DestroyFilter(cfg.LocalPorts)
 		if err := attachFilter(c.fd, prog); err != nil {
@@ -117,6 +116,17 @@ func OpenDestroy(nsPath string, cfg DestroyConfig) (*DestroyConn, error) {
 		}
 	}
 	c.lastDrops, _ = c.kernelDrops()
+	// Non-blocking, in Go's network poller: a reader waiting for events parks its goroutine
+	// instead of holding an OS thread in recvmsg, and each wakeup drains every queued event.
+	if err := unix.SetNonblock(c.fd, true); err != nil {
+		return fail("O_NONBLOCK", err)
+	}
+	c.f = os.NewFile(uintptr(c.fd), "sock_diag-destroy")
+	rc, err := c.f.SyscallConn()
+	if err != nil {
+		return fail("poller", err)
+	}
+	c.rc = rc
 	return c, nil
 }
 
@@ -151,38 +161,76 @@ func (c *DestroyConn) Close() error {
 	if c.fd < 0 {
 		return nil
 	}
-	err := unix.Close(c.fd)
+	var err error
+	if c.f != nil {
+		err = c.f.Close()
+	} else {
+		err = unix.Close(c.fd)
+	}
 	c.fd = -1
 	return err
 }
 
-// Recv waits up to 200 ms for events and calls fn with each SOCK_DIAG_BY_FAMILY message of
-// one datagram (msg is only valid during the call). It returns (0, nil) when nothing came;
-// ErrOverrun when the kernel dropped events since the last call (the socket stays usable).
+// Recv waits up to 200 ms for events, then calls fn with every SOCK_DIAG_BY_FAMILY message
+// queued on the socket (msg is only valid during the call) and returns how many. It returns
+// (0, nil) when nothing came; ErrOverrun (with the count of what it did read) when the
+// kernel reported dropped events since the last call (the socket stays usable); a
+// *DecodeError for a malformed datagram (skipped).
 func (c *DestroyConn) Recv(fn func(msg []byte)) (int, error) {
-	if c.fd < 0 {
+	if c.fd < 0 || c.f == nil {
 		return 0, errors.New("netlink: destroy listener closed")
 	}
-	n, _, _, _, err := unix.Recvmsg(c.fd, c.buf, nil, 0)
-	if err != nil {
-		switch {
-		case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
-			return 0, nil
-		case errors.Is(err, syscall.ENOBUFS):
-			return 0, ErrOverrun
-		}
-		return 0, fmt.Errorf("recvmsg destroy events%s: %w", nsSuffix(c.ns), err)
+	if err := c.f.SetReadDeadline(time.Now().Add(destroyRecvTimeout)); err != nil {
+		return 0, err
 	}
-	le := binary.LittleEndian
-	b := c.buf[:n]
 	count := 0
+	var overrun bool
+	var rerr error
+	err := c.rc.Read(func(fd uintptr) bool {
+		for {
+			n, _, _, _, err := unix.Recvmsg(int(fd), c.buf, nil, unix.MSG_DONTWAIT)
+			switch {
+			case err == nil:
+			case errors.Is(err, syscall.EAGAIN):
+				return count > 0 || overrun || rerr != nil // nothing read yet: wait in the poller
+			case errors.Is(err, syscall.EINTR):
+				continue
+			case errors.Is(err, syscall.ENOBUFS):
+				overrun = true
+				continue
+			default:
+				rerr = fmt.Errorf("recvmsg destroy events%s: %w", nsSuffix(c.ns), err)
+				return true
+			}
+			if derr := c.split(c.buf[:n], fn, &count); derr != nil && rerr == nil {
+				rerr = derr
+			}
+		}
+	})
+	switch {
+	case rerr != nil:
+		return count, rerr
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		err = nil
+	case err != nil:
+		return count, fmt.Errorf("destroy events%s: %w", nsSuffix(c.ns), err)
+	}
+	if overrun {
+		return count, ErrOverrun
+	}
+	return count, nil
+}
+
+// split hands each message of one datagram to fn.
+func (c *DestroyConn) split(b []byte, fn func(msg []byte), count *int) error {
+	le := binary.LittleEndian
 	for len(b) >= nlmsgHdrLen {
 		l := int(le.Uint32(b[0:]))
 		if l < nlmsgHdrLen || l > len(b) {
-			return count, &DecodeError{What: fmt.Sprintf("malformed nlmsghdr: length %d with %d bytes left", l, len(b))}
+			return &DecodeError{What: fmt.Sprintf("malformed nlmsghdr: length %d with %d bytes left", l, len(b))}
 		}
 		if le.Uint16(b[4:]) == sockDiagByFamily {
-			count++
+			*count++
 			fn(b[:l])
 		}
 		adv := (l + 3) &^ 3
@@ -191,7 +239,7 @@ func (c *DestroyConn) Recv(fn func(msg []byte)) (int, error) {
 		}
 		b = b[adv:]
 	}
-	return count, nil
+	return nil
 }
 
 // skMeminfoDrops is SK_MEMINFO_DROPS in the u32 array of SO_MEMINFO (linux/sock_diag.h).
