@@ -33,9 +33,9 @@ import (
 
 // Defaults.
 const (
-	DefaultMaxBatch      = 1024
-	DefaultCCRefresh     = time.Second
-	DefaultBookMaxAge    = time.Minute
+	DefaultMaxBatch   = 1024
+	DefaultCCRefresh  = time.Second
+	DefaultBookMaxAge = time.Minute
 )
 
 // Config configures a Capture. Zero values mean the defaults.
@@ -49,11 +49,11 @@ type Config struct {
 	RcvBuf   int  // receive buffer per namespace; default netlink.DefaultDestroyRcvBuf
 	NoFilter bool // do not attach the in-kernel classic BPF filter
 
-	Book          *Book         // the poller's sightings (cc, first seen); nil: none
-	BookMaxAge    time.Duration // sweep Book entries not seen for this long; default 1 min
-	CCRefresh     time.Duration // how often namespace default cc is re-read; default 1 s
-	MaxBatch      int           // records per emitted batch at most; default 1024
-	ProcSys       string        // default "/proc/sys"
+	Book       *Book         // the poller's sightings (cc, first seen); nil: none
+	BookMaxAge time.Duration // sweep Book entries not seen for this long; default 1 min
+	CCRefresh  time.Duration // how often namespace default cc is re-read; default 1 s
+	MaxBatch   int           // records per emitted batch at most; default 1024
+	ProcSys    string        // default "/proc/sys"
 
 	// ipv4Only joins the IPv4 group only (tests).
 	ipv4Only bool
