@@ -83,6 +83,7 @@ salt="bench-$$"
 tck=$(getconf CLK_TCK)
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+cpu_split() { awk '{print "utime " $14 " stime " $15 " ticks"}' "/proc/$1/stat"; }
 
 settle() { # until the server namespace holds no connection but TIME-WAIT ones
   for _ in $(seq 300); do
@@ -110,11 +111,13 @@ for run in "1.0 true" "0.1 true" "1.0 false"; do
   sleep 0.5
   maddr=$(grep -o 'msg=metrics addr=[^ ]*' "$d/collector.log" | head -1 | sed 's/.*addr=//')
   t0=$(cpu_ticks "$cpid")
+  split0=$(cpu_split "$cpid")
   start=$(date +%s.%N)
   ip netns exec "$cli" "$tmp/closebench" -mode fetch -targets 10.231.1.1:80,10.231.2.1:80 -weights 19,1 -n "$n" -seconds "$secs" >"$d/conns.jsonl"
   wall=$(printf '%.1f' "$(echo "$(date +%s.%N) - $start" | bc)")
   settle
   t1=$(cpu_ticks "$cpid")
+  split1=$(cpu_split "$cpid")
   metrics=$(curl -s "http://$maddr/metrics" | grep -E '^ccab_collector_close_(events|emitted|dropped|enobufs|sampled)_total' | tr '\n' ' ' || true)
   kill -TERM "$cpid"
   wait "$cpid" || true
@@ -131,7 +134,7 @@ for run in "1.0 true" "0.1 true" "1.0 false"; do
   else
     "$tmp/closebench" -mode judge -conns "$d/conns.jsonl" -records "$d/records.jsonl" -salt "$salt" -rate "$rate" | grep -v 'close capture'
   fi
-  echo "    collector CPU: ${cpu_ms} ms for $closed connections = ${per_k} ms per 1,000 connections closed"
+  echo "    collector CPU: ${cpu_ms} ms for $closed connections = ${per_k} ms per 1,000 connections closed (before: $split0; after: $split1; $tck ticks/s)"
 done
 base=${cpu_per_k["1.0-false"]}
 echo "CPU per 1,000 connections closed: rate 1.0 ${cpu_per_k["1.0-true"]} ms, rate 0.1 ${cpu_per_k["0.1-true"]} ms, poller alone ${base} ms"

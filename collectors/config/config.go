@@ -306,7 +306,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&c.TCPInfo.MinBytesAcked, "tcp-info-min-bytes-acked", c.TCPInfo.MinBytesAcked, "only connections with at least this many bytes acked (0: any)")
 	fs.IntVar(&c.TCPInfo.MaxPerTick, "tcp-info-max-per-tick", c.TCPInfo.MaxPerTick, "records per tick at most")
 
-	fs.BoolVar(&c.CloseCapture.Enabled, "close-capture", c.CloseCapture.Enabled, "with --tcp-info-enabled: one tcp_conn/1 record per sampled connection when it closes (sock_diag destroy events; needs CAP_NET_ADMIN)")
+	fs.BoolVar(&c.CloseCapture.Enabled, "close-capture", c.CloseCapture.Enabled, "with --tcp-info-enabled: one tcp_conn/1 record per sampled connection when it closes (sock_diag destroy events)")
 	fs.Var(&c.CloseCapture.RcvBuf, "close-capture-rcvbuf", "receive buffer of each destroy listener (SO_RCVBUFFORCE, else SO_RCVBUF up to net.core.rmem_max)")
 	fs.BoolVar(&c.CloseCapture.BPFFilter, "close-capture-bpf", c.CloseCapture.BPFFilter, "drop unconnected sockets and other local ports in the kernel (classic BPF)")
 

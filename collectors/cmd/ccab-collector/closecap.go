@@ -32,9 +32,9 @@ type closeCounts struct {
 	events, filtered, sampled, emitted, dropped, overruns, decode, ccSocket, ccDefault, ccUnknown uint64
 }
 
-// newCloseCap subscribes to the destroy events. Without the privilege to join the groups
-// (CAP_NET_ADMIN) it logs a warning, sets close_capture_up 0 and returns nil: the poller
-// runs on.
+// newCloseCap subscribes to the destroy events. When that is not permitted (a namespace
+// that cannot be entered; joining the groups itself needs no privilege on Linux 6.18) it
+// logs a warning, sets close_capture_up 0 and returns nil: the poller runs on.
 func newCloseCap(cfg config.Config, ports []uint16, book *closecap.Book, m *metrics.Metrics, log *slog.Logger) (*closeCap, error) {
 	if !cfg.TCPInfo.Enabled || !cfg.CloseCapture.Enabled {
 		return nil, nil
@@ -47,7 +47,7 @@ func newCloseCap(cfg config.Config, ports []uint16, book *closecap.Book, m *metr
 	})
 	if errors.Is(err, os.ErrPermission) {
 		m.CloseUp.Set(0)
-		log.Warn("close-time capture disabled: joining the sock_diag destroy groups needs CAP_NET_ADMIN", "err", err)
+		log.Warn("close-time capture disabled: not permitted", "err", err)
 		return nil, nil
 	}
 	if err != nil {
