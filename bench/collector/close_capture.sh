@@ -103,7 +103,7 @@ for run in "1.0 true" "0.1 true" "1.0 false"; do
   mkdir -p "$d"
   "$tmp/ccab-collector" run --output stdout --nginx-enabled=false --tcp-info-enabled \
     --tcp-info-namespaces "$srv" --tcp-info-local-ports 80 --tcp-info-salt "$salt" --tcp-info-sample-rate "$rate" \
-    --close-capture="$capture" --state-dir "$d/state" --rollout-state-file "$d/none.json" \
+    --close-capture="$capture" --close-capture-coalesce "${CCAB_BENCH_COALESCE:-50ms}" --state-dir "$d/state" --rollout-state-file "$d/none.json" \
     --metrics-addr 127.0.0.1:0 --host bench --pop lab >"$d/records.jsonl" 2>"$d/collector.log" &
   cpid=$!
   pids+=("$cpid")

@@ -83,9 +83,10 @@ type TCPInfo struct {
 // from the kernel's TCP destroy broadcasts. It runs when tcp_info.enabled and this are on,
 // with tcp_info's salt, sample rate, local ports and namespaces.
 type CloseCap struct {
-	Enabled   bool `json:"enabled"`
-	RcvBuf    Size `json:"rcvbuf"`     // receive buffer per namespace (SO_RCVBUFFORCE, else SO_RCVBUF)
-	BPFFilter bool `json:"bpf_filter"` // attach the in-kernel classic BPF filter
+	Enabled   bool     `json:"enabled"`
+	RcvBuf    Size     `json:"rcvbuf"`     // receive buffer per namespace (SO_RCVBUFFORCE, else SO_RCVBUF)
+	BPFFilter bool     `json:"bpf_filter"` // attach the in-kernel classic BPF filter
+	Coalesce  Duration `json:"coalesce"`   // a reader wakes at most once per this
 }
 
 // SSReplay configures the replay of recorded `ss -tinHOe` snapshots (collectors/ssreplay):
@@ -153,7 +154,7 @@ func Default() Config {
 			StartAt: tailer.StartBeginning, MaxLineBytes: 1 << 20, BatchLines: 1024,
 		},
 		TCPInfo:      TCPInfo{Enabled: false, Interval: D(10 * time.Second), SampleRate: 1, MaxPerTick: 20000},
-		CloseCapture: CloseCap{Enabled: true, RcvBuf: 16 << 20, BPFFilter: true},
+		CloseCapture: CloseCap{Enabled: true, RcvBuf: 16 << 20, BPFFilter: true, Coalesce: D(50 * time.Millisecond)},
 		SSReplay:     SSReplay{Interval: D(10 * time.Second), SampleRate: 1, SourceSampleRate: 1, State: "ESTAB"},
 		Kafka: Kafka{
 			Brokers: []string{"127.0.0.1:9092"}, TopicTCP: "ccab.tcp.v1", TopicHTTP: "ccab.http.v1", TopicConn: "ccab.tcp_conn.v1",
@@ -308,6 +309,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 
 	fs.BoolVar(&c.CloseCapture.Enabled, "close-capture", c.CloseCapture.Enabled, "with --tcp-info-enabled: one tcp_conn/1 record per sampled connection when it closes (sock_diag destroy events)")
 	fs.Var(&c.CloseCapture.RcvBuf, "close-capture-rcvbuf", "receive buffer of each destroy listener (SO_RCVBUFFORCE, else SO_RCVBUF up to net.core.rmem_max)")
+	fs.Var(&c.CloseCapture.Coalesce, "close-capture-coalesce", "read destroy events at most once per this (they queue in the socket meanwhile); 0 or negative: at every event")
 	fs.BoolVar(&c.CloseCapture.BPFFilter, "close-capture-bpf", c.CloseCapture.BPFFilter, "drop unconnected sockets and other local ports in the kernel (classic BPF)")
 
 	fs.StringVar(&c.SSReplay.Dir, "ss-replay-dir", c.SSReplay.Dir, "replay the `dir` of ss -tinHOe snapshots <ts_ms>.txt (e.g. ccab sim --raw's ss/<host>) as tcp_sample/1 records")

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"syscall"
 	"time"
 	"unsafe"
@@ -50,8 +49,6 @@ type DestroyConfig struct {
 // one network namespace. Not safe for concurrent use.
 type DestroyConn struct {
 	ns        string
-	f         *os.File        // the socket, non-blocking, in Go's network poller
-	rc        syscall.RawConn // of f
 	fd        int
 	inode     uint64 // inode of the network namespace (nsfs), the namespace's id on this boot
 	rcvbuf    int    // effective SO_RCVBUF (what the kernel charges against)
@@ -118,17 +115,14 @@ func OpenDestroy(nsPath string, cfg DestroyConfig) (*DestroyConn, error) {
 		}
 	}
 	c.lastDrops, _ = c.kernelDrops()
-	// Non-blocking, in Go's network poller: a reader waiting for events parks its goroutine
-	// instead of holding an OS thread in recvmsg, and each wakeup drains every queued event.
-	if err := unix.SetNonblock(c.fd, true); err != nil {
-		return fail("O_NONBLOCK", err)
+	// Blocking with a timeout, deliberately not in Go's network poller: the poller keeps the
+	// socket in its epoll set (edge-triggered) all the time, so every event arriving while
+	// the reader lets events queue (closecap's coalescing) would wake an idle scheduler
+	// thread for nothing. A socket nobody waits on wakes nobody.
+	tv := unix.NsecToTimeval(destroyRecvTimeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return fail("SO_RCVTIMEO", err)
 	}
-	c.f = os.NewFile(uintptr(c.fd), "sock_diag-destroy")
-	rc, err := c.f.SyscallConn()
-	if err != nil {
-		return fail("poller", err)
-	}
-	c.rc = rc
 	return c, nil
 }
 
@@ -163,64 +157,47 @@ func (c *DestroyConn) Close() error {
 	if c.fd < 0 {
 		return nil
 	}
-	var err error
-	if c.f != nil {
-		err = c.f.Close()
-	} else {
-		err = unix.Close(c.fd)
-	}
+	err := unix.Close(c.fd)
 	c.fd = -1
 	return err
 }
 
-// Recv waits up to 200 ms for events, then calls fn with every SOCK_DIAG_BY_FAMILY message
-// queued on the socket (msg is only valid during the call) and returns how many. It returns
-// (0, nil) when nothing came; ErrOverrun (with the count of what it did read) when the
-// kernel reported dropped events since the last call (the socket stays usable); a
-// *DecodeError for a malformed datagram (skipped).
+// Recv waits up to 200 ms for an event, then calls fn with every SOCK_DIAG_BY_FAMILY
+// message queued on the socket (msg is only valid during the call) and returns how many.
+// It returns (0, nil) when nothing came; ErrOverrun (with the count of what it did read)
+// when the kernel reported dropped events since the last call (the socket stays usable); a
+// *DecodeError for a malformed datagram (skipped). It blocks its OS thread while it waits.
 func (c *DestroyConn) Recv(fn func(msg []byte)) (int, error) {
-	if c.fd < 0 || c.f == nil {
+	if c.fd < 0 {
 		return 0, errors.New("netlink: destroy listener closed")
-	}
-	if err := c.f.SetReadDeadline(time.Now().Add(destroyRecvTimeout)); err != nil {
-		return 0, err
 	}
 	count := 0
 	var overrun bool
-	var rerr error
-	err := c.rc.Read(func(fd uintptr) bool {
-		for {
-			n, _, _, _, err := unix.Recvmsg(int(fd), c.buf, nil, unix.MSG_DONTWAIT)
-			switch {
-			case err == nil:
-			case errors.Is(err, syscall.EAGAIN):
-				return count > 0 || overrun || rerr != nil // nothing read yet: wait in the poller
-			case errors.Is(err, syscall.EINTR):
-				continue
-			case errors.Is(err, syscall.ENOBUFS):
-				overrun = true
-				continue
-			default:
-				rerr = fmt.Errorf("recvmsg destroy events%s: %w", nsSuffix(c.ns), err)
-				return true
+	var derr error
+	flags := 0 // the first recvmsg waits (SO_RCVTIMEO); the others drain
+	for {
+		n, _, _, _, err := unix.Recvmsg(c.fd, c.buf, nil, flags)
+		switch {
+		case err == nil:
+		case errors.Is(err, syscall.EAGAIN):
+			if overrun {
+				return count, ErrOverrun
 			}
-			if derr := c.split(c.buf[:n], fn, &count); derr != nil && rerr == nil {
-				rerr = derr
-			}
+			return count, derr
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case errors.Is(err, syscall.ENOBUFS):
+			overrun = true
+			flags = unix.MSG_DONTWAIT
+			continue
+		default:
+			return count, fmt.Errorf("recvmsg destroy events%s: %w", nsSuffix(c.ns), err)
 		}
-	})
-	switch {
-	case rerr != nil:
-		return count, rerr
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		err = nil
-	case err != nil:
-		return count, fmt.Errorf("destroy events%s: %w", nsSuffix(c.ns), err)
+		flags = unix.MSG_DONTWAIT
+		if e := c.split(c.buf[:n], fn, &count); e != nil && derr == nil {
+			derr = e
+		}
 	}
-	if overrun {
-		return count, ErrOverrun
-	}
-	return count, nil
 }
 
 // split hands each message of one datagram to fn.

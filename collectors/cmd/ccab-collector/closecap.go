@@ -43,7 +43,7 @@ func newCloseCap(cfg config.Config, ports []uint16, book *closecap.Book, m *metr
 		SampleRate: cfg.TCPInfo.SampleRate, Salt: cfg.TCPInfo.Salt, LocalPorts: ports,
 		Namespaces: cfg.TCPInfo.Namespaces, RcvBuf: int(cfg.CloseCapture.RcvBuf),
 		NoFilter: !cfg.CloseCapture.BPFFilter, Book: book,
-		BookMaxAge: 6 * cfg.TCPInfo.Interval.Std(),
+		BookMaxAge: 6 * cfg.TCPInfo.Interval.Std(), Coalesce: coalesce(cfg.CloseCapture.Coalesce.Std()),
 	})
 	if errors.Is(err, os.ErrPermission) {
 		m.CloseUp.Set(0)
@@ -121,4 +121,12 @@ func (cc *closeCap) run(ctx context.Context, host *config.Host, sk *sink.Sink) e
 		return nil
 	}
 	return err
+}
+
+// coalesce maps the configuration's "0 or negative: no wait" to closecap's.
+func coalesce(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
