@@ -223,3 +223,32 @@ func TestRecordVector(t *testing.T) {
 	write(strings.Replace(vectorName, "tcp_conn_destroy", "tcp_conn", 1)+".expected.jsonl", buildVector(t, []byte(hexText), p))
 	t.Logf("client read %v; poller saw %+v", p.ClientBytes, p.PollerSeen)
 }
+
+// BenchmarkEvent: one destroy event of the vector → a tcp_conn/1 record (decode, hash,
+// HMAC sock_id, cc lookup) and its JSON, without the kernel and the scheduler.
+func BenchmarkEvent(b *testing.B) {
+	dir := testvectors.Dir(b)
+	raw, err := os.ReadFile(filepath.Join(dir, vectorName+".hex"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var msg []byte
+	for _, l := range strings.Split(string(raw), "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			msg, _ = hex.DecodeString(l)
+			break
+		}
+	}
+	c := &Capture{cfg: Config{SampleRate: 1, Book: NewBook(0)}, sel: sampler.NewSelection("s", 1)}
+	sp := &space{inode: 1, key: anon.SockKey{Salt: "s", BootID: "b", Netns: 1}.Hasher()}
+	sp.ccDef.Store("cubic")
+	buf := make([]byte, 0, 2048)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		r, ok := c.event(sp, msg, 1)
+		if !ok {
+			b.Fatal("no record")
+		}
+		buf, _ = record.AppendConn(buf[:0], &r)
+	}
+}
