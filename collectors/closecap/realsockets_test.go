@@ -502,3 +502,46 @@ func show(p *int64) string {
 	}
 	return fmt.Sprint(*p)
 }
+
+// TestIPv6: the IPv6 group (SKNLGRP_INET6_TCP_DESTROY) and the same BPF offsets: five
+// connections over ::1 inside the server namespace (the clients' own sockets, on ephemeral
+// ports, are dropped by the local-port filter) give five records with the /48 prefix.
+func TestIPv6(t *testing.T) {
+	l := newLab(t)
+	const port = 8096
+	c, err := New(Config{Salt: "x", Namespaces: []string{l.srv}, LocalPorts: []uint16{port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := startCapture(t, c)
+	ln := netnstest.Listen(t, l.srv, "tcp6", fmt.Sprintf("[::1]:%d", port))
+	go func() {
+		for {
+			s, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.Write(make([]byte, 3000))
+			s.Close()
+		}
+	}()
+	for i := 0; i < 5; i++ {
+		cl := netnstest.Dial(t, l.srv, "tcp6", fmt.Sprintf("[::1]:%d", port), "")
+		if n, _ := io.Copy(io.Discard, cl); n != 3000 {
+			t.Fatalf("read %d", n)
+		}
+		cl.Close()
+	}
+	col.waitFor(t, 5)
+	l.settle(t)
+	got := col.snapshot()
+	if countRecs(got) != 5 || c.Stats.Filtered.Load() != 0 {
+		t.Fatalf("%d records (%d filtered in user space), want 5", countRecs(got), c.Stats.Filtered.Load())
+	}
+	for _, rs := range got {
+		r := rs[0]
+		if r.PeerPrefix != "::/48" || r.LocalPort != port || *r.BytesAcked != 3001 {
+			t.Errorf("record: prefix %s port %d bytes_acked %d", r.PeerPrefix, r.LocalPort, *r.BytesAcked)
+		}
+	}
+}
