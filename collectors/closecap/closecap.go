@@ -48,7 +48,11 @@ type Config struct {
 	Namespaces []string // netns names or paths; "" or empty: the process's own
 
 	RcvBuf   int  // receive buffer per namespace; default netlink.DefaultDestroyRcvBuf
-	NoFilter bool // do not attach the in-kernel classic BPF filter
+	NoFilter bool // do not attach the in-kernel BPF filter
+	// NoHashFilter keeps the sampling hash out of the kernel (classic filter only). By
+	// default, below rate 1, an eBPF filter drops unsampled events in the kernel when the
+	// process may load one (CAP_BPF or CAP_SYS_ADMIN).
+	NoHashFilter bool
 
 	Book       *Book         // the poller's sightings (cc, first seen); nil: none
 	BookMaxAge time.Duration // sweep Book entries not seen for this long; default 1 min
@@ -128,8 +132,11 @@ func New(cfg Config) (*Capture, error) {
 	}
 	base := anon.SockKey{Salt: cfg.Salt, BootID: cfg.BootID}.Hasher()
 	for _, name := range names {
-		dc, err := netlink.OpenDestroy(netns.Path(name), netlink.DestroyConfig{
-			RcvBuf: cfg.RcvBuf, LocalPorts: cfg.LocalPorts, NoFilter: cfg.NoFilter, IPv4Only: cfg.ipv4Only})
+		dcfg := netlink.DestroyConfig{RcvBuf: cfg.RcvBuf, LocalPorts: cfg.LocalPorts, NoFilter: cfg.NoFilter, IPv4Only: cfg.ipv4Only}
+		if cfg.SampleRate < 1 && !cfg.NoHashFilter {
+			dcfg.Hash = &netlink.HashFilter{Seed: c.sel.Seed(), Threshold: c.sel.Threshold()}
+		}
+		dc, err := netlink.OpenDestroy(netns.Path(name), dcfg)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("closecap: namespace %s: %w", label(name), err)
@@ -166,6 +173,17 @@ func (c *Capture) NetnsInodes() []uint64 {
 		out[i] = sp.inode
 	}
 	return out
+}
+
+// HashInKernel reports whether the sampling hash runs in the kernel (eBPF) on every
+// listener, and the first reason why not.
+func (c *Capture) HashInKernel() (bool, error) {
+	for _, sp := range c.spaces {
+		if ok, err := sp.conn.HashInKernel(); !ok {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // RcvBuf returns the first listener's effective receive buffer and whether it was forced.

@@ -406,9 +406,17 @@ func TestEveryConnectionOnce(t *testing.T) {
 	if s := &capAll.Stats; s.Dropped.Load() != 0 || s.Overruns.Load() != 0 || s.DecodeErrors.Load() != 0 {
 		t.Errorf("capture: dropped %d overruns %d decode errors %d", s.Dropped.Load(), s.Overruns.Load(), s.DecodeErrors.Load())
 	}
-	// The in-kernel filter let only the 0.1 capture's own port through to it.
-	if ev := capTenth.Stats.Events.Load(); ev != uint64(len(tenth)) || capTenth.Stats.Filtered.Load() != 0 {
-		t.Errorf("0.1 capture received %d events (%d filtered in user space), want exactly its %d connections", ev, capTenth.Stats.Filtered.Load(), len(tenth))
+	// The in-kernel filter let only the 0.1 capture's own port through to it, and with the
+	// eBPF filter only the connections the hash selects: the kernel's hash is the poller's.
+	hashed, herr := capTenth.HashInKernel()
+	wantEvents := len(tenth)
+	if hashed {
+		wantEvents = len(wantTenth)
+	} else {
+		t.Logf("sampling hash not in the kernel: %v", herr)
+	}
+	if ev := capTenth.Stats.Events.Load(); ev != uint64(wantEvents) || capTenth.Stats.Filtered.Load() != 0 {
+		t.Errorf("0.1 capture (hash in kernel: %v) received %d events (%d filtered in user space), want exactly %d", hashed, ev, capTenth.Stats.Filtered.Load(), wantEvents)
 	}
 	t.Logf("rate 1: %d records; rate 0.1: %d of %d connections; events seen by the 0.1 capture %d, filtered in user space %d",
 		countRecs(got), len(gotTenth), len(tenth), capTenth.Stats.Events.Load(), capTenth.Stats.Filtered.Load())
@@ -503,13 +511,15 @@ func show(p *int64) string {
 	return fmt.Sprint(*p)
 }
 
-// TestIPv6: the IPv6 group (SKNLGRP_INET6_TCP_DESTROY) and the same BPF offsets: five
+// TestIPv6: the IPv6 group (SKNLGRP_INET6_TCP_DESTROY) and the filters' IPv6 offsets: 40
 // connections over ::1 inside the server namespace (the clients' own sockets, on ephemeral
-// ports, are dropped by the local-port filter) give five records with the /48 prefix.
+// ports, are dropped by the local-port filter) at rate 0.5: the records (and, with the eBPF
+// filter, the events) are exactly the connections the poller's hash selects, with the /48.
 func TestIPv6(t *testing.T) {
 	l := newLab(t)
 	const port = 8096
-	c, err := New(Config{Salt: "x", Namespaces: []string{l.srv}, LocalPorts: []uint16{port}})
+	const salt = "v6"
+	c, err := New(Config{Salt: salt, Namespaces: []string{l.srv}, LocalPorts: []uint16{port}, SampleRate: 0.5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,18 +535,31 @@ func TestIPv6(t *testing.T) {
 			s.Close()
 		}
 	}()
-	for i := 0; i < 5; i++ {
+	sel := sampler.NewSelection(salt, 0.5)
+	want := 0
+	for i := 0; i < 40; i++ {
 		cl := netnstest.Dial(t, l.srv, "tcp6", fmt.Sprintf("[::1]:%d", port), "")
 		if n, _ := io.Copy(io.Discard, cl); n != 3000 {
 			t.Fatalf("read %d", n)
 		}
+		if sel.Keep(cl.RemoteAddr().(*net.TCPAddr).AddrPort(), cl.LocalAddr().(*net.TCPAddr).AddrPort()) {
+			want++
+		}
 		cl.Close()
 	}
-	col.waitFor(t, 5)
+	col.waitFor(t, want)
 	l.settle(t)
 	got := col.snapshot()
-	if countRecs(got) != 5 || c.Stats.Filtered.Load() != 0 {
-		t.Fatalf("%d records (%d filtered in user space), want 5", countRecs(got), c.Stats.Filtered.Load())
+	hashed, herr := c.HashInKernel()
+	wantEvents := uint64(40)
+	if hashed {
+		wantEvents = uint64(want)
+	} else {
+		t.Logf("sampling hash not in the kernel: %v", herr)
+	}
+	if countRecs(got) != want || c.Stats.Filtered.Load() != 0 || c.Stats.Events.Load() != wantEvents {
+		t.Fatalf("%d records, %d events (%d filtered in user space); want %d records, %d events", countRecs(got),
+			c.Stats.Events.Load(), c.Stats.Filtered.Load(), want, wantEvents)
 	}
 	for _, rs := range got {
 		r := rs[0]
@@ -544,4 +567,5 @@ func TestIPv6(t *testing.T) {
 			t.Errorf("record: prefix %s port %d bytes_acked %d", r.PeerPrefix, r.LocalPort, *r.BytesAcked)
 		}
 	}
+	t.Logf("%d of 40 IPv6 connections sampled; hash in the kernel: %v", want, hashed)
 }

@@ -48,6 +48,7 @@ type Metrics struct {
 	CloseDecodeErrors prometheus.Counter     // events that could not be decoded
 	CloseCC           *prometheus.CounterVec // source: socket, netns_default, unknown
 	CloseUp           prometheus.Gauge       // 1 while the destroy listeners run
+	CloseHashInKernel prometheus.Gauge       // 1 when the eBPF filter applies the sampling hash
 
 	// ss snapshot replay (collectors/ssreplay)
 	ReplayFiles   *prometheus.CounterVec // result: read, stale, bad_name
@@ -118,6 +119,7 @@ func New() *Metrics {
 		CloseDecodeErrors: f.counter("close_decode_errors_total", "Destroy events that could not be decoded."),
 		CloseCC:           f.counterVec("close_cc_total", "tcp_conn/1 records by how cc was learned: socket (the poller saw it), netns_default, unknown.", "source"),
 		CloseUp:           f.gauge("close_capture_up", "1 while the close-time capture listens to destroy events, 0 when it could not start."),
+		CloseHashInKernel: f.gauge("close_hash_in_kernel", "1 when an eBPF socket filter drops unsampled destroy events in the kernel, 0 when they are hashed in user space."),
 
 		ReplayFiles: f.counterVec("replay_files_total", "ss snapshot files of the replay directory, by result: read, "+
 			"stale (appeared after a newer one was read: not read), bad_name (no tick in the name: not read).", "result"),

@@ -39,10 +39,11 @@ var ErrOverrun = errors.New("netlink: destroy events dropped by the kernel (ENOB
 
 // DestroyConfig configures a destroy listener.
 type DestroyConfig struct {
-	RcvBuf     int      // receive buffer, bytes; 0: DefaultDestroyRcvBuf; SO_RCVBUFFORCE, else SO_RCVBUF (capped by net.core.rmem_max)
-	LocalPorts []uint16 // in-kernel filter: only sockets with one of these local ports; empty: any
-	NoFilter   bool     // do not attach the classic BPF filter (it also drops never-connected sockets)
-	IPv4Only   bool     // join SKNLGRP_INET_TCP_DESTROY only (tests)
+	RcvBuf     int         // receive buffer, bytes; 0: DefaultDestroyRcvBuf; SO_RCVBUFFORCE, else SO_RCVBUF (capped by net.core.rmem_max)
+	LocalPorts []uint16    // in-kernel filter: only sockets with one of these local ports; empty: any
+	NoFilter   bool        // do not attach a filter (it also drops never-connected sockets)
+	Hash       *HashFilter // with the filter: also the sampling hash, in an eBPF program (needs CAP_BPF or CAP_SYS_ADMIN; else the classic filter alone)
+	IPv4Only   bool        // join SKNLGRP_INET_TCP_DESTROY only (tests)
 }
 
 // DestroyConn is a NETLINK_SOCK_DIAG socket subscribed to the TCP destroy broadcasts of
@@ -54,6 +55,8 @@ type DestroyConn struct {
 	rcvbuf    int    // effective SO_RCVBUF (what the kernel charges against)
 	forced    bool   // SO_RCVBUFFORCE worked
 	filtered  bool   // a BPF filter is attached
+	hashed    bool   // the eBPF filter with the sampling hash is attached
+	hashErr   error  // why it is not
 	buf       []byte
 	lastDrops uint32
 }
@@ -95,7 +98,18 @@ func OpenDestroy(nsPath string, cfg DestroyConfig) (*DestroyConn, error) {
 	if v, err := unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUF); err == nil {
 		c.rcvbuf = v
 	}
-	if !cfg.NoFilter {
+	if !cfg.NoFilter && cfg.Hash != nil {
+		prog, err := DestroyHashProgram(cfg.LocalPorts, *cfg.Hash)
+		if err == nil {
+			err = attachEBPF(c.fd, prog)
+		}
+		if err == nil {
+			c.filtered, c.hashed = true, true
+		} else {
+			c.hashErr = err
+		}
+	}
+	if !cfg.NoFilter && !c.hashed {
 		prog := DestroyFilter(cfg.LocalPorts)
 		if err := attachFilter(c.fd, prog); err != nil {
 			return fail("SO_ATTACH_FILTER", err)
@@ -136,8 +150,12 @@ func (c *DestroyConn) NetnsInode() uint64 { return c.inode }
 // what was asked) and whether SO_RCVBUFFORCE was allowed.
 func (c *DestroyConn) RcvBuf() (int, bool) { return c.rcvbuf, c.forced }
 
-// Filtered reports whether the classic BPF filter is attached.
+// Filtered reports whether a BPF filter is attached.
 func (c *DestroyConn) Filtered() bool { return c.filtered }
+
+// HashInKernel reports whether the eBPF filter applies the sampling hash, and if not, why
+// (nil when none was asked for).
+func (c *DestroyConn) HashInKernel() (bool, error) { return c.hashed, c.hashErr }
 
 // SetRcvBuf changes the receive buffer (tests shrink it to provoke ENOBUFS).
 func (c *DestroyConn) SetRcvBuf(n int) error {

@@ -55,8 +55,15 @@ func newCloseCap(cfg config.Config, ports []uint16, book *closecap.Book, m *metr
 	}
 	m.CloseUp.Set(1)
 	rb, forced := c.RcvBuf()
+	hashed, herr := c.HashInKernel()
+	if hashed {
+		m.CloseHashInKernel.Set(1)
+	}
 	log.Info("close-time capture", "namespaces", len(c.NetnsInodes()), "rcvbuf", rb, "rcvbuf_forced", forced,
-		"bpf_filter", cfg.CloseCapture.BPFFilter, "topic", cfg.Kafka.TopicConn)
+		"bpf_filter", cfg.CloseCapture.BPFFilter, "hash_in_kernel", hashed, "topic", cfg.Kafka.TopicConn)
+	if herr != nil {
+		log.Info("close-time capture: the sampling hash runs in user space (the eBPF filter needs CAP_BPF or CAP_SYS_ADMIN)", "err", herr)
+	}
 	return &closeCap{c: c, topic: cfg.Kafka.TopicConn, m: m, log: log,
 		stream: fmt.Sprintf("c:%d:%d", os.Getpid(), time.Now().UnixNano())}, nil
 }
