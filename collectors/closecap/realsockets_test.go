@@ -32,14 +32,15 @@ type lab struct {
 	cliIf    string
 
 	mu      sync.Mutex
-	cookies map[netip.AddrPort]uint64 // server socket cookie by client address
+	cookies map[[2]netip.AddrPort]uint64 // server socket cookie by (server, client) address
 }
 
-// cookie returns the socket cookie of the server's end of the connection from client.
-func (l *lab) cookie(client netip.AddrPort) uint64 {
+// cookie returns the socket cookie of the server's end of the connection server↔client
+// (the latest one on that 4-tuple: read it when the connection is done).
+func (l *lab) cookie(server, client netip.AddrPort) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.cookies[client]
+	return l.cookies[[2]netip.AddrPort{server, client}]
 }
 
 func newLab(t *testing.T) *lab {
@@ -47,7 +48,7 @@ func newLab(t *testing.T) *lab {
 	netnstest.Require(t, "sysctl", "tc")
 	tag := netnstest.Tag()
 	l := &lab{srv: "cc14s-" + tag, cli: "cc14c-" + tag, srvIf: "cc14s" + tag, cliIf: "cc14c" + tag,
-		cookies: map[netip.AddrPort]uint64{}}
+		cookies: map[[2]netip.AddrPort]uint64{}}
 	netnstest.Namespace(t, l.srv)
 	netnstest.Namespace(t, l.cli)
 	netnstest.Sysctl(t, "net.ipv4.tcp_allowed_congestion_control", "reno bbr cubic")
@@ -91,7 +92,7 @@ func (l *lab) server(t *testing.T, port int, cc string, hold <-chan struct{}) {
 			}
 			ck := netnstest.Cookie(t, c.(*net.TCPConn))
 			l.mu.Lock()
-			l.cookies[c.RemoteAddr().(*net.TCPAddr).AddrPort()] = ck
+			l.cookies[[2]netip.AddrPort{c.LocalAddr().(*net.TCPAddr).AddrPort(), c.RemoteAddr().(*net.TCPAddr).AddrPort()}] = ck
 			l.mu.Unlock()
 			go func() {
 				defer c.Close()
@@ -120,6 +121,7 @@ func (l *lab) server(t *testing.T, port int, cc string, hold <-chan struct{}) {
 type conn struct {
 	server, client netip.AddrPort // server's local and peer address
 	read           int64
+	cookie         uint64 // the server socket's
 }
 
 // fetch opens a connection from the client namespace, asks for size bytes and reads to
@@ -137,6 +139,7 @@ func (l *lab) fetch(t *testing.T, port int, size int) conn {
 		t.Fatal(err)
 	}
 	out := conn{server: c.RemoteAddr().(*net.TCPAddr).AddrPort(), client: c.LocalAddr().(*net.TCPAddr).AddrPort(), read: n}
+	out.cookie = l.cookie(out.server, out.client)
 	c.Close()
 	return out
 }
@@ -287,7 +290,9 @@ func TestEveryConnectionOnce(t *testing.T) {
 			defer heldWG.Done()
 			n, _ := io.Copy(io.Discard, c)
 			heldMu.Lock()
-			held = append(held, conn{server: c.RemoteAddr().(*net.TCPAddr).AddrPort(), client: c.LocalAddr().(*net.TCPAddr).AddrPort(), read: n})
+			hc := conn{server: c.RemoteAddr().(*net.TCPAddr).AddrPort(), client: c.LocalAddr().(*net.TCPAddr).AddrPort(), read: n}
+			hc.cookie = l.cookie(hc.server, hc.client)
+			held = append(held, hc)
 			heldMu.Unlock()
 			c.Close()
 		}()
@@ -319,7 +324,7 @@ func TestEveryConnectionOnce(t *testing.T) {
 		c := l.fetch(t, portTenth, 1<<10)
 		tenth = append(tenth, c)
 		if sel.Keep(c.server, c.client) {
-			wantTenth[key.SockIDOf(c.server, c.client, l.cookie(c.client))] = true
+			wantTenth[key.SockIDOf(c.server, c.client, c.cookie)] = true
 		}
 	}
 	heldWG.Wait()
@@ -333,7 +338,7 @@ func TestEveryConnectionOnce(t *testing.T) {
 		t.Errorf("rate 1: %d records for %d connections", n, len(all)+len(held))
 	}
 	for _, c := range all {
-		id := key.SockIDOf(c.server, c.client, l.cookie(c.client))
+		id := key.SockIDOf(c.server, c.client, c.cookie)
 		rs := got[id]
 		if len(rs) != 1 {
 			t.Errorf("connection %v→%v: %d records, want 1", c.client, c.server, len(rs))
@@ -358,7 +363,7 @@ func TestEveryConnectionOnce(t *testing.T) {
 		}
 	}
 	for _, c := range held {
-		id := key.SockIDOf(c.server, c.client, l.cookie(c.client))
+		id := key.SockIDOf(c.server, c.client, c.cookie)
 		if !polled[id] {
 			t.Errorf("held connection %v: the poller's sock_ids %v lack the close record's %s", c.client, polled, id)
 		}
