@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -28,7 +29,7 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // close-time capture) on a network namespace and --output stdout: five short connections
 // give five tcp_conn/1 records, stamped with the host fields, and no goroutine is left.
 func TestRunCapturesClosedConnections(t *testing.T) {
-	netnstest.Require(t)
+	netnstest.Require(t, "ss")
 	ns := netnstest.Namespace(t, "cc14r-"+netnstest.Tag())
 	ln := netnstest.Listen(t, ns, "tcp4", "127.0.0.1:8443")
 	go func() {
@@ -68,9 +69,19 @@ func TestRunCapturesClosedConnections(t *testing.T) {
 		}
 		c.Close()
 	}
-	// The server closed first: its sockets are in TIME-WAIT (destroyed) once the client's
-	// ACK came back; a few poll periods for the events to pass through the sink.
-	time.Sleep(time.Second)
+	// The server closed first: its sockets are destroyed once nothing but TIME-WAIT is left;
+	// then a moment for the events to pass the capture's 50 ms coalescing and the sink.
+	for i := 0; i < 100; i++ {
+		out, err := exec.Command("ip", "netns", "exec", ns, "ss", "-tanH", "exclude", "time-wait", "exclude", "listening").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out) == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
 	cancel()
 	if c := <-code; c != 0 {
 		t.Fatalf("exit %d: %s", c, errb.String())
