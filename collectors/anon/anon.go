@@ -48,29 +48,57 @@ func AppendPeerPrefix4(b []byte, a [4]byte) []byte {
 	return append(b, ".0/24"...)
 }
 
-// SockKey holds what keys the connection hash: a fleet-wide secret salt and the host's boot
-// id (so that a 4-tuple reused after a reboot gets a new id).
+// SockKey holds what keys the connection hash: a fleet-wide secret salt, the host's boot
+// id (so that a 4-tuple reused after a reboot gets a new id) and the connection's network
+// namespace (the inode of its nsfs file, unique on one boot), so that equal 4-tuples of two
+// namespaces (containers, labs) get two ids. With the namespace, the socket cookie keys the
+// id too (SockIDOf), so that two connections on one 4-tuple (a client port reused while the
+// server still holds the old connection in TIME-WAIT) get two ids. Netns 0 means "not
+// known" (ss text read elsewhere): the id is then the first version's, of the 4-tuple alone.
 type SockKey struct {
 	Salt   string
 	BootID string
+	Netns  uint64
 }
 
 // SockIDer computes sock_id: a SockKey (one HMAC per call) or a *SockHasher (reused).
 type SockIDer interface {
 	SockID(local, peer netip.AddrPort) string
+	SockIDOf(local, peer netip.AddrPort, cookie uint64) string
 }
 
-// SockID returns an opaque, stable id for the connection local↔peer: the hex of the first 8
-// bytes of HMAC-SHA256(salt, "ccab-sock/1" | boot id | local | peer). IPv4-mapped addresses are
-// unmapped first, so ss text and netlink give the same id for the same socket. It sets up a
-// new HMAC on every call; for many sockets use a SockHasher.
+// SockID is SockIDOf with cookie 0 (not known).
 func (k SockKey) SockID(local, peer netip.AddrPort) string {
-	return k.Hasher().SockID(local, peer)
+	return k.Hasher().SockIDOf(local, peer, 0)
+}
+
+// SockIDOf returns an opaque, stable id for the connection local↔peer whose socket has the
+// given cookie (the kernel's socket cookie: INET_DIAG's idiag_cookie, `ss -e`'s sk:): the hex
+// of the first 8 bytes of
+//
+//	HMAC-SHA256(salt, "ccab-sock/1" | boot id | local | peer)                          Netns = 0
+//	HMAC-SHA256(salt, "ccab-sock/2" | boot id | netns | cookie | local | peer)         Netns ≠ 0
+//
+// (netns and cookie in decimal, every part followed by a NUL byte). IPv4-mapped addresses
+// are unmapped first, so ss text and netlink give the same id for the same socket. It sets
+// up a new HMAC on every call; for many sockets use a SockHasher.
+func (k SockKey) SockIDOf(local, peer netip.AddrPort, cookie uint64) string {
+	return k.Hasher().SockIDOf(local, peer, cookie)
 }
 
 // Hasher returns a SockHasher for k.
 func (k SockKey) Hasher() *SockHasher {
-	return &SockHasher{mac: hmac.New(sha256.New, []byte(k.Salt)), bootID: k.BootID}
+	return &SockHasher{mac: hmac.New(sha256.New, []byte(k.Salt)), key: k.Salt, bootID: k.BootID, netns: k.Netns}
+}
+
+// WithNetns returns the hasher's key for connections of the network namespace with inode
+// ino: a new SockHasher sharing nothing with h.
+func (h *SockHasher) WithNetns(ino uint64) *SockHasher {
+	c := *h
+	c.mac = hmac.New(sha256.New, []byte(h.salt()))
+	c.netns = ino
+	c.buf = nil
+	return &c
 }
 
 // SockHasher computes SockKey.SockID with one keyed HMAC that it resets between calls, and
@@ -78,18 +106,37 @@ func (k SockKey) Hasher() *SockHasher {
 // concurrent use.
 type SockHasher struct {
 	mac    hash.Hash
+	key    string
 	bootID string
+	netns  uint64
 	buf    []byte
 	sum    [sha256.Size]byte
 }
 
+func (h *SockHasher) salt() string { return h.key }
+
 // SockID is SockKey.SockID.
-func (h *SockHasher) SockID(local, peer netip.AddrPort) string {
+func (h *SockHasher) SockID(local, peer netip.AddrPort) string { return h.SockIDOf(local, peer, 0) }
+
+// SockIDOf is SockKey.SockIDOf.
+func (h *SockHasher) SockIDOf(local, peer netip.AddrPort, cookie uint64) string {
 	h.mac.Reset()
-	b := append(h.buf[:0], "ccab-sock/1"...)
-	b = append(b, 0)
-	b = append(b, h.bootID...)
-	b = append(b, 0)
+	var b []byte
+	if h.netns == 0 {
+		b = append(h.buf[:0], "ccab-sock/1"...)
+		b = append(b, 0)
+		b = append(b, h.bootID...)
+		b = append(b, 0)
+	} else {
+		b = append(h.buf[:0], "ccab-sock/2"...)
+		b = append(b, 0)
+		b = append(b, h.bootID...)
+		b = append(b, 0)
+		b = strconv.AppendUint(b, h.netns, 10)
+		b = append(b, 0)
+		b = strconv.AppendUint(b, cookie, 10)
+		b = append(b, 0)
+	}
 	b = appendCanon(b, local)
 	b = append(b, 0)
 	b = appendCanon(b, peer)

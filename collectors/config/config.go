@@ -46,6 +46,7 @@ type Config struct {
 	Once             bool     `json:"-"`      // --once: Reps = 1
 	Nginx            Nginx    `json:"nginx"`
 	TCPInfo          TCPInfo  `json:"tcp_info"`
+	CloseCapture     CloseCap `json:"close_capture"`
 	SSReplay         SSReplay `json:"ss_replay"`
 	Kafka            Kafka    `json:"kafka"`
 	Queue            Queue    `json:"queue"`
@@ -82,6 +83,16 @@ type TCPInfo struct {
 	MaxPerTick    int      `json:"max_per_tick"`
 }
 
+// CloseCap configures the close-time capture (collectors/closecap): tcp_conn/1 records
+// from the kernel's TCP destroy broadcasts. It runs when tcp_info.enabled and this are on,
+// with tcp_info's salt, sample rate, local ports and namespaces.
+type CloseCap struct {
+	Enabled   bool     `json:"enabled"`
+	RcvBuf    Size     `json:"rcvbuf"`     // receive buffer per namespace (SO_RCVBUFFORCE, else SO_RCVBUF)
+	BPFFilter bool     `json:"bpf_filter"` // attach the in-kernel classic BPF filter
+	Coalesce  Duration `json:"coalesce"`   // a reader wakes at most once per this
+}
+
 // SSReplay configures the replay of recorded `ss -tinHOe` snapshots (collectors/ssreplay):
 // a directory of <ts_ms>.txt files, such as `ccab sim --raw` writes per host. On when Dir
 // is set. sock_id is keyed by tcp_info.salt, as for the netlink sampler.
@@ -98,6 +109,7 @@ type Kafka struct {
 	Brokers         []string `json:"brokers"`
 	TopicTCP        string   `json:"topic_tcp"`
 	TopicHTTP       string   `json:"topic_http"`
+	TopicConn       string   `json:"topic_conn"`
 	ClientID        string   `json:"client_id"`
 	Linger          Duration `json:"linger"`
 	MaxInflight     int      `json:"max_inflight_records"`
@@ -145,10 +157,11 @@ func Default() Config {
 			RotateGrace: D(5 * time.Second), CheckpointInterval: D(5 * time.Second),
 			StartAt: tailer.StartBeginning, MaxLineBytes: 1 << 20, BatchLines: 1024,
 		},
-		TCPInfo:  TCPInfo{Enabled: false, Interval: D(10 * time.Second), SampleRate: 1, MaxPerTick: 20000},
-		SSReplay: SSReplay{Interval: D(10 * time.Second), SampleRate: 1, SourceSampleRate: 1, State: "ESTAB"},
+		TCPInfo:      TCPInfo{Enabled: false, Interval: D(10 * time.Second), SampleRate: 1, MaxPerTick: 20000},
+		CloseCapture: CloseCap{Enabled: true, RcvBuf: 16 << 20, BPFFilter: true, Coalesce: D(50 * time.Millisecond)},
+		SSReplay:     SSReplay{Interval: D(10 * time.Second), SampleRate: 1, SourceSampleRate: 1, State: "ESTAB"},
 		Kafka: Kafka{
-			Brokers: []string{"127.0.0.1:9092"}, TopicTCP: "ccab.tcp.v1", TopicHTTP: "ccab.http.v1",
+			Brokers: []string{"127.0.0.1:9092"}, TopicTCP: "ccab.tcp.v1", TopicHTTP: "ccab.http.v1", TopicConn: "ccab.tcp_conn.v1",
 			ClientID: "ccab-collector", Linger: D(10 * time.Millisecond), MaxInflight: 20000,
 			StallTimeout: D(5 * time.Second), RetryBackoff: D(2 * time.Second),
 			ShutdownTimeout: D(10 * time.Second), DialTimeout: D(5 * time.Second),
@@ -348,6 +361,11 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&c.TCPInfo.MinBytesAcked, "tcp-info-min-bytes-acked", c.TCPInfo.MinBytesAcked, "only connections with at least this many bytes acked (0: any)")
 	fs.IntVar(&c.TCPInfo.MaxPerTick, "tcp-info-max-per-tick", c.TCPInfo.MaxPerTick, "records per tick at most")
 
+	fs.BoolVar(&c.CloseCapture.Enabled, "close-capture", c.CloseCapture.Enabled, "with --tcp-info-enabled: one tcp_conn/1 record per sampled connection when it closes (sock_diag destroy events)")
+	fs.Var(&c.CloseCapture.RcvBuf, "close-capture-rcvbuf", "receive buffer of each destroy listener (SO_RCVBUFFORCE, else SO_RCVBUF up to net.core.rmem_max)")
+	fs.Var(&c.CloseCapture.Coalesce, "close-capture-coalesce", "read destroy events at most once per this (they queue in the socket meanwhile); 0 or negative: at every event")
+	fs.BoolVar(&c.CloseCapture.BPFFilter, "close-capture-bpf", c.CloseCapture.BPFFilter, "drop unconnected sockets and other local ports in the kernel (classic BPF)")
+
 	fs.StringVar(&c.SSReplay.Dir, "ss-replay-dir", c.SSReplay.Dir, "replay the `dir` of ss -tinHOe snapshots <ts_ms>.txt (e.g. ccab sim --raw's ss/<host>) as tcp_sample/1 records")
 	fs.Var(&c.SSReplay.Interval, "ss-replay-interval", "how often the replay directory is checked for new snapshots (without --once)")
 	fs.Float64Var(&c.SSReplay.SampleRate, "ss-replay-sample-rate", c.SSReplay.SampleRate, "fraction of each snapshot's connections replayed, in (0, 1] (1: all)")
@@ -357,6 +375,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 
 	fs.Var(listValue{&c.Kafka.Brokers}, "kafka-brokers", "comma-separated `host:port` seed brokers")
 	fs.StringVar(&c.Kafka.TopicTCP, "topic-tcp", c.Kafka.TopicTCP, "topic of tcp_sample/1 records")
+	fs.StringVar(&c.Kafka.TopicConn, "topic-conn", c.Kafka.TopicConn, "topic of tcp_conn/1 records")
 	fs.StringVar(&c.Kafka.TopicHTTP, "topic-http", c.Kafka.TopicHTTP, "topic of http_request/1 records")
 	fs.StringVar(&c.Kafka.ClientID, "kafka-client-id", c.Kafka.ClientID, "Kafka client id")
 	fs.Var(&c.Kafka.Linger, "kafka-linger", "how long a batch waits for more records")
@@ -473,7 +492,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("output %q is not kafka, stdout or discard", c.Output)
 	case c.Output == "kafka" && len(c.Kafka.Brokers) == 0:
 		return errors.New("kafka.brokers is empty")
-	case c.Kafka.TopicHTTP == "" || c.Kafka.TopicTCP == "":
+	case c.Kafka.TopicHTTP == "" || c.Kafka.TopicTCP == "" || c.Kafka.TopicConn == "":
 		return errors.New("kafka topics must not be empty")
 	case !c.Nginx.Enabled && !c.TCPInfo.Enabled && c.SSReplay.Dir == "":
 		return errors.New("nothing to collect: nginx.enabled and tcp_info.enabled are false and ss_replay.dir is empty")

@@ -38,6 +38,18 @@ type Metrics struct {
 	SocketsSampled prometheus.Counter
 	DumpDuration   prometheus.Histogram
 
+	// close-time capture (collectors/closecap)
+	CloseEvents       prometheus.Counter     // destroy events received (after the in-kernel filter)
+	CloseFiltered     prometheus.Counter     // dropped in user space: no peer, local port
+	CloseSampled      prometheus.Counter     // in the sample (the salted 4-tuple hash)
+	CloseEmitted      prometheus.Counter     // tcp_conn/1 records handed to the sink
+	CloseDropped      prometheus.Counter     // events the kernel dropped: receive buffer full (SK_MEMINFO_DROPS)
+	CloseOverruns     prometheus.Counter     // ENOBUFS errors on the destroy sockets
+	CloseDecodeErrors prometheus.Counter     // events that could not be decoded
+	CloseCC           *prometheus.CounterVec // source: socket, netns_default, unknown
+	CloseUp           prometheus.Gauge       // 1 while the destroy listeners run
+	CloseHashInKernel prometheus.Gauge       // 1 when the eBPF filter applies the sampling hash
+
 	// ss snapshot replay (collectors/ssreplay)
 	ReplayFiles   *prometheus.CounterVec // result: read, stale, bad_name
 	ReplayRecords prometheus.Counter
@@ -98,6 +110,17 @@ func New() *Metrics {
 		SocketsSeen:    f.counter("sockets_seen_total", "Sockets seen in netlink dumps."),
 		SocketsSampled: f.counter("sockets_sampled_total", "Sockets turned into tcp_sample/1 records."),
 		DumpDuration:   f.histogram("dump_duration_seconds", "Duration of one netlink dump.", durBuckets),
+
+		CloseEvents:       f.counter("close_events_total", "TCP destroy events received over sock_diag (after the in-kernel filter)."),
+		CloseFiltered:     f.counter("close_filtered_total", "Destroy events dropped in user space (no peer, local port not configured)."),
+		CloseSampled:      f.counter("close_sampled_total", "Destroy events of sampled connections (the poller's salted 4-tuple hash)."),
+		CloseEmitted:      f.counter("close_emitted_total", "tcp_conn/1 records handed to the sink."),
+		CloseDropped:      f.counter("close_dropped_total", "Destroy events the kernel dropped because the receive buffer was full (SK_MEMINFO_DROPS)."),
+		CloseOverruns:     f.counter("close_enobufs_total", "ENOBUFS errors on the destroy sockets (each means one or more events dropped)."),
+		CloseDecodeErrors: f.counter("close_decode_errors_total", "Destroy events that could not be decoded."),
+		CloseCC:           f.counterVec("close_cc_total", "tcp_conn/1 records by how cc was learned: socket (the poller saw it), netns_default, unknown.", "source"),
+		CloseUp:           f.gauge("close_capture_up", "1 while the close-time capture listens to destroy events, 0 when it could not start."),
+		CloseHashInKernel: f.gauge("close_hash_in_kernel", "1 when an eBPF socket filter drops unsampled destroy events in the kernel, 0 when they are hashed in user space."),
 
 		ReplayFiles: f.counterVec("replay_files_total", "ss snapshot files of the replay directory, by result: read, "+
 			"stale (appeared after a newer one was read: not read), bad_name (no tick in the name: not read).", "result"),

@@ -27,6 +27,7 @@ const recvTimeout = 5 * time.Second
 // whatever thread later uses it. A Conn is not safe for concurrent use.
 type Conn struct {
 	ns     string // namespace file, "" for the process's own
+	inode  uint64 // inode of the network namespace (0 if it could not be read)
 	fd     int    // -1 when closed or broken
 	seq    uint32
 	buf    []byte
@@ -45,6 +46,11 @@ func Open(nsPath string) (*Conn, error) {
 	return c, nil
 }
 
+// NetnsInode returns the inode of the Conn's network namespace (its id on this boot, as
+// `ls -iL /proc/self/ns/net` or `stat -L -c %i` shows it; 0 if it could not be read). It keys
+// sock_id.
+func (c *Conn) NetnsInode() uint64 { return c.inode }
+
 // Namespace returns the namespace file the Conn was opened in ("" for the process's own).
 func (c *Conn) Namespace() string { return c.ns }
 
@@ -53,6 +59,10 @@ func (c *Conn) open() error {
 	err := netns.Do(c.ns, func() error {
 		var err error
 		fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+		var st unix.Stat_t
+		if err == nil && unix.Stat("/proc/thread-self/ns/net", &st) == nil {
+			c.inode = st.Ino
+		}
 		return err
 	})
 	if err != nil {

@@ -146,7 +146,58 @@ func (s *Socket) Sample() (r record.TCPSample, ok bool) {
 	r.LastsndMs = nz32(offLastDataSnt, t.LastDataSentMs())
 	r.LastrcvMs = nz32(offLastDataRcv, t.LastDataRecvMs())
 	r.LastackMs = nz32(offLastAckRecv, t.LastAckRecvMs())
+	r.TotalRTO, r.TotalRTORecoveries, r.TotalRTOTimeMs = totalRTO(t, num)
 	return r, true
+}
+
+// totalRTO reads tcpi_total_rto, tcpi_total_rto_recoveries (u16) and tcpi_total_rto_time
+// (u32, ms), kernel 6.7: null when the kernel's struct is too short.
+func totalRTO(t *TCPInfo, num func(int64) *int64) (n, rec, ms *int64) {
+	if !t.Has(offTotalRTOTim, 4) {
+		return nil, nil, nil
+	}
+	return num(int64(t.TotalRTO())), num(int64(t.TotalRTORecoveries())), num(int64(t.TotalRTOTimeMs()))
+}
+
+// ConnRecord returns the tcp_conn/1 fields of a destroy event (see collectors/README.md,
+// "Close-time capture"): the same units and null rules as Sample, plus the counters only a
+// connection's end makes interesting (delivered_ce, dsack_dups, reord_seen, rcv_ooopack,
+// total_rto*). The caller adds cc, cc_source, sock_id, peer_prefix, the host fields and
+// ts_ms. ok is false without tcp_info. cc_version is set only when the message carried
+// BBRINFO (a destroy event does not on Linux 6.18).
+func (s *Socket) ConnRecord() (c record.TCPConn, ok bool) {
+	r, ok := s.Sample()
+	if !ok {
+		return c, false
+	}
+	t := s.Info
+	ints := make([]int64, 0, 8)
+	num := func(v int64) *int64 {
+		ints = append(ints, v)
+		return &ints[len(ints)-1]
+	}
+	has32 := func(off int, v uint32) *int64 {
+		if !t.Has(off, 4) {
+			return nil
+		}
+		return num(int64(v))
+	}
+	c = record.TCPConn{
+		CC: r.CC, CCVersion: r.CCVersion, LocalPort: r.LocalPort,
+		RTTUs: r.RTTUs, RTTVarUs: r.RTTVarUs, MinRTTUs: r.MinRTTUs, RTOMs: r.RTOMs, MSS: r.MSS, Cwnd: r.Cwnd, Ssthresh: r.Ssthresh,
+		Unacked: r.Unacked, Sacked: r.Sacked, Lost: r.Lost, RetransOut: r.RetransOut, TotalRetrans: r.TotalRetrans, Reordering: r.Reordering,
+		BytesSent: r.BytesSent, BytesAcked: r.BytesAcked, BytesRetrans: r.BytesRetrans, BytesReceived: r.BytesReceived,
+		SegsOut: r.SegsOut, SegsIn: r.SegsIn, DataSegsOut: r.DataSegsOut, DataSegsIn: r.DataSegsIn,
+		DeliveryRateBps: r.DeliveryRateBps, PacingRateBps: r.PacingRateBps, Delivered: r.Delivered, AppLimited: r.AppLimited,
+		BusyMs: r.BusyMs, RwndLimitedMs: r.RwndLimitedMs, SndbufLimitedMs: r.SndbufLimitedMs,
+		NotsentBytes: r.NotsentBytes, SndWnd: r.SndWnd, RcvSpace: r.RcvSpace,
+		TotalRTO: r.TotalRTO, TotalRTORecoveries: r.TotalRTORecoveries, TotalRTOTimeMs: r.TotalRTOTimeMs,
+	}
+	c.DeliveredCE = has32(offDeliveredCE, t.DeliveredCE())
+	c.DsackDups = has32(offDsackDups, t.DsackDups())
+	c.ReordSeen = has32(offReordSeen, t.ReordSeen())
+	c.RcvOoopack = has32(offRcvOoopack, t.RcvOoopack())
+	return c, true
 }
 
 // Record completes the socket's sample into a tcp_sample/1 record: the client's prefix, the
@@ -159,7 +210,7 @@ func (s *Socket) Record(key anon.SockIDer, meta record.Meta) (record.TCPSample, 
 	}
 	meta.StampTCP(&r)
 	r.PeerPrefix = anon.PeerPrefix(s.Peer.Addr())
-	r.SockID = key.SockID(s.Local, s.Peer)
+	r.SockID = key.SockIDOf(s.Local, s.Peer, s.Cookie)
 	return r, true
 }
 

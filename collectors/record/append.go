@@ -131,8 +131,92 @@ func AppendTCP(dst []byte, s *TCPSample) ([]byte, error) {
 	if b, err = appendOptFloat(append(b, `,"bbr_cwnd_gain":`...), s.BBRCwndGain, "bbr_cwnd_gain"); err != nil {
 		return dst, err
 	}
+	b = appendOptInt(append(b, `,"total_rto":`...), s.TotalRTO)
+	b = appendOptInt(append(b, `,"total_rto_recoveries":`...), s.TotalRTORecoveries)
+	b = appendOptInt(append(b, `,"total_rto_time_ms":`...), s.TotalRTOTimeMs)
 	b = append(b, `,"sample_rate":`...)
 	if b, err = appendFloatField(b, float64(s.SampleRate), "sample_rate"); err != nil {
+		return dst, err
+	}
+	return append(b, '}'), nil
+}
+
+// AppendConn appends c as one JSON object (no newline) to dst, like AppendHTTP.
+func AppendConn(dst []byte, c *TCPConn) ([]byte, error) {
+	b := append(dst, `{"schema":`...)
+	b = appendString(b, c.Schema)
+	b = append(b, `,"ts_ms":`...)
+	b = strconv.AppendInt(b, c.TsMs, 10)
+	b = appendHost(b, c.Pop, c.Host, c.Kernel, c.Arm, c.RolloutID)
+	b = append(b, `,"cc":`...)
+	b = appendString(b, c.CC)
+	b = appendOptInt(append(b, `,"cc_version":`...), c.CCVersion)
+	b = append(b, `,"cc_source":`...)
+	b = appendString(b, c.CCSource)
+	b = append(b, `,"sock_id":`...)
+	b = appendString(b, c.SockID)
+	b = append(b, `,"peer_prefix":`...)
+	b = appendString(b, c.PeerPrefix)
+	b = append(b, `,"local_port":`...)
+	b = strconv.AppendInt(b, c.LocalPort, 10)
+	b = appendOptInt(append(b, `,"duration_ms":`...), c.DurationMs)
+	b = appendOptInt(append(b, `,"seen_duration_ms":`...), c.SeenDurationMs)
+
+	b = appendOptInt(append(b, `,"rtt_us":`...), c.RTTUs)
+	b = appendOptInt(append(b, `,"rttvar_us":`...), c.RTTVarUs)
+	b = appendOptInt(append(b, `,"min_rtt_us":`...), c.MinRTTUs)
+	b = appendOptInt(append(b, `,"rto_ms":`...), c.RTOMs)
+	b = appendOptInt(append(b, `,"mss":`...), c.MSS)
+	b = appendOptInt(append(b, `,"cwnd":`...), c.Cwnd)
+	b = appendOptInt(append(b, `,"ssthresh":`...), c.Ssthresh)
+
+	b = appendOptInt(append(b, `,"unacked":`...), c.Unacked)
+	b = appendOptInt(append(b, `,"sacked":`...), c.Sacked)
+	b = appendOptInt(append(b, `,"lost":`...), c.Lost)
+	b = appendOptInt(append(b, `,"retrans_out":`...), c.RetransOut)
+	b = appendOptInt(append(b, `,"total_retrans":`...), c.TotalRetrans)
+	b = appendOptInt(append(b, `,"reordering":`...), c.Reordering)
+
+	b = appendOptInt(append(b, `,"bytes_sent":`...), c.BytesSent)
+	b = appendOptInt(append(b, `,"bytes_acked":`...), c.BytesAcked)
+	b = appendOptInt(append(b, `,"bytes_retrans":`...), c.BytesRetrans)
+	b = appendOptInt(append(b, `,"bytes_received":`...), c.BytesReceived)
+	b = appendOptInt(append(b, `,"segs_out":`...), c.SegsOut)
+	b = appendOptInt(append(b, `,"segs_in":`...), c.SegsIn)
+	b = appendOptInt(append(b, `,"data_segs_out":`...), c.DataSegsOut)
+	b = appendOptInt(append(b, `,"data_segs_in":`...), c.DataSegsIn)
+
+	b = appendOptInt(append(b, `,"delivery_rate_bps":`...), c.DeliveryRateBps)
+	b = appendOptInt(append(b, `,"pacing_rate_bps":`...), c.PacingRateBps)
+	b = appendOptInt(append(b, `,"delivered":`...), c.Delivered)
+	b = appendOptInt(append(b, `,"delivered_ce":`...), c.DeliveredCE)
+	b = append(b, `,"app_limited":`...)
+	switch {
+	case c.AppLimited == nil:
+		b = append(b, "null"...)
+	case *c.AppLimited:
+		b = append(b, "true"...)
+	default:
+		b = append(b, "false"...)
+	}
+
+	b = appendOptInt(append(b, `,"busy_ms":`...), c.BusyMs)
+	b = appendOptInt(append(b, `,"rwnd_limited_ms":`...), c.RwndLimitedMs)
+	b = appendOptInt(append(b, `,"sndbuf_limited_ms":`...), c.SndbufLimitedMs)
+
+	b = appendOptInt(append(b, `,"notsent_bytes":`...), c.NotsentBytes)
+	b = appendOptInt(append(b, `,"snd_wnd":`...), c.SndWnd)
+	b = appendOptInt(append(b, `,"rcv_space":`...), c.RcvSpace)
+	b = appendOptInt(append(b, `,"dsack_dups":`...), c.DsackDups)
+	b = appendOptInt(append(b, `,"reord_seen":`...), c.ReordSeen)
+	b = appendOptInt(append(b, `,"rcv_ooopack":`...), c.RcvOoopack)
+
+	b = appendOptInt(append(b, `,"total_rto":`...), c.TotalRTO)
+	b = appendOptInt(append(b, `,"total_rto_recoveries":`...), c.TotalRTORecoveries)
+	b = appendOptInt(append(b, `,"total_rto_time_ms":`...), c.TotalRTOTimeMs)
+	b = append(b, `,"sample_rate":`...)
+	b, err := appendFloatField(b, float64(c.SampleRate), "sample_rate")
+	if err != nil {
 		return dst, err
 	}
 	return append(b, '}'), nil

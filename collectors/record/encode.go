@@ -27,8 +27,12 @@ func (e *Encoder) Encode(rec any) error {
 		b, err = AppendTCP(b, r)
 	case *HTTPRequest:
 		b, err = AppendHTTP(b, r)
+	case *TCPConn:
+		b, err = AppendConn(b, r)
 	case TCPSample:
 		b, err = AppendTCP(b, &r)
+	case TCPConn:
+		b, err = AppendConn(b, &r)
 	case HTTPRequest:
 		b, err = AppendHTTP(b, &r)
 	default:

@@ -16,6 +16,7 @@ import (
 const (
 	SchemaTCPSample   = "tcp_sample/1"
 	SchemaHTTPRequest = "http_request/1"
+	SchemaTCPConn     = "tcp_conn/1"
 )
 
 // TCPSample is one sampled socket at one sampling tick (tcp_sample/1).
@@ -83,8 +84,91 @@ type TCPSample struct {
 	BBRPacingGain *Float `json:"bbr_pacing_gain"`
 	BBRCwndGain   *Float `json:"bbr_cwnd_gain"`
 
+	// Optional fields added after tcp_sample/1 was first published (CONTRACTS.md allows new
+	// optional fields): null when the kernel's struct tcp_info is too short (< 6.7) or the
+	// source cannot tell (ss never prints them).
+	TotalRTO           *int64 `json:"total_rto"`
+	TotalRTORecoveries *int64 `json:"total_rto_recoveries"`
+	TotalRTOTimeMs     *int64 `json:"total_rto_time_ms"`
+
 	SampleRate Float `json:"sample_rate"`
 }
+
+// TCPConn is one TCP connection at its end (tcp_conn/1): the final counters the kernel
+// broadcast when it destroyed the socket.
+type TCPConn struct {
+	Schema    string `json:"schema"`
+	TsMs      int64  `json:"ts_ms"`
+	Pop       string `json:"pop"`
+	Host      string `json:"host"`
+	Kernel    string `json:"kernel"`
+	Arm       string `json:"arm"`
+	RolloutID string `json:"rollout_id"`
+
+	CC         string `json:"cc"`
+	CCVersion  *int64 `json:"cc_version"`
+	CCSource   string `json:"cc_source"`
+	SockID     string `json:"sock_id"`
+	PeerPrefix string `json:"peer_prefix"`
+	LocalPort  int64  `json:"local_port"`
+
+	DurationMs     *int64 `json:"duration_ms"`
+	SeenDurationMs *int64 `json:"seen_duration_ms"`
+
+	RTTUs    *int64 `json:"rtt_us"`
+	RTTVarUs *int64 `json:"rttvar_us"`
+	MinRTTUs *int64 `json:"min_rtt_us"`
+	RTOMs    *int64 `json:"rto_ms"`
+	MSS      *int64 `json:"mss"`
+	Cwnd     *int64 `json:"cwnd"`
+	Ssthresh *int64 `json:"ssthresh"`
+
+	Unacked      *int64 `json:"unacked"`
+	Sacked       *int64 `json:"sacked"`
+	Lost         *int64 `json:"lost"`
+	RetransOut   *int64 `json:"retrans_out"`
+	TotalRetrans *int64 `json:"total_retrans"`
+	Reordering   *int64 `json:"reordering"`
+
+	BytesSent     *int64 `json:"bytes_sent"`
+	BytesAcked    *int64 `json:"bytes_acked"`
+	BytesRetrans  *int64 `json:"bytes_retrans"`
+	BytesReceived *int64 `json:"bytes_received"`
+	SegsOut       *int64 `json:"segs_out"`
+	SegsIn        *int64 `json:"segs_in"`
+	DataSegsOut   *int64 `json:"data_segs_out"`
+	DataSegsIn    *int64 `json:"data_segs_in"`
+
+	DeliveryRateBps *int64 `json:"delivery_rate_bps"`
+	PacingRateBps   *int64 `json:"pacing_rate_bps"`
+	Delivered       *int64 `json:"delivered"`
+	DeliveredCE     *int64 `json:"delivered_ce"`
+	AppLimited      *bool  `json:"app_limited"`
+
+	BusyMs          *int64 `json:"busy_ms"`
+	RwndLimitedMs   *int64 `json:"rwnd_limited_ms"`
+	SndbufLimitedMs *int64 `json:"sndbuf_limited_ms"`
+
+	NotsentBytes *int64 `json:"notsent_bytes"`
+	SndWnd       *int64 `json:"snd_wnd"`
+	RcvSpace     *int64 `json:"rcv_space"`
+	DsackDups    *int64 `json:"dsack_dups"`
+	ReordSeen    *int64 `json:"reord_seen"`
+	RcvOoopack   *int64 `json:"rcv_ooopack"`
+
+	TotalRTO           *int64 `json:"total_rto"`
+	TotalRTORecoveries *int64 `json:"total_rto_recoveries"`
+	TotalRTOTimeMs     *int64 `json:"total_rto_time_ms"`
+
+	SampleRate Float `json:"sample_rate"`
+}
+
+// CC sources of tcp_conn/1 (cc_source): how the connection's congestion control was learned.
+const (
+	CCSourceSocket       = "socket"        // INET_DIAG_CONG of this very socket, read by the poller while it lived
+	CCSourceNetnsDefault = "netns_default" // net.ipv4.tcp_congestion_control of its namespace when it closed
+	CCSourceUnknown      = "unknown"       // neither (cc is "")
+)
 
 // HTTPRequest is one nginx access-log line (http_request/1).
 type HTTPRequest struct {
@@ -140,6 +224,14 @@ func (m Meta) StampTCP(s *TCPSample) {
 	s.TsMs = m.TsMs
 	s.Pop, s.Host, s.Kernel, s.Arm, s.RolloutID = m.Pop, m.Host, m.Kernel, m.Arm, m.RolloutID
 	s.SampleRate = Float(m.SampleRate)
+}
+
+// StampConn sets the schema and the host fields of c (ts_ms is the close time, the
+// caller's).
+func (m Meta) StampConn(c *TCPConn) {
+	c.Schema = SchemaTCPConn
+	c.Pop, c.Host, c.Kernel, c.Arm, c.RolloutID = m.Pop, m.Host, m.Kernel, m.Arm, m.RolloutID
+	c.SampleRate = Float(m.SampleRate)
 }
 
 // StampHTTP sets the schema and the host fields of r; r.TsMs is the log line's own.

@@ -42,14 +42,21 @@ func TestKeyOrder(t *testing.T) {
 		"reordering bytes_sent bytes_acked bytes_retrans bytes_received segs_out segs_in data_segs_out " +
 		"data_segs_in delivery_rate_bps pacing_rate_bps delivered app_limited busy_ms rwnd_limited_ms " +
 		"sndbuf_limited_ms notsent_bytes send_q_bytes recv_q_bytes snd_wnd rcv_space lastsnd_ms lastrcv_ms " +
-		"lastack_ms bbr_bw_bps bbr_min_rtt_us bbr_pacing_gain bbr_cwnd_gain sample_rate"
+		"lastack_ms bbr_bw_bps bbr_min_rtt_us bbr_pacing_gain bbr_cwnd_gain " +
+		"total_rto total_rto_recoveries total_rto_time_ms sample_rate"
+	conn := "schema ts_ms pop host kernel arm rollout_id cc cc_version cc_source sock_id peer_prefix local_port " +
+		"duration_ms seen_duration_ms rtt_us rttvar_us min_rtt_us rto_ms mss cwnd ssthresh unacked sacked lost " +
+		"retrans_out total_retrans reordering bytes_sent bytes_acked bytes_retrans bytes_received segs_out " +
+		"segs_in data_segs_out data_segs_in delivery_rate_bps pacing_rate_bps delivered delivered_ce app_limited " +
+		"busy_ms rwnd_limited_ms sndbuf_limited_ms notsent_bytes snd_wnd rcv_space dsack_dups reord_seen " +
+		"rcv_ooopack total_rto total_rto_recoveries total_rto_time_ms sample_rate"
 	http := "schema ts_ms pop host kernel arm rollout_id cc peer_prefix conn_serial conn_requests method " +
 		"status bytes_sent body_bytes_sent request_time_ms tcpinfo_rtt_us tcpinfo_rttvar_us " +
 		"tcpinfo_snd_cwnd tcpinfo_rcv_space sample_rate"
 	for _, tc := range []struct {
 		rec  any
 		want string
-	}{{&TCPSample{}, tcp}, {&HTTPRequest{}, http}} {
+	}{{&TCPSample{}, tcp}, {&HTTPRequest{}, http}, {&TCPConn{}, conn}} {
 		var buf bytes.Buffer
 		if err := NewEncoder(&buf).Encode(tc.rec); err != nil {
 			t.Fatal(err)

@@ -75,6 +75,13 @@ func NewSelection(salt string, rate float64) Selection {
 	return Selection{seed: seedHash(salt), threshold: rateThreshold(rate)}
 }
 
+// Seed is the hash's state after the salt (for the close capture's in-kernel filter).
+func (s Selection) Seed() uint64 { return s.seed }
+
+// Threshold is the rate as a fraction of 2^64: a hash below it is kept (all when it is
+// math.MaxUint64).
+func (s Selection) Threshold() uint64 { return s.threshold }
+
 // Keep reports whether the connection local↔peer is in the selection.
 func (s Selection) Keep(local, peer netip.AddrPort) bool {
 	return s.threshold == math.MaxUint64 || tupleHash(s.seed, local, peer) < s.threshold

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
@@ -47,6 +48,8 @@ func TestNetlinkAgreesWithSS(t *testing.T) {
 	ccs := []string{"cubic", "bbr", "reno"}
 	var received sync.WaitGroup
 	var conns []*net.TCPConn
+	var rcvMu sync.Mutex
+	rcvCookie := map[netip.AddrPort]uint64{} // receiver's socket cookie by the sender's address
 	for i, cc := range ccs {
 		addr := fmt.Sprintf("%s.2:%d", subnet, 5001+i)
 		ln := netnstest.Listen(t, rcv, "tcp4", addr)
@@ -58,6 +61,9 @@ func TestNetlinkAgreesWithSS(t *testing.T) {
 				return
 			}
 			defer c.Close()
+			rcvMu.Lock()
+			rcvCookie[c.RemoteAddr().(*net.TCPAddr).AddrPort()] = netnstest.Cookie(t, c.(*net.TCPConn))
+			rcvMu.Unlock()
 			io.Copy(io.Discard, c)
 		}()
 		conns = append(conns, netnstest.Dial(t, snd, "tcp4", addr, cc))
@@ -86,7 +92,9 @@ func TestNetlinkAgreesWithSS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer smp.Close()
-	key := anon.SockKey{Salt: cfg.Salt, BootID: cfg.BootID}
+	// sock_id is keyed by the namespace (the sender's, where ss runs): ss text gets the
+	// same id when told which namespace it came from.
+	key := anon.SockKey{Salt: cfg.Salt, BootID: cfg.BootID, Netns: smp.NetnsInodes()[0]}
 	meta := record.Meta{Pop: "lab", Host: "snd", Kernel: "test"}
 	// 3 s of bulk transfer, up to 3 s more until some socket has retransmitted. (Drops in
 	// the sender's own tbf are local congestion for TCP — the segment never left, cwnd is
@@ -109,8 +117,12 @@ func TestNetlinkAgreesWithSS(t *testing.T) {
 	receiverOf := map[string]string{} // sender sock_id → receiver sock_id
 	for _, c := range conns {
 		l, p := c.LocalAddr().(*net.TCPAddr).AddrPort(), c.RemoteAddr().(*net.TCPAddr).AddrPort()
-		senders[key.SockID(l, p)] = true
-		receiverOf[key.SockID(l, p)] = key.SockID(p, l)
+		id := key.SockIDOf(l, p, netnstest.Cookie(t, c))
+		senders[id] = true
+		rkey := anon.SockKey{Salt: cfg.Salt, BootID: cfg.BootID, Netns: smp.NetnsInodes()[1]}
+		rcvMu.Lock()
+		receiverOf[id] = rkey.SockIDOf(p, l, rcvCookie[l])
+		rcvMu.Unlock()
 	}
 	tick := func(now time.Time) map[string]record.TCPSample {
 		recs, st, err := smp.Tick(ctx, meta, now)

@@ -68,6 +68,10 @@ type Config struct {
 
 	// OnTick, when set, is called by Run after every tick with its stats and error.
 	OnTick func(TickStats, error)
+
+	// Observe, when set, is called in Tick for every record with the inode of the socket's
+	// network namespace and its socket cookie (the close-time capture remembers cc by them).
+	Observe func(netns, cookie uint64, r *record.TCPSample)
 }
 
 // TickStats counts what one tick did.
@@ -108,8 +112,10 @@ type Sampler struct {
 }
 
 type space struct {
-	name string // as configured; "" for the process's own
-	conn dumper
+	name  string // as configured; "" for the process's own
+	conn  dumper
+	inode uint64           // network namespace inode (0: unknown)
+	key   *anon.SockHasher // sock_id keyed by the namespace too
 }
 
 // dumper is what a Sampler needs of a *netlink.Conn (tests replay recorded dumps).
@@ -194,7 +200,12 @@ func newSampler(cfg Config, open func(name string) (dumper, error)) (*Sampler, e
 			s.Close()
 			return nil, fmt.Errorf("sampler: namespace %s: %w", nsLabel(name), err)
 		}
-		s.spaces = append(s.spaces, &space{name: name, conn: c})
+		sp := &space{name: name, conn: c, key: s.key}
+		if n, ok := c.(interface{ NetnsInode() uint64 }); ok && n.NetnsInode() != 0 {
+			sp.inode = n.NetnsInode()
+			sp.key = s.key.WithNetns(sp.inode)
+		}
+		s.spaces = append(s.spaces, sp)
 	}
 	return s, nil
 }
@@ -204,6 +215,16 @@ func nsLabel(name string) string {
 		return "(own)"
 	}
 	return name
+}
+
+// NetnsInodes returns the inode of each configured namespace, in configuration order (0
+// where it could not be read).
+func (s *Sampler) NetnsInodes() []uint64 {
+	out := make([]uint64, len(s.spaces))
+	for i, sp := range s.spaces {
+		out[i] = sp.inode
+	}
+	return out
 }
 
 // Config returns the configuration with its defaults filled in.
@@ -302,7 +323,10 @@ func (s *Sampler) Tick(ctx context.Context, meta record.Meta, now time.Time) ([]
 		if tc := s.tracked[c.key()]; tc != nil {
 			r.SockID, r.PeerPrefix = tc.last.SockID, tc.last.PeerPrefix
 		} else {
-			r.SockID, r.PeerPrefix = s.key.SockID(c.sock.Local, c.sock.Peer), anon.PeerPrefix(c.sock.Peer.Addr())
+			r.SockID, r.PeerPrefix = s.spaces[c.ns].key.SockIDOf(c.sock.Local, c.sock.Peer, c.sock.Cookie), anon.PeerPrefix(c.sock.Peer.Addr())
+		}
+		if s.cfg.Observe != nil {
+			s.cfg.Observe(s.spaces[c.ns].inode, c.sock.Cookie, &r)
 		}
 		recs = append(recs, r)
 		s.remember(c, r)

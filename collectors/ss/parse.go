@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/ccab-dev/ccab/collectors/internal/decimal"
@@ -21,6 +22,7 @@ type Options struct {
 // caller adds peer_prefix, sock_id and the host fields (see package anon and record.Meta).
 type Socket struct {
 	Local, Peer netip.AddrPort
+	Cookie      uint64 // socket cookie from -e's sk: (hex), 0 when absent; keys sock_id with a namespace
 	Sample      record.TCPSample
 	// Unread lists the tokens whose value could not be read ("rtt: invalid decimal …"):
 	// their fields are null, the rest of the socket is kept.
@@ -58,12 +60,13 @@ func ParseEntry(e Entry, opts Options) (Socket, error) {
 	for _, null := range b.bad {
 		null() // printed but unreadable: null, never a default
 	}
-	return Socket{Local: cols.local, Peer: cols.peer, Sample: b.s, Unread: b.unread, Incomplete: e.Incomplete}, nil
+	return Socket{Local: cols.local, Peer: cols.peer, Cookie: b.cookie, Sample: b.s, Unread: b.unread, Incomplete: e.Incomplete}, nil
 }
 
 // builder accumulates one socket's fields.
 type builder struct {
 	s       record.TCPSample
+	cookie  uint64
 	gen     generation // newest kernel generation the tokens prove
 	hasInfo bool       // saw at least one tcp_info token
 	kvSeen  bool       // saw a tcp_info key:value token (the CC name comes before them)
@@ -166,7 +169,14 @@ func (b *builder) keyValue(k, v string) {
 	var g generation
 	parse := parseCount
 	switch k {
-	case "timer", "uid", "ino", "sk", "cgroup", "skmem", "users", "v6only", "fwmark", "tos", "tclass", "class", "cgroup2":
+	case "sk":
+		// The socket cookie in hex (iproute2 ≥ 4.x; older ss printed a kernel pointer, which
+		// keys nothing useful but is harmless).
+		if c, err := strconv.ParseUint(v, 16, 64); err == nil {
+			b.cookie = c
+		}
+		return
+	case "timer", "uid", "ino", "cgroup", "skmem", "users", "v6only", "fwmark", "tos", "tclass", "class", "cgroup2":
 		return
 	case "rtt":
 		s, r, err := parsePair(v, "srtt/rttvar", parseMsToUs)

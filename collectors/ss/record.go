@@ -11,6 +11,6 @@ func (s Socket) Record(key anon.SockIDer, meta record.Meta) record.TCPSample {
 	r := s.Sample
 	meta.StampTCP(&r)
 	r.PeerPrefix = anon.PeerPrefix(s.Peer.Addr())
-	r.SockID = key.SockID(s.Local, s.Peer)
+	r.SockID = key.SockIDOf(s.Local, s.Peer, s.Cookie)
 	return r
 }

@@ -44,13 +44,16 @@ func parseAll(t testing.TB, text string, opts Options) ([]map[string]any, []erro
 var extraKeys = map[string]func(v any) bool{
 	"schema": func(v any) bool { return v == "tcp_sample/1" }, "ts_ms": any1, "pop": any1, "host": any1,
 	"kernel": any1, "arm": any1, "rollout_id": any1, "sample_rate": any1, "sock_id": any1,
-	"state":          func(v any) bool { return v == "ESTAB" },
-	"cc_version":     isNull, // stock ss cannot tell BBR v1 from v3
-	"lastsnd_ms":     isNull, // hidden → null, as the vectors omit them
-	"lastack_ms":     isNull,
-	"reordering":     func(v any) bool { return v == json.Number("3") }, // ss hides reordering == 3
-	"bytes_received": func(v any) bool { return v == json.Number("0") }, // hidden when 0, kernel ≥ 4.1
-	"data_segs_in":   func(v any) bool { return v == json.Number("0") }, // hidden when 0, kernel ≥ 4.6
+	"state":                func(v any) bool { return v == "ESTAB" },
+	"cc_version":           isNull, // stock ss cannot tell BBR v1 from v3
+	"total_rto":            isNull, // ss never prints tcpi_total_rto* (kernel 6.7)
+	"total_rto_recoveries": isNull,
+	"total_rto_time_ms":    isNull,
+	"lastsnd_ms":           isNull, // hidden → null, as the vectors omit them
+	"lastack_ms":           isNull,
+	"reordering":           func(v any) bool { return v == json.Number("3") }, // ss hides reordering == 3
+	"bytes_received":       func(v any) bool { return v == json.Number("0") }, // hidden when 0, kernel ≥ 4.1
+	"data_segs_in":         func(v any) bool { return v == json.Number("0") }, // hidden when 0, kernel ≥ 4.6
 }
 
 func any1(any) bool     { return true }

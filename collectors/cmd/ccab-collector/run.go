@@ -3,7 +3,8 @@ package main
 // `ccab-collector run`: the long-running collector. It only wires the components:
 //
 //	nginx tailer ─┐
-//	tcp_info ─────┼─► sink (bounded queue → Kafka | disk spool) ─► Kafka
+//	tcp_info ─────┤
+//	close capture ┼─► sink (bounded queue → Kafka | disk spool) ─► Kafka
 //	ss replay ────┘
 //
 // plus /metrics and the host stamp (config.Host). Shutdown on SIGTERM/SIGINT (or after
@@ -163,17 +164,27 @@ func collect(ctx context.Context, cfg config.Config, stdout io.Writer, log *slog
 	if err != nil {
 		return err
 	}
+	var ccap *closeCap
+	if tcp != nil {
+		if ccap, err = newCloseCap(cfg, tcp.ports, tcp.book, m, log.With("component", "closecap")); err != nil {
+			tcp.close()
+			return err
+		}
+	}
 	replay, err := newSSReplay(cfg, m, log.With("component", "ss_replay"))
 	if err != nil {
 		if tcp != nil {
 			tcp.close()
+		}
+		if ccap != nil {
+			ccap.c.Close()
 		}
 		return err
 	}
 
 	kcfg := sink.KafkaConfig{Brokers: cfg.Kafka.Brokers, ClientID: cfg.Kafka.ClientID, Linger: cfg.Kafka.Linger.Std(),
 		MaxBufferedRecords: cfg.Kafka.MaxInflight + cfg.Spool.ReplayChunk + 1000, DialTimeout: cfg.Kafka.DialTimeout.Std(),
-		Topics: []string{cfg.Kafka.TopicHTTP, cfg.Kafka.TopicTCP}}
+		Topics: []string{cfg.Kafka.TopicHTTP, cfg.Kafka.TopicTCP, cfg.Kafka.TopicConn}}
 	var prod sink.Producer
 	var rb sink.Readback
 	switch cfg.Output {
@@ -250,6 +261,14 @@ func collect(ctx context.Context, cfg config.Config, stdout io.Writer, log *slog
 			errs <- replay.run(srcCtx, cfg.Reps, host, sk)
 		}()
 	}
+	// The close-time capture runs as long as the other sources do.
+	capCtx, stopCap := context.WithCancel(srcCtx)
+	capErr := make(chan error, 1)
+	if ccap != nil {
+		go func() { capErr <- ccap.run(capCtx, host, sk) }()
+	} else {
+		capErr <- nil
+	}
 	var firstErr error
 	for i := 0; i < running; i++ {
 		if err := <-errs; err != nil && !errors.Is(err, context.Canceled) && firstErr == nil {
@@ -257,6 +276,11 @@ func collect(ctx context.Context, cfg config.Config, stdout io.Writer, log *slog
 			log.Error("source failed; stopping", "err", err)
 			stopSrc()
 		}
+	}
+	stopCap()
+	if err := <-capErr; err != nil && firstErr == nil {
+		firstErr = err
+		log.Error("close-time capture failed", "err", err)
 	}
 	stopSrc()
 	wg.Wait()

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ccab-dev/ccab/collectors/closecap"
 	"github.com/ccab-dev/ccab/collectors/config"
 	"github.com/ccab-dev/ccab/collectors/metrics"
 	"github.com/ccab-dev/ccab/collectors/record"
@@ -18,6 +19,8 @@ import (
 // tcpInfo is the netlink sampler as a source of the sink (tcp_info.enabled).
 type tcpInfo struct {
 	s      *sampler.Sampler
+	ports  []uint16
+	book   *closecap.Book // what the close-time capture learns from the poller (cc, first seen)
 	topic  string
 	stream string // one per process: positions count this process's records
 	pos    int64
@@ -37,10 +40,12 @@ func newTCPInfo(cfg config.Config, m *metrics.Metrics, log *slog.Logger) (*tcpIn
 		}
 		ports = append(ports, uint16(n))
 	}
+	book := closecap.NewBook(0)
 	sc := sampler.Config{
 		Interval: cfg.TCPInfo.Interval.Std(), SampleRate: cfg.TCPInfo.SampleRate, Salt: cfg.TCPInfo.Salt,
 		LocalPorts: ports, MinBytesAcked: uint64(max(cfg.TCPInfo.MinBytesAcked, 0)),
 		MaxPerTick: cfg.TCPInfo.MaxPerTick, Namespaces: cfg.TCPInfo.Namespaces,
+		Observe: book.Observe,
 		OnTick: func(st sampler.TickStats, err error) {
 			m.SocketsSeen.Add(float64(st.Sockets))
 			m.SocketsSampled.Add(float64(st.Sampled))
@@ -54,7 +59,7 @@ func newTCPInfo(cfg config.Config, m *metrics.Metrics, log *slog.Logger) (*tcpIn
 	if err != nil {
 		return nil, fmt.Errorf("tcp_info sampler: %w", err)
 	}
-	return &tcpInfo{s: s, topic: cfg.Kafka.TopicTCP, m: m, log: log,
+	return &tcpInfo{s: s, ports: ports, book: book, topic: cfg.Kafka.TopicTCP, m: m, log: log,
 		stream: fmt.Sprintf("t:%d:%d", os.Getpid(), time.Now().UnixNano())}, nil
 }
 

@@ -29,6 +29,7 @@ func runParseSS(ctx context.Context, env Env, args []string) int {
 	tsMs := fs.Int64("ts-ms", 0, "sampling time, unix epoch ms (default now)")
 	salt := fs.String("salt", "", "secret salt of sock_id (keep it the same across the fleet)")
 	bootID := fs.String("boot-id", "", "boot id that keys sock_id (default: "+bootIDPath+")")
+	netnsIno := fs.Uint64("netns-inode", 0, "inode of the network namespace ss ran in (stat -L -c %i /proc/self/ns/net there), so that sock_id matches the netlink sampler's; 0: a namespace-less sock_id")
 	state := fs.String("state", "ESTAB", "state to record when ss printed no State column (ss … state established)")
 	strict := fs.Bool("strict", false, "exit 1 if any line was skipped")
 	fs.Usage = func() {
@@ -54,7 +55,7 @@ func runParseSS(ctx context.Context, env Env, args []string) int {
 	if *salt == "" {
 		fmt.Fprintf(env.Stderr, "%s: warning: --salt is empty; sock_id can then be recomputed from a guessed 4-tuple\n", cmd)
 	}
-	key := anon.SockKey{Salt: *salt, BootID: *bootID}.Hasher()
+	key := anon.SockKey{Salt: *salt, BootID: *bootID, Netns: *netnsIno}.Hasher()
 
 	out := bufio.NewWriter(env.Stdout)
 	enc := record.NewEncoder(out)

@@ -4,7 +4,10 @@ package netnstest
 
 import (
 	"net"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	shared "github.com/ccab-dev/ccab/internal/netnstest"
 )
@@ -43,4 +46,23 @@ func Listen(t testing.TB, ns, network, addr string) net.Listener {
 func Dial(t testing.TB, ns, network, addr, cc string) *net.TCPConn {
 	t.Helper()
 	return shared.Dial(t, ns, network, addr, cc)
+}
+
+// Cookie returns the kernel's socket cookie of c (SO_COOKIE): what sock_diag reports as
+// idiag_cookie and what keys sock_id together with the network namespace.
+func Cookie(t testing.TB, c syscall.Conn) uint64 {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v uint64
+	var serr error
+	if err := rc.Control(func(fd uintptr) { v, serr = unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_COOKIE) }); err != nil {
+		t.Fatal(err)
+	}
+	if serr != nil {
+		t.Fatalf("SO_COOKIE: %v", serr)
+	}
+	return v
 }

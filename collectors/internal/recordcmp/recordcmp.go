@@ -32,13 +32,18 @@ var timeFields = map[string]bool{"lastsnd_ms": true, "lastrcv_ms": true, "lastac
 // that rounding.
 var printedG = map[string]bool{"rtt_us": true, "rttvar_us": true, "min_rtt_us": true, "bbr_min_rtt_us": true}
 
+// netlinkOnly are fields ss never prints (tcpi_total_rto*, kernel 6.7): parse-ss leaves
+// them null.
+var netlinkOnly = map[string]bool{"total_rto": true, "total_rto_recoveries": true, "total_rto_time_ms": true}
+
 // gains are BBR gains: netlink has value/256 exactly, ss prints %g.
 var gains = map[string]bool{"bbr_pacing_gain": true, "bbr_cwnd_gain": true}
 
 // Diff returns the differences between nl (netlink) and ss (parse-ss) for one socket, one
 // line per field, empty when they agree. Every contract field is compared exactly, except:
 //   - cc_version: stock ss cannot tell BBR v1 from v3, so parse-ss leaves it null where
-//     netlink knows it (from the BBRINFO length); equal when both have it;
+//     netlink knows it (from the BBRINFO length); equal when both have it; the same for
+//     total_rto, total_rto_recoveries, total_rto_time_ms, which ss never prints;
 //   - rtt_us, rttvar_us, min_rtt_us, bbr_min_rtt_us: ss prints ms with %g, 6 significant
 //     digits; equal up to that rounding;
 //   - bbr_pacing_gain, bbr_cwnd_gain: ss prints gain/256 with %g; within 5e-6 relative;
@@ -70,7 +75,7 @@ func Diff(nl, ss record.TCPSample, tol Tolerance) []string {
 		na, aok := num(va)
 		nb, bok := num(vb)
 		switch {
-		case k == "cc_version" && vb == nil:
+		case (k == "cc_version" || netlinkOnly[k]) && vb == nil:
 			continue
 		case timeFields[k] && aok && bok:
 			if after != nil {

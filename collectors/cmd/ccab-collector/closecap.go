@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/ccab-dev/ccab/collectors/closecap"
+	"github.com/ccab-dev/ccab/collectors/config"
+	"github.com/ccab-dev/ccab/collectors/metrics"
+	"github.com/ccab-dev/ccab/collectors/record"
+	"github.com/ccab-dev/ccab/collectors/sink"
+)
+
+// closeCap is the close-time capture as a source of the sink (close_capture.enabled with
+// tcp_info.enabled): tcp_conn/1 records from the kernel's TCP destroy events, sampled and
+// keyed like the poller's records.
+type closeCap struct {
+	c      *closecap.Capture
+	topic  string
+	stream string
+	pos    int64
+	m      *metrics.Metrics
+	log    *slog.Logger
+	last   closeCounts
+}
+
+type closeCounts struct {
+	events, filtered, sampled, emitted, dropped, overruns, decode, ccSocket, ccDefault, ccUnknown uint64
+}
+
+// newCloseCap subscribes to the destroy events. When that is not permitted (a namespace
+// that cannot be entered; joining the groups itself needs no privilege on Linux 6.18) it
+// logs a warning, sets close_capture_up 0 and returns nil: the poller runs on.
+func newCloseCap(cfg config.Config, ports []uint16, book *closecap.Book, m *metrics.Metrics, log *slog.Logger) (*closeCap, error) {
+	if !cfg.TCPInfo.Enabled || !cfg.CloseCapture.Enabled {
+		return nil, nil
+	}
+	c, err := closecap.New(closecap.Config{
+		SampleRate: cfg.TCPInfo.SampleRate, Salt: cfg.TCPInfo.Salt, LocalPorts: ports,
+		Namespaces: cfg.TCPInfo.Namespaces, RcvBuf: int(cfg.CloseCapture.RcvBuf),
+		NoFilter: !cfg.CloseCapture.BPFFilter, Book: book,
+		BookMaxAge: 6 * cfg.TCPInfo.Interval.Std(), Coalesce: coalesce(cfg.CloseCapture.Coalesce.Std()),
+	})
+	if errors.Is(err, os.ErrPermission) {
+		m.CloseUp.Set(0)
+		log.Warn("close-time capture disabled: not permitted", "err", err)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("close-time capture: %w", err)
+	}
+	m.CloseUp.Set(1)
+	rb, forced := c.RcvBuf()
+	hashed, herr := c.HashInKernel()
+	if hashed {
+		m.CloseHashInKernel.Set(1)
+	}
+	log.Info("close-time capture", "namespaces", len(c.NetnsInodes()), "rcvbuf", rb, "rcvbuf_forced", forced,
+		"bpf_filter", cfg.CloseCapture.BPFFilter, "hash_in_kernel", hashed, "topic", cfg.Kafka.TopicConn)
+	if herr != nil {
+		log.Info("close-time capture: the sampling hash runs in user space (the eBPF filter needs CAP_BPF or CAP_SYS_ADMIN)", "err", herr)
+	}
+	return &closeCap{c: c, topic: cfg.Kafka.TopicConn, m: m, log: log,
+		stream: fmt.Sprintf("c:%d:%d", os.Getpid(), time.Now().UnixNano())}, nil
+}
+
+// sync adds what the capture counted since the last call to the Prometheus counters.
+func (cc *closeCap) sync() {
+	st := &cc.c.Stats
+	now := closeCounts{st.Events.Load(), st.Filtered.Load(), st.Sampled.Load(), st.Emitted.Load(), st.Dropped.Load(),
+		st.Overruns.Load(), st.DecodeErrors.Load(), st.CCSocket.Load(), st.CCDefault.Load(), st.CCUnknown.Load()}
+	l := cc.last
+	m := cc.m
+	m.CloseEvents.Add(float64(now.events - l.events))
+	m.CloseFiltered.Add(float64(now.filtered - l.filtered))
+	m.CloseSampled.Add(float64(now.sampled - l.sampled))
+	m.CloseEmitted.Add(float64(now.emitted - l.emitted))
+	m.CloseDropped.Add(float64(now.dropped - l.dropped))
+	m.CloseOverruns.Add(float64(now.overruns - l.overruns))
+	m.CloseDecodeErrors.Add(float64(now.decode - l.decode))
+	m.CloseCC.WithLabelValues(record.CCSourceSocket).Add(float64(now.ccSocket - l.ccSocket))
+	m.CloseCC.WithLabelValues(record.CCSourceNetnsDefault).Add(float64(now.ccDefault - l.ccDefault))
+	m.CloseCC.WithLabelValues(record.CCSourceUnknown).Add(float64(now.ccUnknown - l.ccUnknown))
+	cc.last = now
+}
+
+// run captures until ctx is done. Like the sampler it never waits for the sink (a full
+// queue drops the batch, counted by the sink) unless the spool blocks.
+func (cc *closeCap) run(ctx context.Context, host *config.Host, sk *sink.Sink) error {
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				cc.sync()
+			}
+		}
+	}()
+	err := cc.c.Run(ctx, host.Meta, func(recs []record.TCPConn) {
+		b := sink.Batch{Msgs: make([]sink.Message, 0, len(recs))}
+		for i := range recs {
+			v, err := record.AppendConn(make([]byte, 0, 1024), &recs[i])
+			if err != nil {
+				cc.m.RecordsDropped.WithLabelValues(metrics.DropEncode).Inc()
+				continue
+			}
+			cc.pos++
+			b.Msgs = append(b.Msgs, sink.Message{Topic: cc.topic, Value: v, Stream: cc.stream, Pos: cc.pos})
+		}
+		if sk.BlockWhenFull() {
+			_ = sk.Submit(ctx, b)
+		} else {
+			_ = sk.Offer(b)
+		}
+	})
+	cc.sync()
+	cc.m.CloseUp.Set(0)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// coalesce maps the configuration's "0 or negative: no wait" to closecap's.
+func coalesce(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
+}
