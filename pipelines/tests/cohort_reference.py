@@ -79,34 +79,44 @@ def prefix_classes(tcp: Iterable[dict]) -> dict[tuple[str, str, str], str]:
     return {k: rtt_class(sorted(v)[(len(v) - 1) // 2]) for k, v in values.items()}
 
 
-def connections(tcp: list[dict], bulk_min: int = MIB) -> list[dict]:
-    """One dict per connection: its last sample's values, hour and keys (the per-connection grain)."""
+def connections(tcp: list[dict], bulk_min: int = MIB, closes: list[dict] = ()) -> list[dict]:
+    """One dict per connection (the per-connection grain): its close record's values when it has
+    one (tcp_conn/1, hour of the close), else its last sample's; in-flight bytes are the mean of
+    its busy samples in that hour, None when no sample saw it busy."""
     by_conn = defaultdict(list)
     for r in tcp:
-        by_conn[(r["pop"], r["host"], r["sock_id"])].append(r)
+        by_conn[(r["host"], r["sock_id"])].append(r)
+    closed = {}
+    for r in closes:
+        closed.setdefault((r["host"], r["sock_id"]), r)
     classes = prefix_classes(tcp)
     out = []
-    for samples in by_conn.values():
-        samples.sort(key=lambda r: r["ts_ms"])
-        last = samples[-1]
+    keys = set(by_conn) | set(closed)
+    for key in keys:
+        samples = sorted(by_conn.get(key, []), key=lambda r: r["ts_ms"])
+        last = closed.get(key) or samples[-1]
         hour = hour_str(last["ts_ms"])
-        busy = [r["send_q_bytes"] - r["notsent_bytes"] for r in samples
-                if hour_str(r["ts_ms"]) == hour and r["send_q_bytes"] > r["notsent_bytes"]]
+        in_hour = [r for r in samples if hour_str(r["ts_ms"]) == hour]
+        busy = [r["send_q_bytes"] - r["notsent_bytes"] for r in in_hour if r["send_q_bytes"] > r["notsent_bytes"]]
+        bbr_min_rtt = last.get("bbr_min_rtt_us") if key not in closed else (
+            in_hour[-1]["bbr_min_rtt_us"] if in_hour else None)
         sent, busy_ms = last["bytes_sent"], last["busy_ms"]
         out.append({
             "hour": hour, "pop": last["pop"], "rollout_id": last["rollout_id"], "arm": last["arm"],
             "kernel": last["kernel"], "cc": last["cc"], "cc_version": last["cc_version"] or 0,
             "host": last["host"], "peer_prefix": last["peer_prefix"],
-            "rtt_class": classes[(hour, last["pop"], last["peer_prefix"])],
-            "is_bulk": last["bytes_acked"] >= bulk_min, "weight": 1 / last["sample_rate"],
+            "rtt_class": classes.get((hour, last["pop"], last["peer_prefix"]), "rtt:unknown"),
+            "is_bulk": (last["bytes_acked"] or 0) >= bulk_min, "weight": 1 / last["sample_rate"],
             "bytes_retrans": last["bytes_retrans"], "bytes_sent": sent, "busy_ms": busy_ms,
             "rwnd_limited_ms": last["rwnd_limited_ms"], "sndbuf_limited_ms": last["sndbuf_limited_ms"],
-            "retrans_pct": 100 * last["bytes_retrans"] / sent if sent > 0 else None,
-            "inflight_bytes": sum(busy) / len(busy) if busy else 0.0,
-            "rtt_us": last["rtt_us"], "min_rtt_us": last["min_rtt_us"], "bbr_min_rtt_us": last["bbr_min_rtt_us"],
+            "retrans_pct": 100 * last["bytes_retrans"] / sent if sent else None,
+            "inflight_bytes": sum(busy) / len(busy) if busy else None,
+            "rtt_us": last["rtt_us"], "min_rtt_us": last["min_rtt_us"], "bbr_min_rtt_us": bbr_min_rtt,
             "delivery_rate_bps": last["delivery_rate_bps"],
-            "rwnd_limited_pct": 100 * last["rwnd_limited_ms"] / busy_ms if busy_ms > 0 else None,
-            "sndbuf_limited_pct": 100 * last["sndbuf_limited_ms"] / busy_ms if busy_ms > 0 else None,
+            "rwnd_limited_pct": 100 * last["rwnd_limited_ms"] / busy_ms if busy_ms else None,
+            "sndbuf_limited_pct": 100 * last["sndbuf_limited_ms"] / busy_ms if busy_ms else None,
+            "rto_count": last.get("total_rto"),
+            "source": "close" if key in closed else "poll",
         })
     return out
 
@@ -116,10 +126,11 @@ def _key(d: dict, segment: str, metric: str) -> tuple:
             segment, metric)
 
 
-def expected_rollup(tcp: list[dict], http: list[dict], bulk_min: int = MIB) -> dict[tuple, Stats]:
+def expected_rollup(tcp: list[dict], http: list[dict], bulk_min: int = MIB, closes: list[dict] = ()
+                    ) -> dict[tuple, Stats]:
     """cohort_hourly as the spec defines it, keyed like :func:`actual_rollup`."""
     out: dict[tuple, Stats] = defaultdict(Stats)
-    conns = connections(tcp, bulk_min)
+    conns = connections(tcp, bulk_min, closes)
     for c in conns:
         segments = ["all", c["rtt_class"]] + (["bulk"] if c["is_bulk"] else [])
         values = [("retrans_pct", c["retrans_pct"], c["bytes_retrans"], c["bytes_sent"]),
@@ -127,7 +138,8 @@ def expected_rollup(tcp: list[dict], http: list[dict], bulk_min: int = MIB) -> d
                   ("min_rtt_us", c["min_rtt_us"], 0, 0), ("bbr_min_rtt_us", c["bbr_min_rtt_us"], 0, 0),
                   ("delivery_rate_bps", c["delivery_rate_bps"], 0, 0),
                   ("rwnd_limited_pct", c["rwnd_limited_pct"], c["rwnd_limited_ms"], c["busy_ms"]),
-                  ("sndbuf_limited_pct", c["sndbuf_limited_pct"], c["sndbuf_limited_ms"], c["busy_ms"])]
+                  ("sndbuf_limited_pct", c["sndbuf_limited_pct"], c["sndbuf_limited_ms"], c["busy_ms"]),
+                  ("rto_count", c["rto_count"], 0, 0)]
         for seg in segments:
             for metric, value, num, den in values:
                 out[_key(c, seg, metric)].add(metric, value, num, den, c["weight"])
@@ -162,12 +174,12 @@ def coarse_bin(v: float) -> int:
     return ZERO_BIN if v == 0 else math.floor(math.log2(v) * 8)
 
 
-def expected_heatmap(tcp: list[dict], bulk_min: int = MIB) -> dict[tuple, int]:
+def expected_heatmap(tcp: list[dict], bulk_min: int = MIB, closes: list[dict] = ()) -> dict[tuple, int]:
     out: dict[tuple, int] = defaultdict(int)
-    for c in connections(tcp, bulk_min):
+    for c in connections(tcp, bulk_min, closes):
         for pair, x, y in (("rtt_us:retrans_pct", c["rtt_us"], c["retrans_pct"]),
                            ("rtt_us:inflight_bytes", c["rtt_us"], c["inflight_bytes"])):
-            if y is None or y < 0:
+            if x is None or y is None or y < 0:
                 continue
             for seg in ["all"] + (["bulk"] if c["is_bulk"] else []):
                 out[_key(c, seg, pair) + (coarse_bin(x), coarse_bin(y))] += 1

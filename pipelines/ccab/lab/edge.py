@@ -203,10 +203,11 @@ def collector_binary() -> Path:
 
 
 class Collector:
-    """``ccab-collector run`` for one host: its nginx log and tcp_info of its namespace."""
+    """``ccab-collector run`` for one host: its nginx log, tcp_info of its namespace polled, and a
+    close-time ``tcp_conn/1`` record of every connection (the collector's close capture)."""
 
     def __init__(self, ns: str, host: str, root: Path, access_log: Path, state_file: Path, bootstrap: str,
-                 topic_tcp: str, topic_http: str, interval_ms: int, registry: Registry):
+                 topic_tcp: str, topic_http: str, interval_ms: int, registry: Registry, topic_conn: str = ""):
         self.root = root
         self.log = root / "collector.log"
         self.metrics_port = free_port()
@@ -214,6 +215,7 @@ class Collector:
         self.cmd = [
             str(collector_binary()), "run", "--metrics-addr", f"127.0.0.1:{self.metrics_port}",
             "--kafka-brokers", bootstrap, "--topic-tcp", topic_tcp, "--topic-http", topic_http,
+            *(["--topic-conn", topic_conn] if topic_conn else ["--close-capture=false"]),
             "--state-dir", str(root / "state"), "--nginx-paths", str(access_log), "--nginx-format", "json",
             "--nginx-poll-interval", "100ms", "--nginx-checkpoint-interval", "1s",
             "--pop", "lab", "--host", host, "--rollout-state-file", str(state_file), "--cc-netns", ns,

@@ -147,8 +147,9 @@ def run(exp: Experiment, out_dir: Path, repeat: int = 1, seed: int | None = None
     with Session(log) as session:
         bootstrap = _kafka(log)
         topic_tcp, topic_http = f"ccab.lab.{rollout_id}.tcp", f"ccab.lab.{rollout_id}.http"
-        ensure_topics(bootstrap, {topic_tcp: TopicSpec(partitions=1), topic_http: TopicSpec(partitions=1)})
-        meta["kafka"] = {"bootstrap": bootstrap, "topics": [topic_tcp, topic_http]}
+        topic_conn = f"ccab.lab.{rollout_id}.conn"
+        ensure_topics(bootstrap, {t: TopicSpec(partitions=1) for t in (topic_tcp, topic_http, topic_conn)})
+        meta["kafka"] = {"bootstrap": bootstrap, "topics": [topic_tcp, topic_http, topic_conn]}
         sizes = sorted({f.size_bytes for c in runnable for f in c.flows if f.size_bytes})
         make_www(run_dir / "www", sizes)
         generation = 0
@@ -162,13 +163,13 @@ def run(exp: Experiment, out_dir: Path, repeat: int = 1, seed: int | None = None
                 _write_json(run_dir / "run.json", meta)
         meta["finished_traffic_at"] = time.time()
         log("lab: loading Kafka → warehouse")
-        meta["load"] = load(bootstrap, [topic_tcp, topic_http], f"ccab-lab-{rollout_id}")
+        meta["load"] = load(bootstrap, [topic_tcp, topic_http, topic_conn], f"ccab-lab-{rollout_id}")
         meta["cohorts"] = cohort_rollup(rollout_id, log)
         results = analyze(meta, exp, run_dir)
         _write_json(run_dir / "results.json", results)
         meta["rows"] = results["rows"]
         if not keep_topics:
-            _delete_topics(bootstrap, [topic_tcp, topic_http])
+            _delete_topics(bootstrap, [topic_tcp, topic_http, topic_conn])
     meta["finished_at"] = time.time()
     _write_json(run_dir / "run.json", meta)
     return run_dir
@@ -249,7 +250,7 @@ def load(bootstrap: str, topics: list[str], group: str) -> dict:
     wh = connect()
     try:
         migrate(wh, log=lambda _m: None)
-        schemas = {topics[0]: SCHEMAS["tcp_sample/1"], topics[1]: SCHEMAS["http_request/1"]}
+        schemas = dict(zip(topics, (SCHEMAS["tcp_sample/1"], SCHEMAS["http_request/1"], SCHEMAS["tcp_conn/1"])))
         totals = Loader(wh, bootstrap, schemas, group=group, batch_wait_s=0.3).run(max_idle_s=4)
         return {"inserted": totals.inserted, "dead_letters": totals.dead_total}
     finally:

@@ -100,6 +100,41 @@ def tcp_records(world: World, conns: Connections, out: mdl.Outcomes, s: Snapshot
     return blob, hosts_out, ss
 
 
+def tcp_conn_records(world: World, conns: Connections, s: Snapshots, close_s: np.ndarray
+                     ) -> tuple[list[bytes], np.ndarray]:
+    """``tcp_conn/1`` lines of the connections' final states ``s`` (from
+    :func:`ccab.sim.timeline.close_states`), sorted by close time, and their host indices."""
+    sc = world.sc
+    c = s.conn
+    m = len(c)
+    arm = conns.arm[c]
+    is_bbr = np.array([a.cc in ("bbr", "bbr2") for a in sc.arms])[arm]
+    pg, cg = bbr_gains(s.bbr_phase, s.bbr_cycle)
+    pacing = np.where(is_bbr, _round8(pg * _round8(s.bbr_bw_bps) * 0.99), _round8(s.pacing_rate_bps))
+    v6 = world.prefixes.ipv6[conns.prefix[c]]
+    ts_ms = sc.start_ms + np.round(s.tick_s * 1000).astype(np.int64)
+    frag = _host_fragments(world, tcp=True)
+    cols = {
+        "ts_ms": ts_ms, "host_fragment": np.array(frag, dtype=object)[conns.host[c]],
+        "sock_hash": conns.sock_hash[c], "peer_prefix": world.prefixes.label[conns.prefix[c]],
+        "local_port": np.full(m, sc.local_port),
+        "duration_ms": np.round((close_s[c] - conns.t0_s[c]) * 1000).astype(np.int64),
+        "rtt_us": s.rtt_us, "rttvar_us": s.rttvar_us, "min_rtt_us": s.min_rtt_us, "rto_ms": s.rto_ms,
+        "mss": s.mss, "cwnd": s.cwnd, "ssthresh_text": rec.nullable_ints(s.ssthresh, s.ssthresh < 0),
+        "unacked": s.unacked, "sacked": s.sacked, "lost": s.lost, "retrans_out": s.retrans_out,
+        "total_retrans": s.total_retrans, "reordering": s.reordering, "bytes_sent": s.bytes_sent,
+        "bytes_acked": s.bytes_acked, "bytes_retrans": s.bytes_retrans, "bytes_received": s.bytes_received,
+        "segs_out": s.segs_out, "segs_in": s.segs_in, "data_segs_out": s.data_segs_out,
+        "data_segs_in": s.data_segs_in, "delivery_rate_bps": _round8(s.delivery_rate_bps),
+        "pacing_rate_bps": pacing, "delivered": s.delivered,
+        "app_limited_text": np.where(s.app_limited, "true", "false").astype(object), "busy_ms": s.busy_ms,
+        "rwnd_limited_ms": s.rwnd_limited_ms, "sndbuf_limited_ms": s.sndbuf_limited_ms,
+        "notsent_bytes": s.notsent_bytes, "snd_wnd": s.snd_wnd, "rcv_space": IW_PKTS * np.where(v6, 1428, 1448),
+    }
+    order = np.argsort(ts_ms, kind="stable")
+    return rec.tcp_conn_lines(cols, sc.sampling.tcp_sample_rate, order.tolist()), conns.host[c][order]
+
+
 def _ss_text(world, conns, out, s, cols, order, is_bbr, ccv, pacing, delivery, bbr_bw, pg, cg, advmss,
              rcv_space, rng) -> list[tuple[int, int, str]]:
     """Raw ``ss`` lines grouped per (host, tick)."""

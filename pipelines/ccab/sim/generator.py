@@ -15,15 +15,17 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
+from ccab.base.contracts import TOPIC_HTTP, TOPIC_TCP, TOPIC_TCP_CONN
 from ccab.sim import model as mdl
-from ccab.sim.emit import http_records, tcp_records
+from ccab.sim.emit import http_records, tcp_conn_records, tcp_records
 from ccab.sim.stats import HIGH_LOSS_PCT, Summary
-from ccab.sim.timeline import (MIB, Connections, Requests, connection_totals, draw_connections, draw_requests,
-                               tick_snapshots, unit_from_hash)
+from ccab.sim.timeline import (MIB, Connections, Requests, close_states, connection_totals, draw_connections,
+                               draw_requests, tick_snapshots, unit_from_hash)
 from ccab.sim.world import STREAM_CHUNK, World
 
-TCP_TOPIC = "ccab.tcp.v1"
-HTTP_TOPIC = "ccab.http.v1"
+TCP_TOPIC = TOPIC_TCP
+CONN_TOPIC = TOPIC_TCP_CONN
+HTTP_TOPIC = TOPIC_HTTP
 #: Linux default tcp_wmem[2]: the largest send buffer autotuning reaches
 SNDBUF_MAX_BYTES = 4 * MIB
 
@@ -38,6 +40,8 @@ class ChunkResult:
     n_connections: int
     tcp_lines: list[bytes]  # slices of newline-separated lines (no trailing newline)
     tcp_host: np.ndarray  # host index per tcp line
+    conn_lines: list[bytes]  # tcp_conn/1: one per sampled connection that closed within the horizon
+    conn_host: np.ndarray
     http_lines: list[bytes]
     http_host: np.ndarray
     ss: list[tuple[int, int, str]]  # (host, tick ts_ms, lines) when raw
@@ -66,8 +70,9 @@ def run_chunk(world: World, i: int) -> ChunkResult:
     sc = world.sc
     # one stream per stage: a planted effect changes values, never which random numbers a stage
     # draws for the *other* connections (the control arm stays identical with and without it)
-    streams = np.random.SeedSequence([sc.seed, STREAM_CHUNK, i]).spawn(6)
-    r_conn, r_model, r_req, r_tot, r_tick, r_rec = (np.random.default_rng(s) for s in streams)
+    # spawn(7)[:6] are the streams of spawn(6): adding the close stream changed no other record
+    streams = np.random.SeedSequence([sc.seed, STREAM_CHUNK, i]).spawn(7)
+    r_conn, r_model, r_req, r_tot, r_tick, r_rec, r_close = (np.random.default_rng(s) for s in streams)
     w = world.plan.window_s
     conns = draw_connections(sc, world.prefixes, world.hosts, world.plan.counts[i],
                              world.plan.serial_offset[i], (i * w, (i + 1) * w), r_conn)
@@ -79,12 +84,15 @@ def run_chunk(world: World, i: int) -> ChunkResult:
     selected = unit_from_hash(conns.sock_hash) < sc.sampling.tcp_sample_rate
     snaps = tick_snapshots(conns, reqs, out, totals, close, selected, sc.sampling.interval_s,
                            world.horizon_s, r_tick)
+    closes = close_states(conns, reqs, out, totals, close, selected, world.horizon_s, r_close)
     summary = _summarise(world, conns, reqs, out, totals)
     tcp_lines, tcp_host, ss = tcp_records(world, conns, out, snaps, r_rec)
+    conn_lines, conn_host = tcp_conn_records(world, conns, closes, close)
     http_lines, http_host, nginx = http_records(world, conns, reqs, out, r_rec)
     summary.records["tcp_sample/1"] += len(tcp_host)
     summary.records["http_request/1"] += len(http_host)
-    return ChunkResult(i, n, tcp_lines, tcp_host, http_lines, http_host, ss, nginx, summary)
+    summary.records["tcp_conn/1"] += len(conn_host)
+    return ChunkResult(i, n, tcp_lines, tcp_host, conn_lines, conn_host, http_lines, http_host, ss, nginx, summary)
 
 
 def _summarise(world: World, conns: Connections, reqs: Requests, out: mdl.Outcomes, totals) -> Summary:
@@ -167,6 +175,7 @@ def records(world: World, chunk: ChunkResult) -> Iterator[tuple[str, bytes, byte
     """``(topic, key, line)`` for every record of a chunk (key = host name)."""
     keys = [name.encode() for name in world.hosts.names]
     for topic, blobs, hosts in ((TCP_TOPIC, chunk.tcp_lines, chunk.tcp_host),
+                                (CONN_TOPIC, chunk.conn_lines, chunk.conn_host),
                                 (HTTP_TOPIC, chunk.http_lines, chunk.http_host)):
         it = iter(hosts.tolist())
         for blob in blobs:

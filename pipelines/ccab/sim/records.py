@@ -15,6 +15,7 @@ import numpy as np
 
 TCP_SCHEMA = "tcp_sample/1"
 HTTP_SCHEMA = "http_request/1"
+CONN_SCHEMA = "tcp_conn/1"
 
 #: gains as ss prints them (%g of value/256) -- the records carry the same rounded values
 GAIN_TEXT = {2.88671875: "2.88672", 2.7734375: "2.77344", 1.25: "1.25", 0.75: "0.75", 1.0: "1", 2.0: "2",
@@ -30,6 +31,21 @@ _TCP_TEMPLATE = (
     '"pacing_rate_bps":%d,"delivered":%d,"app_limited":%s,"busy_ms":%d,"rwnd_limited_ms":%d,'
     '"sndbuf_limited_ms":%d,"notsent_bytes":%d,"send_q_bytes":%d,"recv_q_bytes":0,"snd_wnd":%d,'
     '"rcv_space":%d,"lastsnd_ms":%d,"lastrcv_ms":%d,"lastack_ms":%d,%s,"sample_rate":%s}'
+)
+
+# tcp_conn/1: the final counters at close. The simulated kernel (6.1) reports no RTO totals and
+# no dsack/reord counters in this model: null, never 0. The simulator knows each connection's open
+# duration (a real destroy event does not).
+_CONN_TEMPLATE = (
+    '{"schema":"tcp_conn/1","ts_ms":%d,%s,"cc_source":"socket","sock_id":"%016x","peer_prefix":"%s",'
+    '"local_port":%d,"duration_ms":%d,"seen_duration_ms":null,"rtt_us":%d,"rttvar_us":%d,"min_rtt_us":%d,'
+    '"rto_ms":%d,"mss":%d,"cwnd":%d,"ssthresh":%s,"unacked":%d,"sacked":%d,"lost":%d,"retrans_out":%d,'
+    '"total_retrans":%d,"reordering":%d,"bytes_sent":%d,"bytes_acked":%d,"bytes_retrans":%d,'
+    '"bytes_received":%d,"segs_out":%d,"segs_in":%d,"data_segs_out":%d,"data_segs_in":%d,'
+    '"delivery_rate_bps":%d,"pacing_rate_bps":%d,"delivered":%d,"delivered_ce":0,"app_limited":%s,'
+    '"busy_ms":%d,"rwnd_limited_ms":%d,"sndbuf_limited_ms":%d,"notsent_bytes":%d,"snd_wnd":%d,'
+    '"rcv_space":%d,"dsack_dups":null,"reord_seen":null,"rcv_ooopack":null,"total_rto":null,'
+    '"total_rto_recoveries":null,"total_rto_time_ms":null,"sample_rate":%s}'
 )
 
 _HTTP_TEMPLATE = (
@@ -91,6 +107,13 @@ _TCP_COLUMNS = (
     "busy_ms", "rwnd_limited_ms", "sndbuf_limited_ms", "notsent_bytes", "send_q_bytes", "snd_wnd", "rcv_space",
     "lastsnd_ms", "lastrcv_ms", "lastack_ms", "bbr_fragment",
 )
+_CONN_COLUMNS = (
+    "ts_ms", "host_fragment", "sock_hash", "peer_prefix", "local_port", "duration_ms", "rtt_us", "rttvar_us",
+    "min_rtt_us", "rto_ms", "mss", "cwnd", "ssthresh_text", "unacked", "sacked", "lost", "retrans_out",
+    "total_retrans", "reordering", "bytes_sent", "bytes_acked", "bytes_retrans", "bytes_received", "segs_out",
+    "segs_in", "data_segs_out", "data_segs_in", "delivery_rate_bps", "pacing_rate_bps", "delivered",
+    "app_limited_text", "busy_ms", "rwnd_limited_ms", "sndbuf_limited_ms", "notsent_bytes", "snd_wnd", "rcv_space",
+)
 _HTTP_COLUMNS = (
     "ts_ms", "host_fragment", "peer_prefix", "conn_serial", "conn_requests", "method", "status", "bytes_sent",
     "body_bytes_sent", "request_time_ms", "tcpinfo_fragment",
@@ -123,6 +146,11 @@ def tcp_sample_lines(cols: dict[str, object], sample_rate: float, order: list[in
     equal-length arrays or lists named like the contract fields, plus ``host_fragment``,
     ``sock_hash`` (uint64), ``ssthresh_text``, ``bbr_fragment`` and ``app_limited_text``."""
     return _format(_TCP_TEMPLATE, _TCP_COLUMNS, cols, order, sample_rate)
+
+
+def tcp_conn_lines(cols: dict[str, object], sample_rate: float, order: list[int] | None = None) -> list[bytes]:
+    """One ``tcp_conn/1`` JSON line per row (see :func:`tcp_sample_lines`; ``duration_ms`` added)."""
+    return _format(_CONN_TEMPLATE, _CONN_COLUMNS, cols, order, sample_rate)
 
 
 def http_request_lines(cols: dict[str, object], sample_rate: float, order: list[int] | None = None) -> list[bytes]:

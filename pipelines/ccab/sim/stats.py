@@ -59,7 +59,7 @@ class Summary:
     counters: np.ndarray = field(init=False)  # (arms, segments, counters)
     connections: np.ndarray = field(init=False)  # (arms,)
     host_connections: dict[int, int] = field(default_factory=dict)
-    records: dict[str, int] = field(default_factory=lambda: {"tcp_sample/1": 0, "http_request/1": 0})
+    records: dict[str, int] = field(default_factory=lambda: {"tcp_sample/1": 0, "tcp_conn/1": 0, "http_request/1": 0})
 
     def __post_init__(self) -> None:
         self.hist = np.zeros((self.n_arms, self.n_segments, len(HIST_METRICS), N_BINS))

@@ -326,7 +326,8 @@ def tick_snapshots(conns: Connections, reqs: Requests, out: Outcomes, totals: To
     """Snapshots of the ``selected`` connections at every tick ``k * interval_s`` they are open.
 
     Counters grow linearly through a transfer; retransmitted packets accrue in proportion to
-    unique bytes sent, so every snapshot's retransmit share matches the connection's.
+    unique bytes sent, so every snapshot's retransmit share matches the connection's
+    (:func:`state_at`).
     """
     sel = np.flatnonzero(selected)
     t0 = conns.t0_s[sel]
@@ -338,7 +339,21 @@ def tick_snapshots(conns: Connections, reqs: Requests, out: Outcomes, totals: To
     first_tick = np.repeat(kmin, nt)
     offs = np.cumsum(nt) - nt
     kk = first_tick + (np.arange(len(c)) - np.repeat(offs, nt))
-    tau = kk * interval_s
+    return state_at(conns, reqs, out, totals, close_s, c, kk * interval_s, rng)
+
+
+def close_states(conns: Connections, reqs: Requests, out: Outcomes, totals: Totals, close_s: np.ndarray,
+                 selected: np.ndarray, horizon_s: float, rng: np.random.Generator) -> Snapshots:
+    """The final state of every ``selected`` connection that closes within the horizon, at its close
+    time: what the kernel's destroy event carries (``tcp_conn/1``). Every connection counts once,
+    the short ones no tick ever saw included."""
+    c = np.flatnonzero(selected & (close_s < horizon_s))
+    return state_at(conns, reqs, out, totals, close_s, c, close_s[c], rng)
+
+
+def state_at(conns: Connections, reqs: Requests, out: Outcomes, totals: Totals, close_s: np.ndarray,
+             c: np.ndarray, tau: np.ndarray, rng: np.random.Generator) -> Snapshots:
+    """The socket state of connection ``c[k]`` at time ``tau[k]`` (one entry per pair)."""
     m = len(c)
 
     # which request is current: the last one that started at or before the tick

@@ -107,5 +107,16 @@ def test_committed_landing_ddl_is_generated_from_the_contracts():
 
 def test_every_schema_has_a_topic_and_table():
     assert {s.topic for s in contracts.SCHEMAS.values()} == {
-        "ccab.tcp.v1", "ccab.http.v1", "ccab.assignments.v1", "ccab.agent_status.v1"}
-    assert {s.table for s in contracts.SCHEMAS.values()} == {"tcp_samples", "http_requests", "assignments", "agent_status"}
+        "ccab.tcp.v1", "ccab.tcp_conn.v1", "ccab.http.v1", "ccab.assignments.v1", "ccab.agent_status.v1"}
+    assert {s.table for s in contracts.SCHEMAS.values()} == {"tcp_samples", "tcp_conns", "http_requests", "assignments",
+                                                             "agent_status"}
+
+
+def test_tcp_conn_vector_is_valid_and_its_fields_are_the_contracts():
+    """The Go collector's tcp_conn/1 output for two real destroy events (kernel 6.18) is valid for
+    the Python contract and carries exactly its fields."""
+    recs = _jsonl("tcp_conn_linux-6.18.expected.jsonl")
+    assert recs
+    for rec in recs:
+        assert contracts.validate(rec) == [], rec
+        assert set(rec) == {f.name for f in contracts.TCP_CONN.fields}

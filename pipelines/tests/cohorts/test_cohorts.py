@@ -270,3 +270,24 @@ def test_hour_boundaries_are_enforced():
     with pytest.raises(ValueError, match="not on an hour boundary"):
         hours_between(H12 + timedelta(minutes=5), H15)
     assert hours_between(H12.replace(tzinfo=None), H13) == [H12]
+
+
+def test_close_records_give_every_connection_once(warehouse, sim_dir, records):
+    """With tcp_conn/1 records the per-connection grain comes from them: every sampled connection
+    that closed counts once (the short ones no poll saw too), a connection seen by both paths is
+    counted once, and in-flight bytes of a connection never polled while busy are missing, not 0."""
+    tcp, http = records
+    closes = read_jsonl(sim_dir / "ccab.tcp_conn.v1.jsonl")
+    load(warehouse, sim_dir / "ccab.tcp.v1.jsonl", sim_dir / "ccab.tcp_conn.v1.jsonl", sim_dir / "ccab.http.v1.jsonl")
+    run_window(warehouse, H12, H15)
+    assert_rollups_match(expected_rollup(tcp, http, closes=closes), actual_rollup(warehouse))
+    assert expected_heatmap(tcp, closes=closes) == actual_heatmap(warehouse)
+    polled = {(r["host"], r["sock_id"]) for r in tcp}
+    closed = {(r["host"], r["sock_id"]) for r in closes}
+    assert closed - polled, "the simulated hours have short connections no poll saw"
+    n = warehouse.query("SELECT sum(n) + sum(n_missing) FROM cohort_hourly WHERE metric = 'retrans_pct' "
+                        "AND segment = 'all'").scalar()
+    assert int(n) == len(closed | polled)  # polled connections without a close record still count
+    missing = warehouse.query("SELECT sum(n_missing), sum(n_zero) FROM cohort_hourly "
+                              "WHERE metric = 'inflight_bytes' AND segment = 'all'").rows[0]
+    assert int(missing[0]) >= len(closed - polled) and int(missing[1]) == 0

@@ -75,7 +75,7 @@ def test_log4j_config_logs_to_a_file_only() -> None:
 
 
 def test_topics_match_the_contracts() -> None:
-    assert set(TOPICS) == {"ccab.tcp.v1", "ccab.http.v1", "ccab.assignments.v1", "ccab.agent_status.v1"}
+    assert set(TOPICS) == {"ccab.tcp.v1", "ccab.tcp_conn.v1", "ccab.http.v1", "ccab.assignments.v1", "ccab.agent_status.v1"}
     assert TOPICS["ccab.tcp.v1"].partitions == 6
     assert TOPICS["ccab.http.v1"].partitions == 6
     assert TOPICS["ccab.agent_status.v1"].partitions == 3

@@ -43,7 +43,8 @@ def _produce(bootstrap: str, topic: str, lines, key_of=lambda i: b"k%d" % (i % 8
 
 
 def test_parse_topics():
-    assert set(parse_topics(None)) == {"ccab.tcp.v1", "ccab.http.v1", "ccab.assignments.v1", "ccab.agent_status.v1"}
+    assert set(parse_topics(None)) == {"ccab.tcp.v1", "ccab.tcp_conn.v1", "ccab.http.v1", "ccab.assignments.v1",
+                                       "ccab.agent_status.v1"}
     assert parse_topics("x=http_request/1,ccab.tcp.v1") == {"x": SCHEMAS["http_request/1"], "ccab.tcp.v1": SCHEMAS["tcp_sample/1"]}
     with pytest.raises(ValueError, match="not a contract topic"):
         parse_topics("whatever")
