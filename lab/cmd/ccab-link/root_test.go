@@ -415,4 +415,3 @@ func TestRootRandomLoss(t *testing.T) {
 		t.Errorf("loss on the down direction: %v", d)
 	}
 }
-
