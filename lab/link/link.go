@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -56,8 +55,9 @@ type Config struct {
 // Link is an open link: both devices exist. Run moves packets until its context ends.
 type Link struct {
 	cfg  Config
-	fa   *os.File
-	fb   *os.File
+	fa   int // TUN descriptors
+	fb   int
+	stop int // eventfd: readable once the link stops
 	up   *direction
 	down *direction
 	clk  *clock
@@ -85,13 +85,16 @@ func Open(cfg Config) (*Link, error) {
 	}
 	fb, err := openTUN(cfg.B, cfg.Offload)
 	if err != nil {
-		fa.Close()
+		unix.Close(fa)
 		return nil, fmt.Errorf("side B (%s in %q): %w", cfg.B.Dev, cfg.B.Netns, err)
 	}
 	l := &Link{cfg: cfg, fa: fa, fb: fb, clk: newClock()}
-	l.up, err = newDirection("up", cfg.Up, fa, fb, cfg, l.clk, 1)
+	l.stop, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err == nil {
-		l.down, err = newDirection("down", cfg.Down, fb, fa, cfg, l.clk, 2)
+		l.up, err = newDirection("up", cfg.Up, fa, fb, l.stop, cfg, l.clk, 1)
+	}
+	if err == nil {
+		l.down, err = newDirection("down", cfg.Down, fb, fa, l.stop, cfg, l.clk, 2)
 	}
 	if err != nil {
 		l.closeFiles()
@@ -132,8 +135,11 @@ func (l *Link) Run(done <-chan struct{}) error {
 	case <-done:
 	case err = <-errc:
 	}
-	l.up.stop()
-	l.down.stop()
+	l.up.halt()
+	l.down.halt()
+	var one [8]byte
+	one[0] = 1
+	_, _ = unix.Write(l.stop, one[:]) // wakes both readers
 	wg.Wait()
 	l.closeFiles()
 	return err
@@ -146,8 +152,11 @@ func (l *Link) closeFiles() {
 			d.tfd = -1
 		}
 	}
-	l.fa.Close()
-	l.fb.Close()
+	unix.Close(l.fa)
+	unix.Close(l.fb)
+	if l.stop > 0 {
+		unix.Close(l.stop)
+	}
 }
 
 // Stats are a direction's totals (segments and IP bytes).
@@ -209,7 +218,8 @@ type lossStage struct {
 
 type direction struct {
 	name    string
-	in      *os.File
+	inFd    int
+	stopFd  int
 	outFd   int
 	delay   int64
 	slack   int64
@@ -245,19 +255,13 @@ type direction struct {
 	dropTotals                        map[string]int64
 }
 
-func newDirection(name string, c DirConfig, in, out *os.File, cfg Config, clk *clock, stream uint64) (*direction, error) {
-	rawOut, err := out.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	outFd := -1
-	rawOut.Control(func(fd uintptr) { outFd = int(fd) })
+func newDirection(name string, c DirConfig, inFd, outFd, stopFd int, cfg Config, clk *clock, stream uint64) (*direction, error) {
 	tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("timerfd: %w", err)
 	}
 	d := &direction{
-		name: name, in: in, outFd: outFd, delay: int64(c.Delay), slack: int64(cfg.Slack),
+		name: name, inFd: inFd, stopFd: stopFd, outFd: outFd, delay: int64(c.Delay), slack: int64(cfg.Slack),
 		limit: c.BufferBytes, maxHeld: cfg.MaxHeldBytes, clk: clk, log: cfg.Log, tfd: tfd, rtPrio: cfg.RTPriority,
 		dropP: map[string]prometheus.Counter{}, dropB: map[string]prometheus.Counter{},
 		dropTotals: map[string]int64{},
@@ -329,12 +333,23 @@ func (d *direction) disarm() {
 	d.armed = false
 }
 
-func (d *direction) stop() {
+// halt stops the writer (the reader is woken by the link's stop eventfd).
+func (d *direction) halt() {
 	d.mu.Lock()
 	d.stopped = true
 	d.arm(1)
 	d.mu.Unlock()
-	_ = d.in.SetReadDeadline(time.Unix(1, 0))
+}
+
+// realtime puts the calling (locked) thread in SCHED_FIFO when configured.
+func (d *direction) realtime(role string) {
+	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	if d.rtPrio > 0 {
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: uint32(d.rtPrio)}
+		if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
+			d.log.Warn("SCHED_FIFO", "direction", d.name, "thread", role, "err", err)
+		}
+	}
 }
 
 // advance moves the departure cursor past every segment that left the bottleneck by now.
@@ -363,15 +378,32 @@ func (d *direction) drop(cause string, segs, bytes int) {
 	d.dropTotals[cause] += int64(segs)
 }
 
+// readLoop runs on its own locked OS thread: it drains the ingress device with non-blocking
+// reads and sleeps in poll(2) on the device and the stop eventfd when there is nothing to
+// read. Keeping it off Go's netpoller means an arrival is timestamped as soon as the kernel
+// wakes this thread (which --rt-priority can make SCHED_FIFO).
 func (d *direction) readLoop() error {
+	runtime.LockOSThread() // never unlocked: the thread (maybe SCHED_FIFO) exits with the goroutine
+	d.realtime("read")
 	buf := make([]byte, bigBuf)
+	fds := []unix.PollFd{{Fd: int32(d.inFd), Events: unix.POLLIN}, {Fd: int32(d.stopFd), Events: unix.POLLIN}}
 	for {
-		n, err := d.in.Read(buf)
+		n, err := unix.Read(d.inFd, buf)
+		if err == unix.EAGAIN || err == unix.EINTR {
+			fds[0].Revents, fds[1].Revents = 0, 0
+			if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
+				return fmt.Errorf("%s: poll: %w", d.name, err)
+			}
+			if fds[1].Revents != 0 {
+				return nil
+			}
+			continue
+		}
 		if err != nil {
 			d.mu.Lock()
 			stopped := d.stopped
 			d.mu.Unlock()
-			if stopped || errors.Is(err, os.ErrDeadlineExceeded) {
+			if stopped {
 				return nil
 			}
 			return fmt.Errorf("%s: read: %w", d.name, err)
@@ -519,15 +551,8 @@ func (d *direction) recycle() {
 }
 
 func (d *direction) writeLoop() {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
-	if d.rtPrio > 0 {
-		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: uint32(d.rtPrio)}
-		if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
-			d.log.Warn("SCHED_FIFO for the release thread", "direction", d.name, "err", err)
-		}
-	}
+	runtime.LockOSThread() // never unlocked, as in readLoop
+	d.realtime("release")
 	var tb [8]byte
 	var runs []run
 	for {

@@ -3,7 +3,6 @@ package link
 import (
 	"fmt"
 	"net/netip"
-	"os"
 
 	"golang.org/x/sys/unix"
 
@@ -19,10 +18,11 @@ type Endpoint struct {
 }
 
 // openTUN opens /dev/net/tun on a thread inside the endpoint's namespace, so the device is
-// created there and stays there; the returned file is non-blocking (Go's poller) and the
-// device disappears when it is closed (it is not persistent), also when the process dies.
+// created there and stays there; the returned descriptor is non-blocking (the link polls it
+// on its own threads, not through Go's poller) and the device disappears when it is closed
+// (it is not persistent), also when the process dies.
 // It then sets the address, MTU and IFF_UP with ioctls on a socket of that namespace.
-func openTUN(ep Endpoint, offload bool) (*os.File, error) {
+func openTUN(ep Endpoint, offload bool) (int, error) {
 	var fd int = -1
 	err := netns.Do(netns.Path(ep.Netns), func() error {
 		var err error
@@ -54,9 +54,9 @@ func openTUN(ep Endpoint, offload bool) (*os.File, error) {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
-		return nil, err
+		return -1, err
 	}
-	return os.NewFile(uintptr(fd), "tun:"+ep.Dev), nil
+	return fd, nil
 }
 
 // configure runs on a thread inside the endpoint's namespace.
