@@ -10,7 +10,8 @@
 # link's own release lateness under load (from ccab_link_release_lateness_seconds).
 # Needs root; prints a skip line otherwise.
 #   CCAB_BENCH_REPS (3), CCAB_BENCH_SECONDS (15), CCAB_BENCH_CC (bbr), CCAB_BENCH_RT (10), CCAB_BENCH_CASES
-#   (default "veth link-100M link-1G link-unlimited link-1G-nooffload")
+#   (default "veth link-100M link-1G link-1G-x4 link-unlimited link-1G-nooffload"; x4 = four
+#   parallel flows, so that one flow's ProbeRTT/recovery does not idle the link)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 reps=${CCAB_BENCH_REPS:-3}
@@ -19,7 +20,7 @@ cc=${CCAB_BENCH_CC:-bbr}
 rt=${CCAB_BENCH_RT:-10}
 prober=()
 command -v chrt >/dev/null && prober=(chrt -f 5)
-cases=${CCAB_BENCH_CASES:-"veth link-100M link-1G link-unlimited link-1G-nooffload"}
+cases=${CCAB_BENCH_CASES:-"veth link-100M link-1G link-1G-x4 link-unlimited link-1G-nooffload"}
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || [ ! -e /dev/net/tun ]; then
   echo "link bench: skipped (needs root, ip and /dev/net/tun)"
   exit 0
@@ -58,10 +59,12 @@ for rep in $(seq 1 "$reps"); do
   for c in $cases; do
     args=(--delay-ms 40 --buffer-bdp 1 --rt-priority "$rt")
     rate=0
+    streams=1
     case $c in
       veth) ;;
       link-100M) rate=100e6 ;;
       link-1G) rate=1e9 ;;
+      link-1G-x4) rate=1e9; streams=4 ;;
       link-1G-nooffload) rate=1e9; args+=(--no-offload) ;;
       link-unlimited) args=(--delay-ms 40 --rt-priority "$rt") ;;
       *) echo "unknown case $c" >&2; exit 2 ;;
@@ -83,7 +86,7 @@ for rep in $(seq 1 "$reps"); do
     spid=$!; pids+=("$spid")
     sleep 0.3
     ip netns exec "$a" "${prober[@]}" "$tmp/linkbench" rtt -dst "$dst" -count 300 -interval-ms 10 >"$tmp/rtt.json"
-    ip netns exec "$a" "$tmp/linkbench" tcp -dst "$dst:5201" -seconds "$secs" -skip 5 -cc "$cc" >"$tmp/tcp.json" &
+    ip netns exec "$a" "$tmp/linkbench" tcp -dst "$dst:5201" -seconds "$secs" -skip 5 -cc "$cc" -streams "$streams" >"$tmp/tcp.json" &
     tpid=$!
     if [ -n "$maddr" ]; then
       sleep 5; date +%s.%N >"$tmp/m0.t"; scrape "$maddr" "$tmp/m0"

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -388,7 +389,7 @@ func (d *direction) readLoop() error {
 	buf := make([]byte, bigBuf)
 	fds := []unix.PollFd{{Fd: int32(d.inFd), Events: unix.POLLIN}, {Fd: int32(d.stopFd), Events: unix.POLLIN}}
 	for {
-		n, err := unix.Read(d.inFd, buf)
+		n, err := rawRW(unix.SYS_READ, d.inFd, buf)
 		if err == unix.EAGAIN || err == unix.EINTR {
 			fds[0].Revents, fds[1].Revents = 0, 0
 			if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
@@ -657,7 +658,7 @@ func (d *direction) writeLoop() {
 
 func (d *direction) write(b []byte) error {
 	for tries := 0; ; tries++ {
-		_, err := unix.Write(d.outFd, b)
+		_, err := rawRW(unix.SYS_WRITE, d.outFd, b)
 		if err == unix.EINTR || (err == unix.EAGAIN && tries < 100) {
 			if err == unix.EAGAIN {
 				time.Sleep(10 * time.Microsecond)
@@ -666,4 +667,18 @@ func (d *direction) write(b []byte) error {
 		}
 		return err
 	}
+}
+
+// rawRW is read(2)/write(2) without telling the Go scheduler: both descriptors are
+// non-blocking, so the call never sleeps, and skipping entersyscall/exitsyscall saves ~10 %
+// of the link's CPU at Gbit/s rates (it showed in the profile as procyield/casgstatus).
+func rawRW(trap uintptr, fd int, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	n, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return int(n), e
+	}
+	return int(n), nil
 }

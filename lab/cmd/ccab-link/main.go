@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -102,6 +103,7 @@ func runLink(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		maxHeld  = fs.Int64("max-held-bytes", 1<<30, "safety cap per direction on bytes held (queue + delay line); beyond it packets are dropped (cause memory)")
 		rtPrio   = fs.Int("rt-priority", 0, "> 0: run the two releasing threads SCHED_FIFO at this priority (1-99): less wake-up jitter when the host is busy; they sleep between deadlines")
 		logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+		cpuProf  = fs.String("cpu-profile", "", "write a Go CPU profile (pprof) of the whole run to this file")
 	)
 	delay := dirFlags(fs, "delay", "-ms", "0", "fixed one-way delay, milliseconds (fractions allowed)")
 	rate := dirFlags(fs, "rate", "-bps", "0", "bottleneck rate, bits per second of IP bytes (e.g. 20e6); 0 = unlimited")
@@ -224,6 +226,18 @@ func runLink(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer srv.Close()
 	}
 
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			log.Error("cpu profile", "err", err)
+			return exitError
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Error("cpu profile", "err", err)
+			return exitError
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	l, err := link.Open(cfg)
 	if err != nil {
 		log.Error("open link", "err", err)
