@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -245,8 +246,9 @@ type direction struct {
 	bigFree [][]byte
 	armed   bool
 	stopped bool
-	pending []*entry // released entries, recycled at the writer's next turn
-	causes  []string // scratch
+	quit    atomic.Bool // set by halt; the reader checks it between reads (it may never poll under load)
+	pending []*entry    // released entries, recycled at the writer's next turn
+	causes  []string    // scratch
 
 	rxP, rxB, dlP, dlB, reads, writes prometheus.Counter
 	qP, qB, heldG                     prometheus.Gauge
@@ -336,6 +338,7 @@ func (d *direction) disarm() {
 
 // halt stops the writer (the reader is woken by the link's stop eventfd).
 func (d *direction) halt() {
+	d.quit.Store(true)
 	d.mu.Lock()
 	d.stopped = true
 	d.arm(1)
@@ -388,7 +391,7 @@ func (d *direction) readLoop() error {
 	d.realtime("read")
 	buf := make([]byte, bigBuf)
 	fds := []unix.PollFd{{Fd: int32(d.inFd), Events: unix.POLLIN}, {Fd: int32(d.stopFd), Events: unix.POLLIN}}
-	for {
+	for !d.quit.Load() {
 		n, err := rawRW(unix.SYS_READ, d.inFd, buf)
 		if err == unix.EAGAIN || err == unix.EINTR {
 			fds[0].Revents, fds[1].Revents = 0, 0
@@ -513,6 +516,7 @@ func (d *direction) readLoop() error {
 			buf = make([]byte, bigBuf)
 		}
 	}
+	return nil
 }
 
 func (d *direction) newEntry() *entry {

@@ -43,8 +43,43 @@ type linkProc struct {
 	cmd     *exec.Cmd
 	metrics string
 	stdout  *bufio.Reader
+	stderr  string
 	nsA     string
 	nsB     string
+	stopped bool
+}
+
+// stop sends SIGTERM and checks that ccab-link exits 0 within 10 s, prints its stopped line
+// and leaves no device behind.
+func (p *linkProc) stop(t *testing.T) {
+	t.Helper()
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	var rest []byte
+	go func() { rest, _ = io.ReadAll(p.stdout); done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("ccab-link exited with %v after SIGTERM", err)
+		} else if !strings.Contains(string(rest), `"event":"stopped"`) {
+			t.Errorf("no stopped line: %q", rest)
+		}
+	case <-time.After(10 * time.Second):
+		p.cmd.Process.Kill()
+		t.Errorf("ccab-link did not stop within 10 s of SIGTERM")
+		<-done
+	}
+	if out, _ := exec.Command("ip", "-n", p.nsA, "link", "show", "lk-a").CombinedOutput(); !strings.Contains(string(out), "does not exist") {
+		t.Errorf("device lk-a still there after stop: %s", out)
+	}
+	if t.Failed() {
+		b, _ := os.ReadFile(p.stderr)
+		t.Logf("ccab-link stderr:\n%s", b)
+	}
 }
 
 // startLink creates the namespaces lk21<tag>a/b and starts ccab-link between them with
@@ -77,32 +112,8 @@ func startLink(t *testing.T, subnet int, args ...string) *linkProc {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := false
-	t.Cleanup(func() {
-		if exited {
-			return
-		}
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { io.Copy(io.Discard, p.stdout); done <- p.cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("ccab-link exited with %v after SIGTERM", err)
-			}
-		case <-time.After(10 * time.Second):
-			p.cmd.Process.Kill()
-			t.Errorf("ccab-link did not stop within 10 s of SIGTERM")
-			<-done
-		}
-		if out, _ := exec.Command("ip", "-n", p.nsA, "link", "show", "lk-a").CombinedOutput(); !strings.Contains(string(out), "does not exist") {
-			t.Errorf("device lk-a still there after stop: %s", out)
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(stderr.Name())
-			t.Logf("ccab-link stderr:\n%s", b)
-		}
-	})
+	p.stderr = stderr.Name()
+	t.Cleanup(func() { p.stop(t) })
 	p.stdout = bufio.NewReader(out)
 	lineC := make(chan string, 1)
 	go func() {
@@ -116,7 +127,7 @@ func startLink(t *testing.T, subnet int, args ...string) *linkProc {
 			MetricsAddr string `json:"metrics_addr"`
 		}
 		if err := json.Unmarshal([]byte(line), &ready); err != nil || ready.Event != "ready" {
-			exited = true
+			p.stopped = true
 			p.cmd.Wait()
 			b, _ := os.ReadFile(stderr.Name())
 			t.Fatalf("no ready line (%q, %v); stderr:\n%s", line, err, b)
@@ -435,4 +446,40 @@ func TestRootRandomLoss(t *testing.T) {
 	if d := p.metric(t, `ccab_link_dropped_packets_total{cause="loss",direction="down"}`); d != 0 {
 		t.Errorf("loss on the down direction: %v", d)
 	}
+}
+
+// TestRootStopUnderLoad: SIGTERM while a UDP flood keeps the readers busy (they may never
+// find the device empty) still stops the link promptly and removes the devices.
+func TestRootStopUnderLoad(t *testing.T) {
+	p := startLink(t, 4, "--delay-ms", "20")
+	var sc net.PacketConn
+	if err := netns.Do(netns.Path(p.nsA), func() error {
+		var err error
+		sc, err = net.ListenPacket("udp4", "0.0.0.0:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	to := &net.UDPAddr{IP: net.ParseIP("10.221.4.2"), Port: 9}
+	stop := make(chan struct{})
+	flooding := make(chan struct{})
+	go func() {
+		defer close(flooding)
+		buf := make([]byte, 1400)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			sc.WriteTo(buf, to)
+		}
+	}()
+	time.Sleep(time.Second)
+	start := time.Now()
+	p.stop(t)
+	t.Logf("stopped in %v under load", time.Since(start).Round(time.Millisecond))
+	close(stop)
+	<-flooding
 }
