@@ -483,3 +483,37 @@ func TestRootStopUnderLoad(t *testing.T) {
 	close(stop)
 	<-flooding
 }
+
+// TestRootGilbertElliott: bursty loss on A→B (p = 0.01, r = 0.25, everything lost in the bad
+// state): mean loss p/(p+r) = 3.85 %, mean burst 1/r = 4 packets; order kept.
+func TestRootGilbertElliott(t *testing.T) {
+	p := startLink(t, 5, "--delay-ms", "5", "--ge-p", "0.01", "--ge-r", "0.25", "--ge-direction", "up", "--seed", "5")
+	const n = 20000
+	seqs, _ := udpFlow(t, p, "10.221.5.2", 200, 16e6, n)
+	checkOrder(t, seqs)
+	lost, bursts := 0, 0
+	prev := -1
+	for _, s := range seqs {
+		if gap := int(s) - prev - 1; gap > 0 {
+			lost += gap
+			bursts++
+		}
+		prev = int(s)
+	}
+	if gap := n - 1 - prev; gap > 0 {
+		lost += gap
+		bursts++
+	}
+	rate := float64(lost) / n
+	mean := float64(lost) / float64(max(bursts, 1))
+	t.Logf("lost %d of %d (%.2f %%, want 3.85 %%) in %d bursts of mean %.2f (want 4)", lost, n, rate*100, bursts, mean)
+	if math.Abs(rate-0.0385) > 0.35*0.0385 {
+		t.Errorf("loss rate %.4f, want 0.0385 ± 35 %%", rate)
+	}
+	if mean < 3 || mean > 5 {
+		t.Errorf("mean burst %.2f, want 4 ± 1", mean)
+	}
+	if d := p.metric(t, `ccab_link_dropped_packets_total{cause="ge_loss",direction="up"}`); d < float64(lost) || d > float64(lost)+10 {
+		t.Errorf("metric says %v dropped by ge_loss, the receiver missed %d", d, lost)
+	}
+}
