@@ -70,7 +70,7 @@ if [ -f go.mod ]; then
   step "go build -> bin/"
   mkdir -p bin
   pkgs=""
-  for dir in collectors/cmd rollout/cmd; do
+  for dir in collectors/cmd rollout/cmd lab/cmd; do
     [ -d "$dir" ] && pkgs="$pkgs $(go list "./$dir/..." || die "go list ./$dir/... failed")"
   done
   [ -n "$pkgs" ] || die "no Go commands found under collectors/cmd or rollout/cmd"
