@@ -56,3 +56,34 @@ def test_readme_lists_every_variable_config_reads():
     readme = (REPO / "README.md").read_text()
     table = set(re.findall(r"^\| `([A-Z_]+)` \|", readme, re.M))
     assert read and read <= table, f"missing from README's environment table: {sorted(read - table)}"
+
+
+# import name -> distribution name where they differ
+DISTRIBUTION = {"yaml": "pyyaml", "prometheus_client": "prometheus-client", "clickhouse_connect": "clickhouse-connect",
+                "confluent_kafka": "confluent-kafka", "airflow": "apache-airflow", "PIL": "pillow"}
+
+
+def _third_party_imports(*roots) -> set[str]:
+    import ast
+    import sys
+
+    local = {p.stem for p in (REPO / "pipelines" / "tests").rglob("*.py")} | {"ccab"}
+    mods = set()
+    for root in roots:
+        for path in (REPO / root).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    mods |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                    mods.add(node.module.split(".")[0])
+    return {DISTRIBUTION.get(m, m).replace("_", "-") for m in mods - set(sys.stdlib_module_names) - local}
+
+
+def test_every_imported_package_is_declared():
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    runtime = set(project["dependencies"])
+    extras = {d for deps in project["optional-dependencies"].values() for d in deps}
+    assert _third_party_imports("pipelines/ccab", "dags") <= runtime
+    assert _third_party_imports("pipelines/tests", "bench") <= runtime | extras
