@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from ccab.cli import main
-from ccab.sim.generator import HTTP_TOPIC, TCP_TOPIC, iter_chunks, records
+from ccab.sim.generator import CONN_TOPIC, HTTP_TOPIC, TCP_TOPIC, iter_chunks, records
 from ccab.sim.scenario import load_scenario
 from ccab.sim.sinks import KafkaSink
 from ccab.sim.world import build_world
@@ -19,7 +19,7 @@ def test_generated_records_load_without_dead_letters(warehouse, tmp_path: Path):
 
     out = tmp_path / "sim"
     assert main(["sim", "tiny", "--out", str(out), "--no-progress", "--connections", "1500"]) == 0
-    files = [out / f"{TCP_TOPIC}.jsonl", out / f"{HTTP_TOPIC}.jsonl"]
+    files = [out / f"{TCP_TOPIC}.jsonl", out / f"{CONN_TOPIC}.jsonl", out / f"{HTTP_TOPIC}.jsonl"]
     lines = {f.name: len(f.read_text().splitlines()) for f in files}
     report = load_files(warehouse, files)
     assert report.dead_total == 0, report.dead
@@ -30,11 +30,11 @@ def test_generated_records_load_without_dead_letters(warehouse, tmp_path: Path):
 def test_kafka_sink_delivers_every_record_keyed_by_host(kafka_broker: str, fresh_topic):
     from confluent_kafka import Consumer
 
-    topics = {TCP_TOPIC: fresh_topic("sim-tcp"), HTTP_TOPIC: fresh_topic("sim-http")}
+    topics = {TCP_TOPIC: fresh_topic("sim-tcp"), CONN_TOPIC: fresh_topic("sim-conn"), HTTP_TOPIC: fresh_topic("sim-http")}
     sc = load_scenario("tiny")
     world = build_world(sc, total_connections=800)
     sink = KafkaSink(kafka_broker, topics=topics, linger_ms=5)
-    expected: dict[str, int] = {TCP_TOPIC: 0, HTTP_TOPIC: 0}
+    expected: dict[str, int] = {TCP_TOPIC: 0, CONN_TOPIC: 0, HTTP_TOPIC: 0}
     for chunk in iter_chunks(world, workers=1):
         recs = list(records(world, chunk))
         for topic, _k, _v in recs:

@@ -179,7 +179,7 @@ def test_counters_grow_over_a_connection_and_the_last_sample_is_the_largest(tcp)
 def test_same_seed_same_bytes_different_seed_different(tmp_path, tiny):
     again = run_sim(tmp_path / "again", "--workers", "2")  # also: worker count does not matter
     other = run_sim(tmp_path / "other", "--seed", "8")
-    for name in ("ccab.tcp.v1.jsonl", "ccab.http.v1.jsonl"):
+    for name in ("ccab.tcp.v1.jsonl", "ccab.tcp_conn.v1.jsonl", "ccab.http.v1.jsonl"):
         assert (again / name).read_bytes() == (tiny / name).read_bytes()
         assert (other / name).read_bytes() != (tiny / name).read_bytes()
     t1, t2 = (json.loads((d / "truth.json").read_text()) for d in (tiny, again))
@@ -211,6 +211,27 @@ def test_truth_records_planted_and_realised(tiny):
         assert abs(sum(h["client_mix"].values()) - 1) < 1e-6
     assert len(truth["prefixes"]["rows"]) == 300
     assert truth["records"]["tcp_sample/1"] == len((tiny / "ccab.tcp.v1.jsonl").read_text().splitlines())
+    assert truth["records"]["tcp_conn/1"] == len((tiny / "ccab.tcp_conn.v1.jsonl").read_text().splitlines())
+
+
+def test_close_records_are_the_final_state_of_every_sampled_connection(tiny):
+    """One tcp_conn/1 per sampled connection that closed: valid, unique, and never behind that
+    connection's last tcp sample (counters are final at close)."""
+    from ccab.base.contracts import validate
+
+    closes = load(tiny / "ccab.tcp_conn.v1.jsonl")
+    assert closes and all(validate(r) == [] for r in closes)
+    assert len({r["sock_id"] for r in closes}) == len(closes)
+    last = {}
+    for r in load(tiny / "ccab.tcp.v1.jsonl"):
+        if r["ts_ms"] >= last.get(r["sock_id"], {}).get("ts_ms", -1):
+            last[r["sock_id"]] = r
+    seen = [c for c in closes if c["sock_id"] in last]
+    assert seen and len(seen) < len(closes)  # most short connections close between two polls
+    for c in seen:
+        s = last[c["sock_id"]]
+        assert c["ts_ms"] >= s["ts_ms"] and c["bytes_acked"] >= s["bytes_acked"] and c["busy_ms"] >= s["busy_ms"]
+        assert c["arm"] == s["arm"] and c["cc"] == s["cc"] and c["peer_prefix"] == s["peer_prefix"]
 
 
 def test_plot_is_written(tmp_path):
