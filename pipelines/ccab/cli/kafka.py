@@ -69,10 +69,13 @@ def _cli_install(args: argparse.Namespace) -> int:
 def _cli_up(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         raise KafkaLocalError(f"--brokers must be at least 1, got {args.brokers}")
-    if args.brokers > 1 or cluster.configured() is not None:
+    existing = cluster.configured() if settings().embedded_kafka else None
+    if args.brokers > 1 or existing is not None:
         if not settings().embedded_kafka:
             raise KafkaLocalError("CCAB_KAFKA_BROKERS is set: --brokers starts a local cluster; unset it first")
-        bootstrap = cluster.up(args.brokers, port=args.port, timeout_s=max(args.timeout_s, 120.0))
+        # a plain `up` in a data dir that has a cluster starts that cluster again
+        brokers = args.brokers if args.brokers > 1 or existing is None else len(existing.nodes)
+        bootstrap = cluster.up(brokers, port=args.port, timeout_s=max(args.timeout_s, 120.0))
         created = ensure_topics(bootstrap)
         print(f"kafka: created topics: {', '.join(created)}" if created else "kafka: topics already exist")
         print(f"kafka: ready at {bootstrap}")

@@ -315,3 +315,30 @@ def test_agent_and_controller_through_a_broker_loss(cluster, tmp_path_factory, t
     assert all(n == 1 for n in Counter((r["host"], r["generation"]) for r in records).values()), records
     assert len(records) == len(hosts) + 2  # 4 enrolments, then the 2 treated hosts back to control
     assert statuses_after > statuses_before
+
+
+# --- pure parts and the CLI's refusals (no JVM) ------------------------------------------------------
+
+
+def test_cluster_properties_and_replication(tmp_path):
+    from ccab.kafka.cluster import Cluster, render_cluster_properties, replication_for
+    from ccab.kafka.topics import replication_config
+
+    c = Cluster(tmp_path, 3, 20000)
+    assert c.bootstrap == "127.0.0.1:20000,127.0.0.1:20002,127.0.0.1:20004"
+    text = render_cluster_properties(c.node(2), c.nodes)
+    assert "node.id=2\n" in text
+    assert "controller.quorum.voters=1@127.0.0.1:20001,2@127.0.0.1:20003,3@127.0.0.1:20005\n" in text
+    assert "listeners=PLAINTEXT://127.0.0.1:20002,CONTROLLER://127.0.0.1:20003\n" in text
+    assert "default.replication.factor=3\n" in text and "min.insync.replicas=2\n" in text
+    assert "unclean.leader.election.enable=false" in text
+    assert replication_for(1) == (1, 1) and replication_for(3) == (3, 2) and replication_for(5) == (3, 2)
+    assert replication_config(1) == (-1, {}) and replication_config(3) == (3, {"min.insync.replicas": "2"})
+
+
+def test_cli_refuses_zero_brokers(tmp_path):
+    env = dict(os.environ, CCAB_DATA_DIR=str(tmp_path))
+    env.pop("CCAB_KAFKA_BROKERS", None)
+    p = subprocess.run([*CCAB, "kafka", "up", "--brokers", "0"], capture_output=True, text=True, cwd=REPO, env=env,
+                       timeout=120)
+    assert p.returncode == 1 and "--brokers must be at least 1" in p.stderr and "Traceback" not in p.stderr, p.stderr
