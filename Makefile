@@ -42,8 +42,10 @@ test-prometheus:  ## check and unit-test deploy/prometheus/ (rules, scrape confi
 lab: setup  ## short runs of the four lab experiments (root: network namespaces, nginx), with reports
 	@for e in fairness size-fairness buffer-sweep loss-resilience; do .venv/bin/ccab lab run lab/experiments/$$e.yaml --quick || exit 1; done
 
-bench: setup  ## run the benchmarks in bench/ (each prints a ratio against a peer or the limit)
-	@for b in bench/*/run.sh; do echo "== $$b"; bash $$b || exit 1; done
+bench: setup  ## run the benchmarks in bench/ (each prints a ratio against a peer or the limit), then issue #19's table
+	@set -o pipefail; out=$$(mktemp); status=0; \
+	for b in bench/*/run.sh; do echo "== $$b"; bash $$b 2>&1 | tee -a $$out || status=1; done; \
+	$(PY) bench/table19.py $$out; rm -f $$out; exit $$status
 
 clean:  ## stop the local broker, remove the local data dir and built binaries (keeps the jar cache)
 	-@[ -x .venv/bin/ccab ] && .venv/bin/ccab kafka down

@@ -39,7 +39,7 @@ bin="$work/ccab-collector"
 base=""
 if [ -n "${CCAB_BENCH_BASELINE:-}" ]; then
   mkdir -p "$work/base"
-  git archive "$CCAB_BENCH_BASELINE" collectors go.mod go.sum | tar -x -C "$work/base"
+  git archive "$CCAB_BENCH_BASELINE" collectors internal go.mod go.sum | tar -x -C "$work/base"
   (cd "$work/base" && CGO_ENABLED=0 go build -o "$work/ccab-collector-base" ./collectors/cmd/ccab-collector)
   base="$work/ccab-collector-base"
 fi
@@ -147,3 +147,9 @@ for o in "parse combined" "parse json" "tailer combined" "tailer json"; do
   awk -v n="$LINES" -v c="${CPU[ours/$o]}" -v o="$o" 'BEGIN{ if (c <= 0) c = 0.001; r = n / c
     printf "goal ≥ 1,000,000 lines/s per core: %-16s %9.0f lines/s per core: %s\n", o, r, (r >= 1e6 ? "met" : "NOT met") }'
 done
+# issue #19's table row (bench/table19.py): the run path (tailer → parser → sink) on the
+# combined format, next to the parser alone in the same run
+awk -v n="$LINES" -v t="${CPU[ours/tailer combined]}" -v p="${CPU[ours/parse combined]}" 'BEGIN{
+  if (t <= 0) t = 0.001; if (p <= 0) p = 0.001
+  printf "table19 collector | %.2fM lines/s/core (parser alone %.2fM in the same run: %.2f of it; load avg %s) | %s\n",
+    n / t / 1e6, n / p / 1e6, p / t, "'"$(cut -d' ' -f1 /proc/loadavg)"'", (n / t >= 1e6 ? "met" : "NOT met") }'

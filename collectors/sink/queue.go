@@ -23,7 +23,8 @@ type Message struct {
 // Batch is what a source hands to the sink. Done, if not nil, is called exactly once, from
 // the sink's goroutine, when every message of the batch is durable: acknowledged by Kafka,
 // written to the spool and fsynced, or dropped for good (and counted). A source checkpoints
-// its position only after Done.
+// its position only after Done. After Done the source may reuse Msgs and the memory of the
+// Values (the tailer does): nothing in the sink may keep them.
 type Batch struct {
 	Msgs []Message
 	Done func()

@@ -37,6 +37,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -152,6 +153,8 @@ type Sink struct {
 	streamText string                 // the last stream header, and its bytes
 	streamB    []byte                 //
 	byTopic    map[string]*topicCount // the per-topic counters
+	promiseFn  func(*kgo.Record, error)
+	freeSlabs  [][]pmsg // slabs of completed batches, zeroed, for accept
 }
 
 // pmsgSlab is how many pmsgs accept allocates at once (below 32 KiB: a small-object size
@@ -180,22 +183,32 @@ func (s *Sink) topic(t string) *topicCount {
 type pbatch struct {
 	done      func()
 	remaining int
-	kafkaMs   int64 // produce time of its first record given to Kafka; 0 if none yet
+	kafkaMs   int64    // produce time of its first record given to Kafka; 0 if none yet
+	slabs     [][]pmsg // its pmsgs, recycled (s.freeSlabs) once all of them are complete
 }
 
 type pmsg struct {
+	// The Kafka record of this message, in the same allocation (a pmsg is produced at
+	// most once: a failed live record goes to the spool, and replay makes new pmsgs).
+	// It is the FIRST field: the one promise function of the sink finds the pmsg from the
+	// *kgo.Record it is called with (pmsgOf), so no closure is allocated per record.
+	rec kgo.Record
+	hdr [2]kgo.RecordHeader
+	pos [20]byte
+
 	msg    Message
 	pb     *pbatch // live records
 	chunk  *replayChunk
 	idx    int
 	kafkaT int64
-
-	// The Kafka record of this message, in the same allocation (a pmsg is produced at
-	// most once: a failed live record goes to the spool, and replay makes new pmsgs).
-	rec kgo.Record
-	hdr [2]kgo.RecordHeader
-	pos [20]byte
 }
+
+// pmsgOf is the pmsg whose rec field r is. Only for records the sink produced from a pmsg
+// (every record it hands to the Producer).
+func pmsgOf(r *kgo.Record) *pmsg { return (*pmsg)(unsafe.Pointer(r)) }
+
+// maxFreeSlabs bounds the recycled pmsg slabs kept for reuse (64 records each).
+const maxFreeSlabs = 256
 
 type replayChunk struct {
 	sp        *Spool
@@ -319,15 +332,16 @@ func (s *Sink) Close() error {
 	return nil
 }
 
-func (s *Sink) promise(pm *pmsg) func(*kgo.Record, error) {
-	return func(_ *kgo.Record, err error) {
-		s.resMu.Lock()
-		s.results = append(s.results, result{pm, err})
-		s.resMu.Unlock()
-		select {
-		case s.resReady <- struct{}{}:
-		default:
-		}
+// promise is the Producer's callback for every record the sink produced (one function, not
+// a closure per record: the record is the first field of its pmsg).
+func (s *Sink) promise(r *kgo.Record, err error) {
+	pm := pmsgOf(r)
+	s.resMu.Lock()
+	s.results = append(s.results, result{pm, err})
+	s.resMu.Unlock()
+	select {
+	case s.resReady <- struct{}{}:
+	default:
 	}
 }
 
@@ -387,7 +401,8 @@ func (s *Sink) accept(b Batch, now time.Time) {
 	var pms []pmsg // allocated in slabs: a batch's records complete together
 	for i := range b.Msgs {
 		if len(pms) == 0 {
-			pms = make([]pmsg, min(len(b.Msgs)-i, pmsgSlab))
+			pms = s.slab()
+			pb.slabs = append(pb.slabs, pms)
 		}
 		pm := &pms[0]
 		pms = pms[1:]
@@ -454,17 +469,41 @@ func (s *Sink) produce(pm *pmsg, now time.Time) {
 			pm.chunk.kafkaMs = ms
 		}
 	}
-	s.p.TryProduce(context.Background(), rec, s.promise(pm))
+	if s.promiseFn == nil {
+		s.promiseFn = s.promise
+	}
+	s.p.TryProduce(context.Background(), rec, s.promiseFn)
 }
 
 // complete marks one live record as durable (or dropped for good).
 func (s *Sink) complete(pm *pmsg) {
 	pb := pm.pb
 	pb.remaining--
-	if pb.remaining == 0 && pb.done != nil {
-		pb.done()
-		pb.done = nil
+	if pb.remaining == 0 {
+		if pb.done != nil {
+			pb.done()
+			pb.done = nil
+		}
+		// Every pmsg of the batch is resolved: nothing (results, spool lists, the Producer,
+		// which is done with a record once its promise ran) points into its slabs any more.
+		for _, sl := range pb.slabs {
+			if len(s.freeSlabs) < maxFreeSlabs {
+				clear(sl)
+				s.freeSlabs = append(s.freeSlabs, sl)
+			}
+		}
+		pb.slabs = nil
 	}
+}
+
+// slab returns pmsgSlab zeroed pmsgs, recycled when possible.
+func (s *Sink) slab() []pmsg {
+	if n := len(s.freeSlabs); n > 0 {
+		sl := s.freeSlabs[n-1]
+		s.freeSlabs = s.freeSlabs[:n-1]
+		return sl
+	}
+	return make([]pmsg, pmsgSlab)
 }
 
 // classify names a produce error and says whether the record can never be delivered.

@@ -45,7 +45,14 @@ func (f *fakeKafka) deliverLocked() {
 	held := f.held
 	f.held = nil
 	for _, h := range held {
-		f.delivered = append(f.delivered, h.r)
+		// a copy, as a broker keeps one: the sink reuses a record's memory once its promise ran
+		c := *h.r
+		c.Value = append([]byte(nil), h.r.Value...)
+		c.Headers = nil
+		for _, hd := range h.r.Headers {
+			c.Headers = append(c.Headers, kgo.RecordHeader{Key: hd.Key, Value: append([]byte(nil), hd.Value...)})
+		}
+		f.delivered = append(f.delivered, &c)
 	}
 	go func() {
 		for _, h := range held {

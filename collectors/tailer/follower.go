@@ -130,9 +130,10 @@ func (fo *follower) boundaryOK(off int64) bool {
 // batch instead of one allocation per record. The sink owns the chunks once the batch is
 // submitted.
 type batch struct {
-	msgs  []sink.Message
-	arena []byte
-	end   int64
+	msgs   []sink.Message
+	arena  []byte
+	chunks [][]byte // the arena chunks the records' values live in, recycled after Done
+	end    int64
 }
 
 // readFollower reads fo from its offset to the end of the file.
@@ -261,7 +262,11 @@ func (fo *follower) line(meta record.Meta, line []byte, end int64, b *batch) {
 	}
 	meta.StampHTTP(r)
 	if cap(b.arena)-len(b.arena) < arenaHeadroom {
-		b.arena = make([]byte, 0, arenaChunk)
+		b.arena = t.chunk()
+		b.chunks = append(b.chunks, b.arena)
+	}
+	if b.msgs == nil {
+		b.msgs = t.msgSlice()
 	}
 	start := len(b.arena)
 	arena, err := record.AppendHTTP(b.arena, r)
@@ -282,6 +287,51 @@ const (
 	arenaChunk    = 32 << 10
 	arenaHeadroom = 1 << 10
 )
+
+// Recycled buffers: a batch's arena chunks and message slice come back when the sink calls
+// its Done, so a busy tailer reuses the same memory instead of allocating ~1 KB per line
+// (chunks, slabs, slice growth) for the garbage collector. Bounded: a backlog in the sink
+// allocates new ones, and the surplus is left to the collector.
+const (
+	maxFreeChunks = 512 // 16 MiB of 32 KiB chunks
+	maxFreeMsgs   = 64
+)
+
+func (t *Tailer) chunk() []byte {
+	t.poolMu.Lock()
+	defer t.poolMu.Unlock()
+	if n := len(t.freeChunks); n > 0 {
+		c := t.freeChunks[n-1]
+		t.freeChunks = t.freeChunks[:n-1]
+		return c
+	}
+	return make([]byte, 0, arenaChunk)
+}
+
+func (t *Tailer) msgSlice() []sink.Message {
+	t.poolMu.Lock()
+	defer t.poolMu.Unlock()
+	if n := len(t.freeMsgs); n > 0 {
+		m := t.freeMsgs[n-1]
+		t.freeMsgs = t.freeMsgs[:n-1]
+		return m
+	}
+	return make([]sink.Message, 0, t.cfg.BatchLines)
+}
+
+func (t *Tailer) recycle(msgs []sink.Message, chunks [][]byte) {
+	clear(msgs) // no stale references from the slice's backing array
+	t.poolMu.Lock()
+	defer t.poolMu.Unlock()
+	if len(t.freeMsgs) < maxFreeMsgs && cap(msgs) >= t.cfg.BatchLines {
+		t.freeMsgs = append(t.freeMsgs, msgs[:0])
+	}
+	for _, c := range chunks {
+		if len(t.freeChunks) < maxFreeChunks {
+			t.freeChunks = append(t.freeChunks, c[:0])
+		}
+	}
+}
 
 // submit hands b to the sink; its span is committed once the sink reports it durable.
 func (fo *follower) submit(ctx context.Context, b *batch) error {
@@ -305,13 +355,16 @@ func (fo *follower) submit(ctx context.Context, b *batch) error {
 		return nil
 	}
 	t.mu.Unlock()
-	msgs := b.msgs
-	b.msgs, b.arena = nil, nil
+	msgs, chunks := b.msgs, b.chunks
+	b.msgs, b.arena, b.chunks = nil, nil, nil
 	err := t.out.Submit(ctx, sink.Batch{Msgs: msgs, Done: func() {
 		t.mu.Lock()
 		sp.done = true
 		tr.advance()
 		t.mu.Unlock()
+		// Done: every record is durable or dropped, and the sink no longer reads the
+		// values; their chunks and the message slice are reused by the next batches.
+		t.recycle(msgs, chunks)
 	}})
 	if err != nil {
 		// Never submitted: forget the span; these lines are read again after a restart.

@@ -137,6 +137,10 @@ type Tailer struct {
 	readBuf   []byte
 	rec       record.HTTPRequest // parsed into, one line at a time (Poll runs on one goroutine)
 	scratch   nginxlog.Scratch
+
+	poolMu     sync.Mutex // guards the recycled buffers (Done callbacks return them)
+	freeChunks [][]byte
+	freeMsgs   [][]sink.Message
 }
 
 type fileID struct{ dev, ino uint64 }

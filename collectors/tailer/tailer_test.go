@@ -32,7 +32,10 @@ type out struct {
 func (o *out) Submit(_ context.Context, b sink.Batch) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.recs = append(o.recs, b.Msgs...)
+	for _, m := range b.Msgs { // copies: after Done the tailer reuses the values' memory
+		m.Value = append([]byte(nil), m.Value...)
+		o.recs = append(o.recs, m)
+	}
 	if o.hold {
 		o.held = append(o.held, b.Done)
 	} else if b.Done != nil {

@@ -8,8 +8,9 @@ import sys
 from typing import Callable
 
 from ccab.base.config import settings
+from ccab.kafka import cluster
 from ccab.kafka.broker import broker_pid, down, install, local_bootstrap, paths, up
-from ccab.kafka.topics import TOPICS, KafkaLocalError, topic_partitions
+from ccab.kafka.topics import TOPICS, KafkaLocalError, ensure_topics, topic_partitions
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,9 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="client port (default: CCAB_KAFKA_PORT or 19092; controller uses port+1)")
     up_p.add_argument("--timeout", type=float, default=60.0, dest="timeout_s", metavar="SECONDS",
                       help="seconds to wait for the broker to answer (default 60)")
+    up_p.add_argument("--brokers", type=int, default=1, metavar="N",
+                      help="number of brokers: 1 (default) runs the single broker; N > 1 runs an N-node KRaft "
+                           "cluster (node i on port+2(i-1), state in $CCAB_DATA_DIR/kafka-cluster); with N >= 3 "
+                           "topics get replication 3 and min.insync.replicas=2")
     up_p.set_defaults(func=_cli_up)
 
-    down_p = actions.add_parser("down", help="stop the broker this data dir started")
+    down_p = actions.add_parser("down", help="stop the broker (or cluster) this data dir started")
     down_p.set_defaults(func=_cli_down)
 
     status_p = actions.add_parser("status", help="show the broker and its topics; exit 1 if unreachable")
@@ -62,6 +67,19 @@ def _cli_install(args: argparse.Namespace) -> int:
 
 @_cli
 def _cli_up(args: argparse.Namespace) -> int:
+    if args.brokers < 1:
+        raise KafkaLocalError(f"--brokers must be at least 1, got {args.brokers}")
+    existing = cluster.configured() if settings().embedded_kafka else None
+    if args.brokers > 1 or existing is not None:
+        if not settings().embedded_kafka:
+            raise KafkaLocalError("CCAB_KAFKA_BROKERS is set: --brokers starts a local cluster; unset it first")
+        # a plain `up` in a data dir that has a cluster starts that cluster again
+        brokers = args.brokers if args.brokers > 1 or existing is None else len(existing.nodes)
+        bootstrap = cluster.up(brokers, port=args.port, timeout_s=max(args.timeout_s, 120.0))
+        created = ensure_topics(bootstrap)
+        print(f"kafka: created topics: {', '.join(created)}" if created else "kafka: topics already exist")
+        print(f"kafka: ready at {bootstrap}")
+        return 0
     bootstrap = up(port=args.port, timeout_s=args.timeout_s)
     print(f"kafka: ready at {bootstrap}")
     return 0
@@ -69,6 +87,8 @@ def _cli_up(args: argparse.Namespace) -> int:
 
 @_cli
 def _cli_down(args: argparse.Namespace) -> int:
+    if settings().embedded_kafka:
+        cluster.down()
     down()
     return 0
 
@@ -76,7 +96,17 @@ def _cli_down(args: argparse.Namespace) -> int:
 @_cli
 def _cli_status(args: argparse.Namespace) -> int:
     s = settings()
-    if s.embedded_kafka:
+    local_cluster = cluster.configured(s) if s.embedded_kafka else None
+    if local_cluster is not None:
+        running = [n.node_id for n in local_cluster.nodes if local_cluster.pid(n.node_id)]
+        bootstrap = local_cluster.bootstrap
+        print(f"mode:      embedded cluster of {len(local_cluster.nodes)} nodes (state in {local_cluster.state_dir})")
+        print(f"bootstrap: {bootstrap}")
+        print(f"nodes:     {len(running)} running {running}")
+        if not running:
+            print("cluster:   not running (start it with `ccab kafka up --brokers N`)")
+            return 1
+    elif s.embedded_kafka:
         p = paths(s)
         pid = broker_pid(p)
         bootstrap = local_bootstrap(s)

@@ -13,7 +13,7 @@ from typing import Mapping
 from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS, TOPIC_HTTP, TOPIC_TCP, TOPIC_TCP_CONN
 
 __all__ = ["TopicSpec", "TOPICS", "TOPIC_TCP", "TOPIC_TCP_CONN", "TOPIC_HTTP", "TOPIC_ASSIGNMENTS", "TOPIC_AGENT_STATUS",
-           "KafkaLocalError", "ensure_topics", "topic_partitions", "admin_client"]
+           "KafkaLocalError", "ensure_topics", "replication_config", "topic_partitions", "admin_client"]
 
 # --- topics --------------------------------------------------------------------------------------
 
@@ -90,6 +90,16 @@ def topic_partitions(bootstrap: str, timeout_s: float = 10.0) -> dict[str, int]:
     }
 
 
+def replication_config(brokers: int) -> tuple[int, dict[str, str]]:
+    """(replication factor, topic configs) of a new topic on a cluster of ``brokers`` brokers: from
+    three brokers on, 3 replicas and ``min.insync.replicas=2`` -- with ``acks=all`` producers an
+    acknowledged record is then on two brokers, and losing one broker loses and blocks nothing.
+    Below three: -1 (the cluster's ``default.replication.factor``) and no override."""
+    if brokers >= 3:
+        return 3, {"min.insync.replicas": "2"}
+    return -1, {}
+
+
 def ensure_topics(
     bootstrap_servers: str,
     topics: Mapping[str, TopicSpec] | None = None,
@@ -104,18 +114,19 @@ def ensure_topics(
     topics = TOPICS if topics is None else topics
     admin = admin_client(bootstrap_servers)
     try:
-        existing = set(admin.list_topics(timeout=timeout_s).topics)
+        metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         raise KafkaLocalError(
             f"could not list topics at {bootstrap_servers}: {exc}; is the broker up (ccab kafka up)?"
         ) from None
+    existing = set(metadata.topics)
     missing = [name for name in topics if name not in existing]
     if not missing:
         return []
-    # replication_factor=-1: the cluster's default.replication.factor (1 on the local broker).
+    replication, extra = replication_config(len(metadata.brokers))
     new_topics = [
-        NewTopic(name, num_partitions=topics[name].partitions, replication_factor=-1,
-                 config=dict(topics[name].config))
+        NewTopic(name, num_partitions=topics[name].partitions, replication_factor=replication,
+                 config={**extra, **topics[name].config})
         for name in missing
     ]
     futures = admin.create_topics(new_topics, operation_timeout=timeout_s, request_timeout=timeout_s)
