@@ -158,7 +158,7 @@ def run(exp: Experiment, out_dir: Path, repeat: int = 1, seed: int | None = None
                 generation += 1
                 log(f"lab: {exp.name} case {case.name} (repeat {rep + 1}/{repeat}, {case.duration_s:.0f} s)")
                 info = run_case(case, rep, exp, run_dir, rollout_id, generation, bootstrap, topic_tcp, topic_http,
-                                env, session, rng, seed)
+                                env, session, rng, seed, topic_conn)
                 meta["cases"].append(info)
                 _write_json(run_dir / "run.json", meta)
         meta["finished_traffic_at"] = time.time()
@@ -177,7 +177,7 @@ def run(exp: Experiment, out_dir: Path, repeat: int = 1, seed: int | None = None
 
 def run_case(case: Case, rep: int, exp: Experiment, run_dir: Path, rollout_id: str, generation: int,
              bootstrap: str, topic_tcp: str, topic_http: str, env: dict, session: Session,
-             rng: random.Random, seed: int) -> dict:
+             rng: random.Random, seed: int, topic_conn: str = "") -> dict:
     case_id = f"{case.name}.r{rep + 1}"
     cdir = run_dir / "cases" / case_id
     cdir.mkdir(parents=True, exist_ok=True)
@@ -205,7 +205,7 @@ def run_case(case: Case, rep: int, exp: Experiment, run_dir: Path, rollout_id: s
             ng.start()
             nginxes.append(ng)
             col = Collector(ns, host, hdir / "collector", ng.access_log, Path(agent["state_file"]), bootstrap,
-                            topic_tcp, topic_http, exp.sample_interval_ms, session.registry)
+                            topic_tcp, topic_http, exp.sample_interval_ms, session.registry, topic_conn)
             col.start()
             collectors.append(col)
             info["hosts"][label] = {"host": host, "cc": cc, "namespace": ns, "ip": topo.host_ip[label],

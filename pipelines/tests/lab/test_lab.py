@@ -147,8 +147,12 @@ def test_fairness_cubic_vs_bbr_through_the_whole_stack(kafka_broker, tmp_path, m
         # nginx lines carry their own host's default cc (read inside its namespace: --cc-netns)
         http_cc = wh.query("SELECT DISTINCT cc FROM http_requests WHERE pop = 'lab' AND rollout_id = {r:String}",
                            params={"r": run["rollout_id"]}).rows
+        # every connection of the run closed and was captured at close (tcp_conn/1), by algorithm
+        closed_cc = dict(wh.query("SELECT cc, count() FROM tcp_conns WHERE pop = 'lab' AND rollout_id = {r:String} "
+                                  "GROUP BY cc", params={"r": run["rollout_id"]}).rows)
     finally:
         wh.close()
+    assert sorted(closed_cc) == ["bbr", "cubic"], closed_cc
     assert sorted(c for (c,) in http_cc) == ["bbr", "cubic"], http_cc
     assert sorted(by_cc) == ["bbr", "cubic"] and all(int(n) > 0 for n in by_cc.values()), by_cc
     assert run["cohorts"]["hours"] and run["cohorts"]["rollup_rows"] > 0, run["cohorts"]
