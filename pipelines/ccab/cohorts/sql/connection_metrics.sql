@@ -12,9 +12,6 @@
 -- Bins: floor(log2(value) * 128) for value > 0; zeros only in n_zero (see 0003_cohort_rollups.sql).
 -- How: one aggregation at the finest split (cohort x metric x RTT class x bulk), then the
 -- segments are merged from it with GROUPING SETS (exact: every column is a sum or a sumMap).
--- The histogram stays a sumMap of a map per row here (unlike sample_metrics.sql): there are few
--- connections per cohort and bin, and grouping on the bin measured 2-7x slower on close records
--- (18k connections an hour: most (cohort, metric, bin) groups hold one row).
 -- The big aggregation groups by a 64-bit hash of the cohort's keys (fixed-width keys hash ~2x
 -- faster than seven strings) and carries the keys with any(); a collision between two of an
 -- hour's few thousand cohorts has a probability of ~1e-12.

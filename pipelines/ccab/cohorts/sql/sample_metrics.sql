@@ -4,10 +4,8 @@
 -- shows; Dropbox's in-flight PDFs are of this kind). Segments: 'all' and the prefix's RTT class.
 -- Metrics: inflight_bytes_per_sample (Send-Q - notsent), rtt_us_per_sample (srtt).
 -- Cohort keys come from each sample itself (its arm at sampling time).
--- How: one aggregation per cohort x metric x RTT class x bin (the histogram is a GROUP BY on the
--- bin, not a map per row: see connection_metrics.sql), then 'all' merged from it (GROUPING SETS),
--- then each (cohort, segment, metric)'s bins gathered into its map once; the big aggregation
--- groups by a 64-bit hash of the cohort keys (see connection_metrics.sql).
+-- How: one aggregation per cohort x metric x RTT class, then 'all' merged from it (GROUPING SETS);
+-- the big aggregation groups by a 64-bit hash of the cohort keys (see connection_metrics.sql).
 -- Parameters: hour_start DateTime('UTC').
 WITH
 samples AS (
@@ -45,11 +43,11 @@ metric_values AS (
 classified AS (
     SELECT *,
            isFinite(value) AND value >= 0                                       AS valid,
-           if(valid AND value > 0, toInt32(floor(log2(value) * 128)), toInt32(-2147483648)) AS bin
+           toInt32(floor(log2(if(valid AND value > 0, value, 1)) * 128))        AS bin
     FROM metric_values
 ),
 finest AS (
-    SELECT cohort_id, metric, rtt_class, bin,
+    SELECT cohort_id, metric, rtt_class,
            any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm, any(kernel) AS kernel,
            any(cc) AS cc, any(cc_version) AS cc_version, any(host) AS host,
            countIf(valid)                                                     AS n_values,
@@ -57,25 +55,14 @@ finest AS (
            countIf(NOT valid)                                                 AS n_missing_values,
            sumIf(value, valid)                                                AS value_total,
            sumIf(value * value, valid)                                        AS value_sq_total,
-           sumIf(weight, valid)                                               AS weight_total
+           sumIf(weight, valid)                                               AS weight_total,
+           sumMapIf(map(bin, toUInt64(1)), valid AND value > 0)               AS bins
     FROM classified
-    GROUP BY cohort_id, metric, rtt_class, bin
-),
-segment_bins AS (
-    SELECT cohort_id, metric, bin,
-           if(grouping(rtt_class) = 0, rtt_class, 'all')                      AS segment,
-           any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm, any(kernel) AS kernel,
-           any(cc) AS cc, any(cc_version) AS cc_version, any(host) AS host,
-           sum(n_values) AS n_values, sum(n_zero_values) AS n_zero_values,
-           sum(n_missing_values) AS n_missing_values, sum(value_total) AS value_total,
-           sum(value_sq_total) AS value_sq_total, sum(weight_total) AS weight_total
-    FROM finest
-    GROUP BY GROUPING SETS ((cohort_id, metric, bin), (cohort_id, metric, bin, rtt_class))
+    GROUP BY cohort_id, metric, rtt_class
 )
 SELECT {hour_start:DateTime('UTC')}                                           AS hour,
-       any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm, any(kernel) AS kernel,
-       any(cc) AS cc, any(cc_version) AS cc_version, any(host) AS host,
-       segment,
+       pop, rollout_id, arm, kernel, cc, cc_version, host,
+       if(grouping(rtt_class) = 0, rtt_class, 'all')                          AS segment,
        metric,
        sum(n_values)                                                          AS n,
        sum(n_zero_values)                                                     AS n_zero,
@@ -86,9 +73,9 @@ SELECT {hour_start:DateTime('UTC')}                                           AS
        toFloat64(0)                                                           AS ratio_num,
        toFloat64(0)                                                           AS ratio_den,
        sum(weight_total)                                                      AS weight_sum,
-       -- one map per (cohort, segment, metric) from its bins' rows, sorted by bin as sumMap's is
-       mapSort(CAST((groupArrayIf(bin, bin != -2147483648 AND n_values > n_zero_values),
-                     groupArrayIf(toUInt64(n_values - n_zero_values), bin != -2147483648 AND n_values > n_zero_values)),
-                    'Map(Int32, UInt64)'))                                    AS hist
-FROM segment_bins
-GROUP BY cohort_id, segment, metric
+       sumMap(bins)                                                           AS hist
+FROM finest
+GROUP BY GROUPING SETS (
+    (pop, rollout_id, arm, kernel, cc, cc_version, host, metric),
+    (pop, rollout_id, arm, kernel, cc, cc_version, host, metric, rtt_class)
+)
