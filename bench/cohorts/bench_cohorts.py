@@ -14,7 +14,14 @@ per-cohort-hour log2 histograms of the tcp metrics (prefix classes, last sample 
 our job's work. The bench checks both produce identical histograms, then prints the times, the
 ratio, and how each scales from 1M to 10M samples (linear = 10x).
 
-Usage: bench/cohorts/run.sh [--connections N] [--replicas 1,10] [--workdir DIR] [--keep]
+Close-records mode (`--mode close`): the warehouse holds the simulation's close-time connection
+records (tcp_conn/1, one per connection, `tcp_conns`) and no tcp samples — a fleet whose
+collectors capture at close. Ours: the same whole hourly job. Peer: pandas on the same records
+computing the same per-cohort-hour histograms of the 9 per-connection metrics x segments. `--mode
+both` runs the samples mode then the close mode.
+
+Usage: bench/cohorts/run.sh [--connections N] [--replicas 1,10,100] [--mode samples|close|both]
+       [--workdir DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -41,11 +48,18 @@ HOURS = 5  # 4 simulated hours + the hour a few connections spill into
 HOUR_MS = 3_600_000
 MIB = 1 << 20
 ZERO = -(2**31)
+CLOSE_METRICS = ("retrans_pct", "inflight_bytes", "rtt_us", "min_rtt_us", "bbr_min_rtt_us", "delivery_rate_bps",
+                 "rwnd_limited_pct", "sndbuf_limited_pct", "rto_count")
+CLOSE_COLUMNS = ("ts_ms", "pop", "host", "sock_id", "rollout_id", "arm", "kernel", "cc", "cc_version", "bytes_sent",
+                 "bytes_acked", "bytes_retrans", "busy_ms", "rwnd_limited_ms", "sndbuf_limited_ms", "rtt_us",
+                 "min_rtt_us", "delivery_rate_bps", "total_rto")
 CONN_METRICS = ("retrans_pct", "inflight_bytes", "rtt_us", "min_rtt_us", "bbr_min_rtt_us", "delivery_rate_bps",
                 "rwnd_limited_pct", "sndbuf_limited_pct")
 SAMPLE_METRICS = ("inflight_bytes_per_sample", "rtt_us_per_sample")
 #: the steps of the hourly job that compute what the peer computes (the rest: goodput, heatmaps)
 SAME_WORK_STEPS = ("prefix_classes.sql", "connections.sql", "connection_metrics.sql", "sample_metrics.sql")
+#: ... and in close mode (no samples: prefix classes and per-sample metrics have no rows)
+CLOSE_WORK_STEPS = ("connections.sql", "connection_metrics.sql")
 PEER_COLUMNS = ("ts_ms", "pop", "host", "sock_id", "rollout_id", "arm", "kernel", "cc", "cc_version", "peer_prefix",
                 "bytes_sent", "bytes_acked", "bytes_retrans", "busy_ms", "rwnd_limited_ms", "sndbuf_limited_ms",
                 "send_q_bytes", "notsent_bytes", "rtt_us", "min_rtt_us", "bbr_min_rtt_us", "delivery_rate_bps")
@@ -70,24 +84,91 @@ def _columns(wh, table: str) -> list[str]:
         "AND default_kind = '' AND NOT startsWith(name, '_') ORDER BY position", params={"t": table}).rows]
 
 
-def build_warehouse(path: Path, sim: Path, replicas: int) -> ChdbWarehouse:
-    """A fresh warehouse holding the simulation ``replicas`` times over (disjoint host sets)."""
+def build_warehouse(path: Path, sim: Path, replicas: int, mode: str = "samples") -> ChdbWarehouse:
+    """A fresh warehouse holding the simulation ``replicas`` times over (disjoint host sets):
+    its tcp samples (mode 'samples') or its close records (mode 'close'), and its requests."""
     shutil.rmtree(path, ignore_errors=True)
     wh = ChdbWarehouse(path)
     migrate.migrate(wh, log=lambda _m: None)
-    for table, name in (("tcp_samples", "ccab.tcp.v1.jsonl"), ("http_requests", "ccab.http.v1.jsonl")):
+    tcp = ("tcp_samples", "ccab.tcp.v1.jsonl") if mode == "samples" else ("tcp_conns", "ccab.tcp_conn.v1.jsonl")
+    for table, name in (tcp, ("http_requests", "ccab.http.v1.jsonl")):
         cols = _columns(wh, table)
+        # the table's own types as the file's structure: the simulator leaves null fields out of
+        # its lines (a field absent from every line, e.g. total_rto, is then null, not an error)
+        types = dict(wh.query("SELECT name, type FROM system.columns WHERE database = currentDatabase() "
+                              "AND table = {t:String}", params={"t": table}).rows)
+        structure = ", ".join(f"{c} {types[c]}" for c in cols)
         exprs = [f"concat({c}, '-r', toString(replica))" if c in ("host", "sock_id") else c for c in cols]
         wh.command(
             f"INSERT INTO {table} ({', '.join(cols)}, _topic, _partition, _offset) "
             f"SELECT {', '.join(exprs)}, 'bench', 0, rowNumberInAllBlocks() "
-            f"FROM file('{sim / name}', JSONEachRow) ARRAY JOIN range({replicas}) AS replica "
+            f"FROM file('{sim / name}', JSONEachRow, '{structure}') ARRAY JOIN range({replicas}) AS replica "
             "SETTINGS input_format_skip_unknown_fields = 1, max_partitions_per_insert_block = 1000")
     return wh
 
 
 COHORT = ["hour", "pop", "rollout_id", "arm", "kernel", "cc", "cc_version", "host"]
-SEGMENTS = ["all", "bulk", "rtt:0-20ms", "rtt:20-50ms", "rtt:50-100ms", "rtt:100-200ms", "rtt:200ms+"]
+SEGMENTS = ["all", "bulk", "rtt:0-20ms", "rtt:20-50ms", "rtt:50-100ms", "rtt:100-200ms", "rtt:200ms+", "rtt:unknown"]
+
+
+def count_cells(parts: list[pd.DataFrame], metric: str, values: np.ndarray, cohorts: pd.DataFrame,
+                segs: list[np.ndarray]) -> None:
+    """Append one row per (cohort, segment, bin) of ``values`` with its count to ``parts``."""
+    grouped = cohorts.groupby(COHORT, observed=True, sort=False)
+    code = grouped.ngroup().to_numpy()
+    # with sort=False, ngroup numbers groups in order of first appearance, as drop_duplicates keeps them
+    labels = cohorts[COHORT].drop_duplicates().reset_index(drop=True)
+    valid = np.isfinite(values) & (values >= 0)
+    b = np.full(values.shape, ZERO, dtype=np.int64)
+    pos = valid & (values > 0)
+    b[pos] = np.floor(np.log2(values[pos]) * 128).astype(np.int64)
+    for seg in segs:
+        m = valid & (seg >= 0)
+        key = (code[m] * 8 + seg[m]) * (1 << 33) + (b[m] - ZERO)
+        keys, counts = np.unique(key, return_counts=True)
+        cohort_seg, bin_off = np.divmod(keys, 1 << 33)
+        cohort_code, seg_code = np.divmod(cohort_seg, 8)
+        part = labels.iloc[cohort_code].reset_index(drop=True)
+        part["segment"] = np.asarray(SEGMENTS)[seg_code]
+        part["metric"] = metric
+        part["bin"] = bin_off + ZERO
+        part["count"] = counts
+        parts.append(part)
+
+
+def peer_close_histograms(df: pd.DataFrame, bulk_min: int = MIB) -> pd.DataFrame:
+    """The pandas peer on close records: the job's cells of the 9 per-connection metrics.
+
+    Same definitions as the job: a connection is its close record in the hour of its close (one
+    per host x sock_id and hour), no tcp samples so no prefix RTT class ('rtt:unknown'), no
+    in-flight or BBR min RTT value (missing), ratios only where their denominator is > 0.
+    """
+    df["hour"] = df["ts_ms"] // HOUR_MS
+    df = df.drop_duplicates(["hour", "host", "sock_id"])
+    df["cc_version"] = df["cc_version"].fillna(0).astype("int64")
+    sent = df["bytes_sent"].to_numpy(dtype=float)
+    busy_ms = df["busy_ms"].to_numpy(dtype=float)
+    missing = np.full(len(df), np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = {
+            "retrans_pct": np.where(sent > 0, 100 * df["bytes_retrans"].to_numpy(dtype=float) / sent, np.nan),
+            "inflight_bytes": missing,
+            "rtt_us": df["rtt_us"].to_numpy(dtype=float),
+            "min_rtt_us": df["min_rtt_us"].to_numpy(dtype=float),
+            "bbr_min_rtt_us": missing,
+            "delivery_rate_bps": df["delivery_rate_bps"].to_numpy(dtype=float),
+            "rwnd_limited_pct": np.where(busy_ms > 0, 100 * df["rwnd_limited_ms"].to_numpy(dtype=float) / busy_ms, np.nan),
+            "sndbuf_limited_pct": np.where(busy_ms > 0, 100 * df["sndbuf_limited_ms"].to_numpy(dtype=float) / busy_ms, np.nan),
+            "rto_count": df["total_rto"].to_numpy(dtype=float),
+        }
+    segments = [np.zeros(len(df), dtype=np.int64),
+                np.where(df["bytes_acked"].fillna(0).to_numpy() >= bulk_min, 1, -1),
+                np.full(len(df), SEGMENTS.index("rtt:unknown"), dtype=np.int64)]
+    cohorts = df[COHORT].reset_index(drop=True)
+    parts: list[pd.DataFrame] = []
+    for metric, v in values.items():
+        count_cells(parts, metric, v, cohorts, segments)
+    return pd.concat(parts, ignore_index=True)
 
 
 def peer_histograms(df: pd.DataFrame, bulk_min: int = MIB) -> pd.DataFrame:
@@ -112,7 +193,8 @@ def peer_histograms(df: pd.DataFrame, bulk_min: int = MIB) -> pd.DataFrame:
     last = df.loc[last_idx.to_numpy()].set_index("conn")
     last_hour = last["hour"].reindex(conn).to_numpy()
     busy = df[(df["hour"].to_numpy() == last_hour) & (df["inflight"].to_numpy() > 0)]
-    busy_mean = busy.groupby("conn")["inflight"].mean().reindex(last.index).fillna(0.0)
+    # never polled busy: no in-flight value (missing, not 0), as the job has it
+    busy_mean = busy.groupby("conn")["inflight"].mean().reindex(last.index)
 
     sent = last["bytes_sent"].to_numpy(dtype=float)
     busy_ms = last["busy_ms"].to_numpy(dtype=float)
@@ -129,44 +211,22 @@ def peer_histograms(df: pd.DataFrame, bulk_min: int = MIB) -> pd.DataFrame:
         }
     parts: list[pd.DataFrame] = []
 
-    def count(metric: str, values: np.ndarray, cohorts: pd.DataFrame, segs: list[np.ndarray]) -> None:
-        grouped = cohorts.groupby(COHORT, observed=True, sort=False)
-        code = grouped.ngroup().to_numpy()
-        # with sort=False, ngroup numbers groups in order of first appearance, as drop_duplicates keeps them
-        labels = cohorts[COHORT].drop_duplicates().reset_index(drop=True)
-        valid = np.isfinite(values) & (values >= 0)
-        b = np.full(values.shape, ZERO, dtype=np.int64)
-        pos = valid & (values > 0)
-        b[pos] = np.floor(np.log2(values[pos]) * 128).astype(np.int64)
-        for seg in segs:
-            m = valid & (seg >= 0)
-            key = (code[m] * 8 + seg[m]) * (1 << 33) + (b[m] - ZERO)
-            keys, counts = np.unique(key, return_counts=True)
-            cohort_seg, bin_off = np.divmod(keys, 1 << 33)
-            cohort_code, seg_code = np.divmod(cohort_seg, 8)
-            part = labels.iloc[cohort_code].reset_index(drop=True)
-            part["segment"] = np.asarray(SEGMENTS)[seg_code]
-            part["metric"] = metric
-            part["bin"] = bin_off + ZERO
-            part["count"] = counts
-            parts.append(part)
-
     conn_segments = [np.zeros(len(last), dtype=np.int64),
                      np.where(last["bytes_acked"].to_numpy() >= bulk_min, 1, -1),
                      2 + last["rtt_class"].to_numpy(dtype=np.int64)]
     last_cohorts = last[COHORT].reset_index(drop=True)
     for metric, values in conn_values.items():
-        count(metric, values, last_cohorts, conn_segments)
+        count_cells(parts, metric, values, last_cohorts, conn_segments)
     sample_cohorts = df[COHORT]
     sample_segments = [np.zeros(len(df), dtype=np.int64), 2 + df["rtt_class"].to_numpy(dtype=np.int64)]
-    count("inflight_bytes_per_sample", df["inflight"].to_numpy(dtype=float), sample_cohorts, sample_segments)
-    count("rtt_us_per_sample", df["rtt_us"].to_numpy(dtype=float), sample_cohorts, sample_segments)
+    count_cells(parts, "inflight_bytes_per_sample", df["inflight"].to_numpy(dtype=float), sample_cohorts, sample_segments)
+    count_cells(parts, "rtt_us_per_sample", df["rtt_us"].to_numpy(dtype=float), sample_cohorts, sample_segments)
     return pd.concat(parts, ignore_index=True)
 
 
-def job_histograms(wh, path: Path) -> pd.DataFrame:
-    """cohort_hourly's histograms and zero counts of the tcp metrics, one row per cell (as the peer's)."""
-    metrics = ", ".join(f"'{m}'" for m in CONN_METRICS + SAMPLE_METRICS)
+def job_histograms(wh, path: Path, names: tuple[str, ...]) -> pd.DataFrame:
+    """cohort_hourly's histograms and zero counts of ``names``, one row per cell (as the peer's)."""
+    metrics = ", ".join(f"'{m}'" for m in names)
     path.unlink(missing_ok=True)
     wh.command(f"""
         INSERT INTO FUNCTION file('{path}', Parquet)
@@ -198,68 +258,89 @@ def same_cells(a: pd.DataFrame, b: pd.DataFrame) -> tuple[bool, str]:
     return False, f"{len(diff)} cells differ, e.g.\n{diff.head(5).to_string()}"
 
 
-def run_size(workdir: Path, sim: Path, replicas: int) -> dict:
-    path = workdir / f"warehouse-x{replicas}"
+def run_size(workdir: Path, sim: Path, replicas: int, mode: str = "samples") -> dict:
+    path = workdir / f"warehouse-{mode}-x{replicas}"
     t0 = time.perf_counter()
-    wh = build_warehouse(path, sim, replicas)
-    samples = int(wh.query("SELECT count() FROM tcp_samples").scalar())
-    print(f"\n== {samples:,} tcp samples (x{replicas}); loaded in {time.perf_counter() - t0:.0f}s")
+    wh = build_warehouse(path, sim, replicas, mode)
+    table = "tcp_samples" if mode == "samples" else "tcp_conns"
+    rows = int(wh.query(f"SELECT count() FROM {table}").scalar())
+    unit = "samples" if mode == "samples" else "close records"
+    print(f"\n== [{mode}] {rows:,} {unit} (x{replicas}); loaded in {time.perf_counter() - t0:.0f}s")
 
     t0 = time.perf_counter()
     report = run_window(wh, START, START + timedelta(hours=HOURS), lookback=False)
     job_s = time.perf_counter() - t0
-    same_work_s = sum(s for h in report.hours for f, s in h.step_seconds.items() if f in SAME_WORK_STEPS)
-    print(f"ours, whole hourly job (ClickHouse): {job_s:7.1f} s  {samples / job_s:11,.0f} samples/s   ({report.summary()})")
-    print(f"ours, the peer's share of it:        {same_work_s:7.1f} s  {samples / same_work_s:11,.0f} samples/s   "
-          f"({' + '.join(SAME_WORK_STEPS)})")
+    steps: dict[str, float] = {}
+    for h in report.hours:
+        for f, sec in h.step_seconds.items():
+            steps[f] = steps.get(f, 0.0) + sec
+    same = SAME_WORK_STEPS if mode == "samples" else CLOSE_WORK_STEPS
+    same_work_s = sum(sec for f, sec in steps.items() if f in same)
+    print(f"ours, whole hourly job (ClickHouse): {job_s:7.2f} s  {rows / job_s:11,.0f} {unit}/s   ({report.summary()})")
+    print(f"ours, the peer's share of it:        {same_work_s:7.2f} s  {rows / same_work_s:11,.0f} {unit}/s   "
+          f"({' + '.join(same)})")
+    print("ours, per statement (all hours): " + ", ".join(f"{f} {sec:.2f}s" for f, sec in steps.items()))
 
-    export = workdir / f"export-x{replicas}.parquet"
+    export = workdir / f"export-{mode}-x{replicas}.parquet"
     export.unlink(missing_ok=True)
-    wh.command(f"INSERT INTO FUNCTION file('{export}', Parquet) SELECT {', '.join(PEER_COLUMNS)} FROM tcp_samples")
-    expected = job_histograms(wh, workdir / f"job-hist-x{replicas}.parquet")
+    columns = PEER_COLUMNS if mode == "samples" else CLOSE_COLUMNS
+    wh.command(f"INSERT INTO FUNCTION file('{export}', Parquet) SELECT {', '.join(columns)} FROM {table}")
+    metrics = CONN_METRICS + SAMPLE_METRICS if mode == "samples" else CLOSE_METRICS
+    expected = job_histograms(wh, workdir / f"job-hist-{mode}-x{replicas}.parquet", metrics)
     wh.close()
     df = pd.read_parquet(export)
     for c in ("pop", "host", "sock_id", "rollout_id", "arm", "kernel", "cc", "peer_prefix"):
-        df[c] = df[c].astype("category")
+        if c in df:
+            df[c] = df[c].astype("category")
     gc.collect()
-    print(f"peer input: {len(PEER_COLUMNS)} columns in RAM, {df.memory_usage(deep=True).sum() / 2**30:.2f} GiB "
+    print(f"peer input: {len(columns)} columns in RAM, {df.memory_usage(deep=True).sum() / 2**30:.2f} GiB "
           "(ours reads them from compressed columns on disk)")
     t0 = time.perf_counter()
-    got = peer_histograms(df)
+    got = peer_histograms(df) if mode == "samples" else peer_close_histograms(df)
     peer_s = time.perf_counter() - t0
-    print(f"peer, pandas + numpy (same cells):   {peer_s:7.1f} s  {samples / peer_s:11,.0f} samples/s")
-    same, detail = same_cells(got, expected)
-    print(f"same histograms: {'yes' if same else 'NO'} ({detail})")
-    print(f"ratio pandas / ours: whole job {peer_s / job_s:.2f}x, same work {peer_s / same_work_s:.2f}x "
-          "(> 1: ours is faster)")
+    print(f"peer, pandas + numpy (same cells):   {peer_s:7.2f} s  {rows / peer_s:11,.0f} {unit}/s")
+    same_ok, detail = same_cells(got, expected)
+    print(f"same histograms: {'yes' if same_ok else 'NO'} ({detail})")
+    print(f"ratio pandas / ours [{mode}, {rows:,} {unit}]: whole job {peer_s / job_s:.2f}x, "
+          f"same work {peer_s / same_work_s:.2f}x (> 1: ours is faster)")
     del df, got
     export.unlink(missing_ok=True)
-    (workdir / f"job-hist-x{replicas}.parquet").unlink(missing_ok=True)
-    if not same:
+    (workdir / f"job-hist-{mode}-x{replicas}.parquet").unlink(missing_ok=True)
+    shutil.rmtree(path, ignore_errors=True)
+    if not same_ok:
         sys.exit(1)
-    return {"samples": samples, "job_s": job_s, "same_work_s": same_work_s, "peer_s": peer_s}
+    return {"rows": rows, "job_s": job_s, "same_work_s": same_work_s, "peer_s": peer_s}
+
+
+def print_scaling(mode: str, results: list[dict]) -> None:
+    a = results[0]
+    print(f"\nscaling [{mode}] (time relative to the smallest size; linear = the row factor):")
+    print(f"  {'rows':>13} {'factor':>7} {'ours s':>8} {'ours x':>7} {'pandas s':>9} {'pandas x':>8} {'pandas/ours':>11}")
+    for r in results:
+        print(f"  {r['rows']:>13,} {r['rows'] / a['rows']:>6.1f}x {r['job_s']:>8.2f} {r['job_s'] / a['job_s']:>6.1f}x "
+              f"{r['peer_s']:>9.2f} {r['peer_s'] / a['peer_s']:>7.1f}x {r['peer_s'] / r['job_s']:>10.2f}x")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--connections", type=int, default=74_000,
                    help="connections to simulate (~13.6 samples each; default %(default)s -> ~1M samples)")
-    p.add_argument("--replicas", default="1,10", help="sizes to run, as multiples of the simulation (default %(default)s)")
+    p.add_argument("--replicas", default="1,10",
+                   help="sizes to run, as multiples of the simulation, e.g. 1,10,100 (default %(default)s)")
+    p.add_argument("--mode", choices=("samples", "close", "both"), default="both",
+                   help="samples: tcp samples (connections rebuilt from polls); close: close records only; "
+                        "both (default): one then the other")
     p.add_argument("--workdir", type=Path, default=REPO_ROOT / "bench" / "out" / "cohorts")
     p.add_argument("--keep", action="store_true", help="keep (and reuse) the simulation output")
     args = p.parse_args(argv)
     replicas = [int(x) for x in args.replicas.split(",")]
+    modes = ["samples", "close"] if args.mode == "both" else [args.mode]
     args.workdir.mkdir(parents=True, exist_ok=True)
     sim = simulate(args.workdir, args.connections, args.keep)
-    results = [run_size(args.workdir, sim, r) for r in replicas]
-    if len(results) >= 2:
-        a, b = results[0], results[-1]
-        k = b["samples"] / a["samples"]
-        print(f"\nscaling {a['samples']:,} -> {b['samples']:,} samples ({k:.1f}x): "
-              f"ours {b['job_s'] / a['job_s']:.1f}x time (same work {b['same_work_s'] / a['same_work_s']:.1f}x), "
-              f"pandas {b['peer_s'] / a['peer_s']:.1f}x time (linear = {k:.1f}x)")
-    for r in replicas:
-        shutil.rmtree(args.workdir / f"warehouse-x{r}", ignore_errors=True)
+    for mode in modes:
+        results = [run_size(args.workdir, sim, r, mode) for r in replicas]
+        if len(results) >= 2:
+            print_scaling(mode, results)
     if not args.keep:
         shutil.rmtree(sim, ignore_errors=True)
     return 0

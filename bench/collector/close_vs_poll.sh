@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Polling only vs close records, one real run (the length bias made visible; docs/collector/close-vs-poll.md).
+# A real nginx in a server namespace; from a client namespace CCAB_CVP_CONNS (3,000) short
+# HTTP/1.1 connections of mixed sizes (1 KiB … 1 MiB, 1 in 20 through a 50 Mbit/s tbf bottleneck)
+# spread over 30 s, plus 12 long downloads (32 MiB through the bottleneck, ~5 s each, 2 at a time),
+# while `ccab-collector run --output stdout` polls the server namespace every CCAB_CVP_INTERVAL (1s,
+# what the lab uses; the default is 10s) and captures every connection at close, sample rate 1.
+# Writes OUT/records.jsonl (tcp_sample/1 + tcp_conn/1 lines), then runs close_vs_poll.py on it
+# (per-connection distributions in SQL, table + PNG). Needs root and nginx.
+# Usage: bench/collector/close_vs_poll.sh [OUT]   (default bench/out/close-vs-poll)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-bench/out/close-vs-poll}
+n=${CCAB_CVP_CONNS:-3000}
+interval=${CCAB_CVP_INTERVAL:-1s}
+if [ "$(id -u)" != 0 ] || ! command -v nginx >/dev/null || ! command -v tc >/dev/null || ! command -v curl >/dev/null; then
+  echo "close vs poll: skipped (needs root, tc, curl and nginx)"
+  exit 0
+fi
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+tmp=$(mktemp -d)
+srv="cvp-srv-$$"
+cli="cvp-cli-$$"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [ -f "$tmp/nginx/nginx.pid" ] && kill "$(cat "$tmp/nginx/nginx.pid")" 2>/dev/null || true
+  ip netns delete "$srv" 2>/dev/null || true
+  ip netns delete "$cli" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+CGO_ENABLED=0 go build -o "$tmp/ccab-collector" ./collectors/cmd/ccab-collector
+CGO_ENABLED=0 go build -o "$tmp/closebench" ./bench/collector/closebench
+
+ip netns add "$srv"
+ip netns add "$cli"
+ip -n "$srv" link set lo up
+ip -n "$cli" link set lo up
+ip -n "$srv" link add cvpf$$ type veth peer name cvpcf$$ netns "$cli"
+ip -n "$srv" link add cvpt$$ type veth peer name cvpct$$ netns "$cli"
+ip -n "$srv" addr add 10.232.1.1/24 dev cvpf$$
+ip -n "$cli" addr add 10.232.1.2/24 dev cvpcf$$
+ip -n "$srv" addr add 10.232.2.1/24 dev cvpt$$
+ip -n "$cli" addr add 10.232.2.2/24 dev cvpct$$
+for d in cvpf$$ cvpt$$; do ip -n "$srv" link set "$d" up; done
+for d in cvpcf$$ cvpct$$; do ip -n "$cli" link set "$d" up; done
+tc -n "$srv" qdisc add dev cvpt$$ root tbf rate 50mbit burst 16k limit 30000
+ip netns exec "$cli" sysctl -q -w net.ipv4.ip_local_port_range="1024 65535"
+
+mkdir -p "$tmp/nginx/www"
+for s in 1024 4096 16384 65536 262144 1048576; do head -c "$s" /dev/urandom >"$tmp/nginx/www/$s"; done
+head -c 33554432 /dev/urandom >"$tmp/nginx/www/big"
+cat >"$tmp/nginx/nginx.conf" <<EOF
+worker_processes 1;
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/error.log warn;
+user root;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $tmp/nginx/body;
+    proxy_temp_path $tmp/nginx/proxy;
+    fastcgi_temp_path $tmp/nginx/fastcgi;
+    uwsgi_temp_path $tmp/nginx/uwsgi;
+    scgi_temp_path $tmp/nginx/scgi;
+    sendfile on;
+    keepalive_timeout 10;
+    default_type application/octet-stream;
+    server {
+        listen 10.232.1.1:80 backlog=1024;
+        listen 10.232.2.1:80 backlog=1024;
+        root $tmp/nginx/www;
+    }
+}
+EOF
+ip netns exec "$srv" nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf"
+for _ in $(seq 50); do [ -s "$tmp/nginx/nginx.pid" ] && break; sleep 0.1; done
+
+"$tmp/ccab-collector" run --output stdout --nginx-enabled=false --tcp-info-enabled \
+  --tcp-info-namespaces "$srv" --tcp-info-local-ports 80 --tcp-info-salt "cvp-$$" --tcp-info-sample-rate 1 \
+  --tcp-info-interval "$interval" --state-dir "$tmp/state" --rollout-state-file "$tmp/none.json" \
+  --metrics-addr 127.0.0.1:0 --host cvp --pop lab >"$out/records.jsonl" 2>"$out/collector.log" &
+cpid=$!
+pids+=("$cpid")
+for _ in $(seq 100); do grep -q 'msg=metrics' "$out/collector.log" && break; sleep 0.1; done
+sleep 1
+echo "close vs poll: $n short connections + 12 x 32 MiB through 50 Mbit/s, poll interval $interval, kernel $(uname -r)"
+(for i in $(seq 6); do ip netns exec "$cli" curl -s -o /dev/null http://10.232.2.1/big; done) &
+l1=$!
+(sleep 2; for i in $(seq 6); do ip netns exec "$cli" curl -s -o /dev/null http://10.232.2.1/big; done) &
+l2=$!
+ip netns exec "$cli" "$tmp/closebench" -mode fetch -targets 10.232.1.1:80,10.232.2.1:80 -weights 19,1 -n "$n" -seconds 30 >"$out/conns.jsonl"
+wait "$l1" "$l2"
+for _ in $(seq 300); do
+  [ -z "$(ip netns exec "$srv" ss -tanH exclude time-wait exclude listening)" ] && break
+  sleep 0.1
+done
+sleep 2
+kill -TERM "$cpid"
+wait "$cpid" || true
+echo "  $(wc -l <"$out/conns.jsonl") short connections closed; records: $(grep -c '"tcp_sample/1"' "$out/records.jsonl" || true) tcp samples, $(grep -c '"tcp_conn/1"' "$out/records.jsonl" || true) close records"
+.venv/bin/python bench/collector/close_vs_poll.py "$out/records.jsonl"
