@@ -58,6 +58,42 @@ def host_rows(wh: Warehouse, pop: str, rollout_id: str, segment: str, start: dat
     return out
 
 
+_PRE_HOST_SUMS = """
+SELECT metric, '' AS arm, host,
+       sum(n) AS n, sum(n_zero) AS n_zero, sum(n_above_50pct) AS n_above, sum(value_sum) AS value_sum,
+       sum(ratio_num) AS ratio_num, sum(ratio_den) AS ratio_den,
+       mapKeys(sumMap(hist)) AS bins, mapValues(sumMap(hist)) AS counts
+FROM cohort_hourly
+WHERE pop = {pop:String} AND segment = 'all' AND has({hosts:Array(String)}, host)
+  AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
+  AND has({metrics:Array(String)}, metric)
+GROUP BY metric, host
+ORDER BY metric, host
+"""
+
+
+def pre_period_rows(wh: Warehouse, pop: str, hosts: list[str], start: datetime, end: datetime,
+                    metrics: list[str]) -> dict[str, list[HostRow]]:
+    """metric -> one row per host (arm ``''``) with the hosts' sums over ``[start, end)`` whatever
+    rollout or arm their rows carry: before a rollout the records carry none, so the pre-period is
+    recognised by host."""
+    res = wh.query(_PRE_HOST_SUMS, params={"pop": pop, "hosts": list(hosts), "a": sql_time(start),
+                                           "b": sql_time(end), "metrics": list(metrics)})
+    out: dict[str, list[HostRow]] = {}
+    for metric, arm, host, n, nz, na, vs, rn, rd, bins, counts in res.rows:
+        out.setdefault(metric, []).append(HostRow(arm, host, float(n), float(nz), float(na), float(vs or 0),
+                                                  float(rn or 0), float(rd or 0), bins, counts))
+    return out
+
+
+def first_assignment_ms(wh: Warehouse, pop: str, rollout_id: str) -> int | None:
+    """When the controller first assigned a host of ``pop`` in this rollout (None without one)."""
+    res = wh.query("""SELECT count(), min(issued_at_ms) FROM assignments
+                      WHERE pop = {pop:String} AND rollout_id = {r:String}""", params={"pop": pop, "r": rollout_id})
+    cnt, lo = res.rows[0]
+    return int(lo) if cnt else None
+
+
 def host_arrays(rows: list[HostRow], treatment_arm: str, control_arm: str) -> HostArrays:
     """Stack the two arms' host rows into :class:`HostArrays` (hosts with no value dropped)."""
     rows = [r for r in rows if r.arm in (treatment_arm, control_arm) and r.n > 0]
