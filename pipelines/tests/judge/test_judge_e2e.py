@@ -137,6 +137,7 @@ def test_canary_flags_bbr1_retransmits_and_bbr2_high_loss_tail(canary_sim, wareh
     table = json.loads(capsys.readouterr().out)
     assert table[0]["duration_h"] == 1 and table[0]["windows"] == HOURS and table[0]["hosts"] == 7
     assert table[0]["sigma_log"] > 0 and table[0]["hosts_per_arm"] >= 2
+    assert 0 <= table[0]["variance_reduction"] <= 1  # consecutive hours of the same hosts: with adjustment
 
 
 def test_aa_flags_nothing(aa_sim, warehouse_env, capsys):
