@@ -174,6 +174,8 @@ def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: d
     pre_rows = data.pre_period_rows(wh, pop, hosts, pre_start, pre_end, list(JUDGED_METRICS)) \
         if pre_end > pre_start and hosts else {}
     pre_arrays = {m: data.host_arrays(rows, "", "") for m, rows in pre_rows.items()}
+    bands = data.prefix_speed_bands(wh, pop, pre_start, pre_end) if pre_end > pre_start else {}
+    speed_rows = data.host_goodput_by_band(wh, pop, rollout, start, end, bands)
     minutes = data.retrans_by_minute(wh, pop, rollout, start, end) if breakers else []
     for arm in treatments:
         seed = f"{pop}/{rollout}/{arm}/{control_arm}/{start:%Y%m%d%H}-{end:%Y%m%d%H}"
@@ -201,8 +203,9 @@ def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: d
             info.append(_result(eff, arm, control_arm, metric, "shift", "all", "shift", "info"))
         _bh(info)
         results += info
-        # heterogeneity on pre-treatment segments, per guardrail
+        # heterogeneity on pre-treatment segments, per guardrail; client speed from the pre-period
         results += segment_results(wh, pop, rollout, start, end, guardrails, arm, control_arm, arms, seed)
+        results += speed_segment_results(speed_rows, arm, control_arm, seed)
         trips = [t for b in breakers if (t := breaker_trip(minutes, b, arm, control_arm))]
         j.trips += trips
         j.results += results
@@ -365,6 +368,31 @@ def segment_results(wh, pop, rollout, start, end, guardrails, arm, control_arm, 
         _bh(family)
         out += family
     return out
+
+
+def speed_segment_results(rows, arm: str, control_arm: str, seed: str) -> list[Result]:
+    """Goodput per client-speed band (prefixes banded by their *pre-period* median goodput,
+    :func:`ccab.judge.data.prefix_speed_bands`): the treatment's effect on each host's geometric
+    mean goodput of the band's requests, host-permutation test, BH within the family. Statistic
+    ``gmean``; segment ``speed:<band>``."""
+    family = []
+    by_band: dict[str, list] = {}
+    for band, a, host, n, mean_log in rows:
+        if a in (arm, control_arm) and n > 0:
+            by_band.setdefault(band, []).append((a == arm, math.exp(mean_log)))
+    for band, hosts in sorted(by_band.items()):
+        treated = np.array([t for t, _ in hosts])
+        y = np.array([v for _, v in hosts])
+        if treated.sum() < 2 or (~treated).sum() < 2:
+            continue
+        # no covariate (x = 1): the plain host-level comparison of mean log goodput
+        eff = adjusted_effect(y, np.ones_like(y), treated, "gmean", seed_key=f"{seed}/goodput/{band}",
+                              value_treatment=float(np.exp(np.log(y[treated]).mean())),
+                              value_control=float(np.exp(np.log(y[~treated]).mean())))
+        eff = replace(eff, method="permutation", adjustment="", variance_reduction=math.nan)
+        family.append(_result(eff, arm, control_arm, "goodput_bps", "gmean", band, "segment", "info"))
+    _bh(family)
+    return family
 
 
 def _segments_for(metric: str) -> tuple[str, ...]:
