@@ -285,6 +285,10 @@ def _kind(statistic: str) -> tuple[str, float | None]:
     return "quantile", QUANTILES[statistic]
 
 
+def _some(hosts: list[str], k: int = 4) -> str:
+    return ", ".join(hosts[:k]) + (f" and {len(hosts) - k} more" if len(hosts) > k else "")
+
+
 def _adjusted_effect_of(arr: HostArrays, pre: HostArrays, metric: str, statistic: str, **kw) -> Effect:
     kind, p = _kind(statistic)
     log = kind != "share"
@@ -294,8 +298,8 @@ def _adjusted_effect_of(arr: HostArrays, pre: HostArrays, metric: str, statistic
     missing = [h for h, v in zip(arr.hosts, x) if not math.isfinite(v)]
     nonpos = [h for h, a, b in zip(arr.hosts, x, y) if log and math.isfinite(a) and (a <= 0 or not b > 0)]
     if missing or nonpos or not arr.hosts:
-        why = (f"hosts without pre-period data: {', '.join(missing)}" if missing else
-               f"a {statistic} of 0 on hosts {', '.join(nonpos)} (no log scale)" if nonpos else "no host names")
+        why = (f"hosts without pre-period data: {_some(missing)}" if missing else
+               f"a {statistic} of 0 on hosts {_some(nonpos)} (no log scale)" if nonpos else "no host names")
         eff = effect_of(arr, metric, statistic, **kw)
         return replace(eff, adjustment=f"off ({why}): unadjusted")
     t = arr.treated
