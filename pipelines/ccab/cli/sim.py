@@ -116,8 +116,7 @@ def simulate(sc, args: argparse.Namespace) -> int:
     from ccab.sim.sinks import JsonlSink, KafkaSink, RawWriter, SinkError, TeeSink
     from ccab.sim.stats import Summary
     from ccab.sim.truth import build_truth
-    from ccab.sim.scenario import pre_period_of
-    from ccab.sim.world import build_world
+    from ccab.sim.world import build_pre_world, build_world
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -148,8 +147,8 @@ def simulate(sc, args: argparse.Namespace) -> int:
     try:
         if progress:
             progress.start()
-        if pre_h > 0:  # the hosts before the rollout: same host effects, no arm (ccab.sim.scenario.pre_period_of)
-            pre_world = build_world(pre_period_of(sc, pre_h), chunk_target=args.chunk_size, total_connections=(
+        if pre_h > 0:  # the hosts before the rollout: same host effects, no arm (ccab.sim.world.build_pre_world)
+            pre_world = build_pre_world(sc, pre_h, chunk_target=args.chunk_size, total_connections=(
                 max(1, round(args.connections * pre_h / sc.duration_h)) if args.connections else None))
             for chunk in iter_chunks(pre_world, args.workers):
                 n_records += sink.write(records(pre_world, chunk))

@@ -12,8 +12,8 @@ from ccab.judge.interference import UnitValues, effect_vs_share
 from ccab.sim import model as mdl
 from ccab.sim.generator import SNDBUF_MAX_BYTES, multipliers, treated_share
 from ccab.sim.timeline import draw_connections
-from ccab.sim.scenario import SharedBottleneck, load_scenario, pre_period_of
-from ccab.sim.world import build_world
+from ccab.sim.scenario import SharedBottleneck, load_scenario
+from ccab.sim.world import build_pre_world, build_world
 
 SPILLOVER = 0.5   # log-scale goodput moved per unit treated share (planted)
 HOSTS = 10
@@ -41,7 +41,7 @@ def _unit(base, pop: str, seed: int, treated_hosts: int, spillover: float) -> Un
     sc = replace(base, pop=pop, seed=seed, arms=arms, duration_h=1.0,
                  shared_bottleneck=SharedBottleneck(spillover_goodput=spillover))
     world = build_world(sc, total_connections=6000)
-    pre = _host_goodput(build_world(pre_period_of(sc, 1.0), total_connections=6000))
+    pre = _host_goodput(build_pre_world(sc, 1.0, total_connections=6000))
     win = _host_goodput(world)
     names = world.hosts.names
     treated = np.array([sc.arms[a].name != sc.arms[0].name for a in world.hosts.arm_idx.tolist()])
