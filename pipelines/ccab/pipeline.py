@@ -22,6 +22,7 @@ from ccab.cohorts.views import install_views
 from ccab.judge import JudgeReport, judge_window
 from ccab.judge.alerts import set_action
 from ccab.judge.model import Breaker, Guardrail, RolloutOptions
+from ccab.rollout.design import SWITCHBACK_REFUSAL
 from ccab.rollout.plan import Plan, PlanError, load_plan
 from ccab.rollout.state import Store
 
@@ -50,7 +51,10 @@ def rollout_options(rollout_id: str) -> RolloutOptions | None:
     return RolloutOptions(
         control_arm=plan.control_arm,
         guardrails=tuple(plan.guardrails),
-        breakers=tuple(plan.breakers) or None)
+        breakers=tuple(plan.breakers) or None,
+        pre_period_hours=plan.pre_period_hours,
+        refuse=SWITCHBACK_REFUSAL if plan.design.switchback is not None else "")
+
 
 
 @dataclass

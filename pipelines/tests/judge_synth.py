@@ -69,3 +69,37 @@ def arrays(values, dens, nums, treated, above: float = 5.0) -> HostArrays:
         ratio_num=np.array([x.sum() for x in nums]),
         ratio_den=np.array([d.sum() for d in dens]),
         bins=all_bins, hist=hist, hosts=tuple(f"h{i:02d}" for i in range(len(values))))
+
+
+@dataclass
+class PrePeriodExperiment:
+    window: HostArrays   # the experiment window, arms assigned
+    pre: HostArrays      # the same hosts before the rollout (no arm; ``treated`` all False)
+
+
+def experiment_with_pre(rng: np.random.Generator, g_treatment: int, g_control: int, *, host_sd: float = 0.1,
+                        mean_connections: int = 800, zero_share: float = 0.02, pre_share: float = 1.0,
+                        transform=None, above: float = 5.0, sigma: float = 0.8) -> PrePeriodExperiment:
+    """Hosts observed twice with the same persistent host effect: a pre-period (no arm, ``pre_share``
+    × the connections) and the experiment window (``transform`` on the treated hosts). The ratio
+    metric's numerator carries its own host effect (a retransmit-like ratio differs by host)."""
+    g = g_treatment + g_control
+    treated = np.zeros(g, dtype=bool)
+    treated[rng.permutation(g)[:g_treatment]] = True
+    effect = rng.normal(0, host_sd, g)
+    ratio_effect = rng.normal(0, host_sd, g)
+    size = np.maximum(50, rng.lognormal(np.log(mean_connections), 0.5, g)).astype(int)
+    out = []
+    for period in ("pre", "window"):
+        values, dens, nums = [], [], []
+        for h in range(g):
+            m = size[h] if period == "window" else max(50, int(size[h] * pre_share))
+            v = host_values(rng, m, effect[h], sigma=sigma, zero_share=zero_share)
+            if period == "window" and treated[h] and transform is not None:
+                v = transform(v, rng)
+            den = rng.lognormal(10, 1.0, m)
+            values.append(v)
+            dens.append(den)
+            nums.append(v * den * np.exp(ratio_effect[h]))
+        out.append(arrays(values, dens, nums, treated if period == "window" else np.zeros(g, dtype=bool), above))
+    return PrePeriodExperiment(window=out[1], pre=out[0])

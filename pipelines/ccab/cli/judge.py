@@ -206,11 +206,16 @@ def run_power(args: argparse.Namespace) -> int:
         return 1
     g_label = f"power @{args.hosts} hosts" if args.hosts else "power @hosts seen"
     print(f"{'duration':>9} {'windows':>8} {'hosts':>6} {'sd(log) between hosts':>22} {'hosts/arm needed':>17} "
-          f"{g_label:>17}")
+          f"{g_label:>17} {'pre-period var cut':>19} {'hosts/arm adjusted':>19}")
     for r in rows:
         need = "> 100k" if r.hosts_per_arm is None else str(r.hosts_per_arm)
         pw = "n/a" if not math.isfinite(r.power_at_hosts) else f"{r.power_at_hosts:.0%}"
-        print(f"{r.duration_h:>8}h {r.windows:>8} {r.hosts:>6} {r.sigma_log:>22.4f} {need:>17} {pw:>17}")
+        cut = "n/a" if not math.isfinite(r.variance_reduction) else f"{-r.variance_reduction:+.0%}"
+        need_adj = ("n/a" if not math.isfinite(r.sigma_log_adjusted) else
+                    "> 100k" if r.hosts_per_arm_adjusted is None else str(r.hosts_per_arm_adjusted))
+        print(f"{r.duration_h:>8}h {r.windows:>8} {r.hosts:>6} {r.sigma_log:>22.4f} {need:>17} {pw:>17} "
+              f"{cut:>19} {need_adj:>19}")
     print("durations the history cannot show (fewer hours than the duration) are left out; longer canaries "
-          "average out hour-to-hour noise but not the hosts' own differences")
+          "average out hour-to-hour noise but not the hosts' own differences — the pre-period adjustment "
+          "removes the share of them a host's previous window predicts (n/a: fewer than 2 windows)")
     return 0

@@ -61,6 +61,10 @@ def register(subparsers) -> None:
                    help="connections per chunk, bounds memory (default: %(default)s)")
     p.add_argument("--check-expect", action="store_true",
                    help="exit 3 if a realised statistic misses the scenario's `expect` ranges")
+    p.add_argument("--pre-period-h", type=float, metavar="H",
+                   help="hours of pre-period written first: the same hosts before the rollout, no arm, no "
+                        "rollout id (default: the scenario's `pre_period_h`, at most the run's hours; 0 = none). "
+                        "With --connections N it gets N x H / hours connections")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--start", metavar="ISO", help="simulated start time (default: the scenario's `start`)")
     p.add_argument("--arm-map", type=Path, metavar="FILE",
@@ -102,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--chunk-size: must be >= 100, got {args.chunk_size}")
     if args.workers < 1:
         return _fail(f"--workers: must be >= 1, got {args.workers}")
+    if args.pre_period_h is not None and args.pre_period_h < 0:
+        return _fail(f"--pre-period-h: must be >= 0, got {args.pre_period_h}")
     return simulate(sc, args)
 
 
@@ -110,7 +116,7 @@ def simulate(sc, args: argparse.Namespace) -> int:
     from ccab.sim.sinks import JsonlSink, KafkaSink, RawWriter, SinkError, TeeSink
     from ccab.sim.stats import Summary
     from ccab.sim.truth import build_truth
-    from ccab.sim.world import build_world
+    from ccab.sim.world import build_pre_world, build_world
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -135,9 +141,18 @@ def simulate(sc, args: argparse.Namespace) -> int:
     n_records = 0
     progress = _progress(args.no_progress)
     task = progress.add_task(f"sim {sc.name}", total=total, records=0) if progress else None
+    # the scenario's pre-period is never longer than the run (a 3-hour test run gets 3 hours of it)
+    pre_h = min(sc.pre_period_h, sc.duration_h) if args.pre_period_h is None else args.pre_period_h
+    pre_connections = 0
     try:
         if progress:
             progress.start()
+        if pre_h > 0:  # the hosts before the rollout: same host effects, no arm (ccab.sim.world.build_pre_world)
+            pre_world = build_pre_world(sc, pre_h, chunk_target=args.chunk_size, total_connections=(
+                max(1, round(args.connections * pre_h / sc.duration_h)) if args.connections else None))
+            for chunk in iter_chunks(pre_world, args.workers):
+                n_records += sink.write(records(pre_world, chunk))
+                pre_connections += chunk.n_connections
         for chunk in iter_chunks(world, args.workers):
             n_records += sink.write(records(world, chunk))
             if raw is not None:
@@ -159,6 +174,7 @@ def simulate(sc, args: argparse.Namespace) -> int:
                     "records_per_s": round(n_records / elapsed, 1), "workers": args.workers,
                     "sinks": ["kafka"] * bool(args.to_kafka) + ["jsonl"] * bool(not args.to_kafka or args.jsonl),
                     "raw": bool(args.raw)}
+    truth["pre_period"] = {"hours": pre_h, "connections": pre_connections}
     tmp = out / "truth.json.tmp"
     tmp.write_text(json.dumps(truth, indent=1) + "\n")
     tmp.replace(out / "truth.json")

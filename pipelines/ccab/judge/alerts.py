@@ -90,6 +90,29 @@ def _margin(r) -> str:
     return f"{sign}{100 * m:.2f} pp" if r.statistic.startswith("share_above") else f"{sign}{m:.0%}"
 
 
+def shift_direction(results, shift) -> tuple[str, str]:
+    """(direction, how) of a whole-distribution shift finding, derived from the same arm's
+    informational quantile findings of that metric (the shift statistic itself has no sign):
+    ``improvement`` when at least one quantile improved significantly (BH) and none regressed,
+    ``regression`` the other way round, ``none`` (non-directional) otherwise."""
+    quant = [r for r in results if r.role == "info" and r.metric == shift.metric
+             and r.treatment_arm == shift.treatment_arm and r.segment == shift.segment
+             and r.statistic.startswith("p") and r.statistic[1:].isdigit()]
+    better = [r for r in quant if r.outcome == "improvement"]
+    worse = [r for r in quant if r.outcome == "regression"]
+
+    def names(rs):
+        return ", ".join(f"{r.statistic} {_pct(r.estimate)}" for r in rs)
+
+    if better and not worse:
+        return "improvement", f"improvement derived from the quantiles: {names(better)} better, none worse"
+    if worse and not better:
+        return "regression", f"regression derived from the quantiles: {names(worse)} worse, none better"
+    if better and worse:
+        return "none", f"no direction: quantiles moved both ways ({names(better)} better; {names(worse)} worse)"
+    return "none", "no direction: no quantile moved significantly on its own (a change of shape)"
+
+
 def build_alerts(j: RolloutJudgement, start: datetime, end: datetime, report_url: str = "") -> list[Alert]:
     """The alerts of one rollout's judgement (guardrail regressions, breaker trips, failed gates,
     significant informational / segment / shift findings)."""
@@ -121,12 +144,14 @@ def build_alerts(j: RolloutJudgement, start: datetime, end: datetime, report_url
             make("guardrail", r.metric, r.statistic, r.segment, r.treatment_arm, "regression", r.estimate, r.ci_low,
                  r.ci_high, r.p_value, r.severity, summary, desc)
         elif r.role == "shift":
-            summary = f"{r.treatment_arm} changed the distribution of {r.metric} vs {r.control_arm} on {where}"
+            direction, how = shift_direction(j.results, r)
+            summary = (f"{r.treatment_arm} changed the distribution of {r.metric} vs {r.control_arm} on {where} "
+                       f"({how.split(':')[0]})")
             desc = (f"Whole-distribution shift of {r.metric} on {where}, window {ws}–{we} UTC: KS distance "
                     f"{r.estimate:.3f} between the arms' pooled distributions; host-permutation p={r.p_value:.2g}, "
-                    f"BH q={r.q_value:.2g} ({r.hosts_treatment} vs {r.hosts_control} hosts). Look at the PDFs "
-                    f"and tails: the median may not have moved.")
-            make("shift", r.metric, "shift", r.segment, r.treatment_arm, "regression", r.estimate,
+                    f"BH q={r.q_value:.2g} ({r.hosts_treatment} vs {r.hosts_control} hosts). The distance has no "
+                    f"sign; {how}. Look at the PDFs and tails: the median may not have moved.")
+            make("shift", r.metric, "shift", r.segment, r.treatment_arm, direction, r.estimate,
                  math.nan, math.nan, r.p_value, "info", summary, desc)
         else:
             kind = "segment" if r.role == "segment" else "info"

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable
 
+import numpy as np
 from ccab.base.chtime import parse_sql_time, utc_hour
 from ccab.base.config import settings
 from ccab.base.vocabulary import RTT_CLASSES, SIZE_CLASSES
@@ -37,11 +38,12 @@ from ccab.judge import alerts as alerts_mod
 from ccab.judge import data
 from ccab.judge import gates as gates_mod
 from ccab.judge import store
-from ccab.judge.model import (DEFAULT_BREAKERS, DEFAULT_GUARDRAILS, HIGHER_IS_WORSE, JUDGED_METRICS, QUANTILES,
-                              SHARE_ABOVE, Breaker, BreakerTrip, Guardrail, Result, RolloutJudgement, RolloutOptions,
+from ccab.judge.model import (DEFAULT_BREAKERS, DEFAULT_GUARDRAILS, DEFAULT_PRE_PERIOD_HOURS, HIGHER_IS_WORSE,
+                              JUDGED_METRICS, MIN_PRE_PERIOD_HOURS, QUANTILES, SHARE_ABOVE, Breaker, BreakerTrip, Guardrail, Result, RolloutJudgement, RolloutOptions,
                               Verdict, statistics_of)
 from ccab.judge.sequential import alpha_at_look
-from ccab.judge.stats import (Effect, HostArrays, bh_adjust, min_attainable_p, quantile_effect, ratio_effect,
+from ccab.judge.stats import (Effect, HostArrays, adjusted_effect, arm_quantile_ci, arm_ratio, bh_adjust,
+                              host_statistic, min_attainable_p, quantile_effect, ratio_effect,
                               share_difference_effect, shift_test)
 
 ALPHA = 0.05          # one-sided, per guardrail, over all looks
@@ -116,12 +118,14 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
         plan_control, plan_guardrails, plan_breakers, plan_note = (
             (declared.control_arm, declared.guardrails, declared.breakers, declared.note) if declared
             else (None, None, None, ""))
+        pre_h = declared.pre_period_hours if declared else DEFAULT_PRE_PERIOD_HOURS
         j = judge_rollout(wh, pop, rollout, start, end, control_arm=control_arm or plan_control or "control",
                           guardrails=tuple(guardrails if guardrails is not None else
                                            plan_guardrails or DEFAULT_GUARDRAILS),
                           breakers=tuple(breakers if breakers is not None else
                                          plan_breakers if plan_breakers is not None else DEFAULT_BREAKERS),
-                          look=look, looks_planned=looks_planned)
+                          look=look, looks_planned=looks_planned, pre_period_hours=pre_h,
+                          refuse=declared.refuse if declared else "")
         if plan_note:
             for v in j.verdicts:
                 v.reasons.append(plan_note)
@@ -143,9 +147,18 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
 
 def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: datetime, *, control_arm: str,
                   guardrails: tuple[Guardrail, ...], breakers: tuple[Breaker, ...], look: int,
-                  looks_planned: int) -> RolloutJudgement:
+                  looks_planned: int, pre_period_hours: int = DEFAULT_PRE_PERIOD_HOURS,
+                  refuse: str = "") -> RolloutJudgement:
+    """Judge one (pop, rollout); ``pre_period_hours`` before the rollout's start (its first
+    assignment, else its first record) are the hosts' pre-period for the regression adjustment;
+    ``refuse``: make no decision, for this reason (a design the judge cannot analyse)."""
     j = RolloutJudgement(pop, rollout, control_arm)
     arms = data.arms_in(wh, pop, rollout, start, end)
+    if refuse:
+        j.error = refuse
+        j.verdicts = [Verdict(pop, rollout, a, control_arm, "no_decision", [refuse]) for a in arms
+                      if a != control_arm]
+        return j
     if control_arm not in arms:
         j.error = (f"no control arm {control_arm!r} in {pop}/{rollout} (arms: {', '.join(arms) or 'none'}); "
                    f"name it with --control ARM or in the rollout plan")
@@ -156,6 +169,13 @@ def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: d
     alpha_look = alpha_at_look(look, looks_planned, ALPHA)
     alpha_last = alpha_at_look(looks_planned, looks_planned, ALPHA)
     all_rows = data.host_rows(wh, pop, rollout, "all", start, end, list(JUDGED_METRICS), arms)
+    pre_start, pre_end = pre_period(wh, pop, rollout, pre_period_hours)
+    hosts = sorted({r.host for rows in all_rows.values() for r in rows})
+    pre_rows = data.pre_period_rows(wh, pop, hosts, pre_start, pre_end, list(JUDGED_METRICS)) \
+        if pre_end > pre_start and hosts else {}
+    pre_arrays = {m: data.host_arrays(rows, "", "") for m, rows in pre_rows.items()}
+    bands = data.prefix_speed_bands(wh, pop, pre_start, pre_end) if pre_end > pre_start else {}
+    speed_rows = data.host_goodput_by_band(wh, pop, rollout, start, end, bands)
     minutes = data.retrans_by_minute(wh, pop, rollout, start, end) if breakers else []
     for arm in treatments:
         seed = f"{pop}/{rollout}/{arm}/{control_arm}/{start:%Y%m%d%H}-{end:%Y%m%d%H}"
@@ -167,7 +187,8 @@ def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: d
             if arr is None:
                 results.append(_missing(arm, control_arm, g.metric, g.statistic, "all", "guardrail", g.severity))
                 continue
-            results.append(guardrail_result(arr, g, arm, control_arm, alpha_look, seed))
+            results.append(guardrail_result(arr, g, arm, control_arm, alpha_look, seed,
+                                            pre=_pre_for(pre_arrays, g.metric)))
         # informational effects + distribution shift, one BH family per arm
         info: list[Result] = []
         for metric in JUDGED_METRICS:
@@ -175,30 +196,74 @@ def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: d
             if arr is None:
                 continue
             for stat in statistics_of(metric):
-                eff = effect_of(arr, metric, stat, alternative="two-sided", seed_key=f"{seed}/{metric}/{stat}")
+                eff = effect_of(arr, metric, stat, alternative="two-sided", seed_key=f"{seed}/{metric}/{stat}",
+                                pre=_pre_for(pre_arrays, metric))
                 info.append(_result(eff, arm, control_arm, metric, stat, "all", "info", "info"))
             eff = shift_test(arr, seed_key=f"{seed}/{metric}/shift")
             info.append(_result(eff, arm, control_arm, metric, "shift", "all", "shift", "info"))
         _bh(info)
         results += info
-        # heterogeneity on pre-treatment segments, per guardrail
+        # heterogeneity on pre-treatment segments, per guardrail; client speed from the pre-period
         results += segment_results(wh, pop, rollout, start, end, guardrails, arm, control_arm, arms, seed)
+        results += speed_segment_results(speed_rows, arm, control_arm, seed)
         trips = [t for b in breakers if (t := breaker_trip(minutes, b, arm, control_arm))]
         j.trips += trips
         j.results += results
-        j.verdicts.append(decide(pop, rollout, arm, control_arm, results, trips, j.gates, look, looks_planned,
-                                 alpha_last))
+        v = decide(pop, rollout, arm, control_arm, results, trips, j.gates, look, looks_planned, alpha_last)
+        v.reasons.append(adjustment_text([r for r in results if r.role == "guardrail"], pre_start, pre_end))
+        j.verdicts.append(v)
     return j
+
+
+def _pre_for(pre_arrays: dict[str, HostArrays], metric: str) -> HostArrays:
+    """The metric's pre-period arrays; no rows at all = every host lacks a pre-period (fallback)."""
+    return pre_arrays.get(metric) or data.host_arrays([], "", "")
+
+
+def pre_period(wh: Warehouse, pop: str, rollout: str, hours: int) -> tuple[datetime, datetime]:
+    """``[start − hours, start)`` with ``start`` the rollout's first assignment in the PoP (the
+    controller's), else the first hour with a record carrying the rollout id (``ccab analyze``
+    without a controller); whole hours (the rollups are hourly)."""
+    first_ms = data.first_assignment_ms(wh, pop, rollout)
+    first = data_first_hour(wh, pop, rollout)
+    if first_ms is not None:
+        start = utc_hour(datetime.fromtimestamp(first_ms / 1000, tz=timezone.utc))
+        start = min(start, first) if first else start
+    elif first is not None:
+        start = first
+    else:
+        return datetime.min, datetime.min
+    return start - timedelta(hours=max(hours, MIN_PRE_PERIOD_HOURS)), start
+
+
+def adjustment_text(guards: list[Result], pre_start: datetime, pre_end: datetime) -> str:
+    """The verdict's line on the pre-period adjustment: variance cut per guardrail, or why not."""
+    if pre_end <= pre_start:
+        return "pre-period adjustment: off (no pre-period: the rollout has no first record)"
+    parts = []
+    for r in guards:
+        if r.adjustment.startswith("cuped") and math.isfinite(r.variance_reduction):
+            parts.append(f"{r.metric} {r.statistic} variance {-r.variance_reduction:+.0%}")
+        elif r.adjustment:
+            parts.append(f"{r.metric} {r.statistic} {r.adjustment}")
+    span = f"{pre_start:%Y-%m-%d %H:%M}–{pre_end:%Y-%m-%d %H:%M} UTC"
+    return f"pre-period adjustment ({span}): " + ("; ".join(parts) or "no guardrail")
 
 
 # ---- effects --------------------------------------------------------------------------------------
 
 def effect_of(arr: HostArrays, metric: str, statistic: str, *, alternative="two-sided", null_ratio=1.0,
-              margin=0.0, seed_key="", alpha=ALPHA, ci_level=None) -> Effect:
+              margin=0.0, seed_key="", alpha=ALPHA, ci_level=None, pre: HostArrays | None = None) -> Effect:
     """The effect of ``statistic`` on ``metric`` from host arrays (dispatch by statistic).
 
     ``null_ratio`` is the null of relative statistics; ``margin`` the null difference of the share
-    statistic (absolute, see :func:`ccab.judge.stats.share_difference_effect`)."""
+    statistic (absolute, see :func:`ccab.judge.stats.share_difference_effect`). ``pre``: the same
+    hosts' pre-period arrays (no arm; matched by host name) — the effect is then adjusted for
+    each host's pre-period value (:func:`ccab.judge.stats.adjusted_effect`), or, when a host has
+    no usable pre-period value, computed unadjusted with ``adjustment`` saying why."""
+    if pre is not None:
+        return _adjusted_effect_of(arr, pre, metric, statistic, alternative=alternative, null_ratio=null_ratio,
+                                   margin=margin, seed_key=seed_key, alpha=alpha, ci_level=ci_level)
     if statistic == SHARE_ABOVE:
         return share_difference_effect(arr.n_above, arr.n, arr.treated, SHARE_ABOVE, alternative=alternative,
                                        margin=margin, seed_key=seed_key, alpha=alpha, ci_level=ci_level)
@@ -212,8 +277,44 @@ def effect_of(arr: HostArrays, metric: str, statistic: str, *, alternative="two-
     raise ValueError(f"unknown statistic {statistic!r} for {metric}")
 
 
+def _kind(statistic: str) -> tuple[str, float | None]:
+    if statistic == SHARE_ABOVE:
+        return "share", None
+    if statistic in ("mean", "ratio"):
+        return statistic, None
+    return "quantile", QUANTILES[statistic]
+
+
+def _some(hosts: list[str], k: int = 4) -> str:
+    return ", ".join(hosts[:k]) + (f" and {len(hosts) - k} more" if len(hosts) > k else "")
+
+
+def _adjusted_effect_of(arr: HostArrays, pre: HostArrays, metric: str, statistic: str, **kw) -> Effect:
+    kind, p = _kind(statistic)
+    log = kind != "share"
+    y = host_statistic(arr, kind, p)
+    x_of = dict(zip(pre.hosts, host_statistic(pre, kind, p)))
+    x = np.array([x_of.get(h, math.nan) for h in arr.hosts], dtype=np.float64)
+    missing = [h for h, v in zip(arr.hosts, x) if not math.isfinite(v)]
+    nonpos = [h for h, a, b in zip(arr.hosts, x, y) if log and math.isfinite(a) and (a <= 0 or not b > 0)]
+    if missing or nonpos or not arr.hosts:
+        why = (f"hosts without pre-period data: {_some(missing)}" if missing else
+               f"a {statistic} of 0 on hosts {_some(nonpos)} (no log scale)" if nonpos else "no host names")
+        eff = effect_of(arr, metric, statistic, **kw)
+        return replace(eff, adjustment=f"off ({why}): unadjusted")
+    t = arr.treated
+    if kind == "quantile":
+        v_t = arm_quantile_ci(arr.hist[t], arr.n_zero[t], arr.bins, p)[0]
+        v_c = arm_quantile_ci(arr.hist[~t], arr.n_zero[~t], arr.bins, p)[0]
+    else:
+        num, den = {"mean": (arr.value_sum, arr.n), "ratio": (arr.ratio_num, arr.ratio_den),
+                    "share": (arr.n_above, arr.n)}[kind]
+        v_t, v_c = arm_ratio(num[t], den[t])[0], arm_ratio(num[~t], den[~t])[0]
+    return adjusted_effect(y, x, t, statistic, log=log, value_treatment=v_t, value_control=v_c, **kw)
+
+
 def guardrail_result(arr: HostArrays, g: Guardrail, arm: str, control_arm: str, alpha_look: float,
-                     seed: str) -> Result:
+                     seed: str, pre: HostArrays | None = None) -> Result:
     """One-sided tests of a guardrail at this look: beyond the margin (regression) and within it
     (non-inferior); the interval shown is the one-sided (1 − 2α_look) two-sided equivalent."""
     worse = "greater" if g.higher_is_worse else "less"
@@ -222,7 +323,7 @@ def guardrail_result(arr: HostArrays, g: Guardrail, arm: str, control_arm: str, 
     ci_level = 1 - 2 * alpha_look
     margin = g.margin if g.higher_is_worse else -g.margin
     regress = effect_of(arr, g.metric, g.statistic, alternative=worse, null_ratio=g.null_ratio, margin=margin,
-                        seed_key=key, ci_level=ci_level)
+                        seed_key=key, ci_level=ci_level, pre=pre)
     r = _result(regress, arm, control_arm, g.metric, g.statistic, "all", "guardrail", g.severity)
     r.alpha_look, r.margin = alpha_look, g.margin
     if regress.error or not math.isfinite(regress.p_value):
@@ -235,7 +336,7 @@ def guardrail_result(arr: HostArrays, g: Guardrail, arm: str, control_arm: str, 
         r.outcome = "regression"
         return r
     ni = effect_of(arr, g.metric, g.statistic, alternative=better, null_ratio=g.null_ratio, margin=margin,
-                   seed_key=key + "/ni", ci_level=ci_level)
+                   seed_key=key + "/ni", ci_level=ci_level, pre=pre)
     r.outcome = "non_inferior" if ni.p_value <= alpha_look else "inconclusive"
     return r
 
@@ -273,6 +374,31 @@ def segment_results(wh, pop, rollout, start, end, guardrails, arm, control_arm, 
     return out
 
 
+def speed_segment_results(rows, arm: str, control_arm: str, seed: str) -> list[Result]:
+    """Goodput per client-speed band (prefixes banded by their *pre-period* median goodput,
+    :func:`ccab.judge.data.prefix_speed_bands`): the treatment's effect on each host's geometric
+    mean goodput of the band's requests, host-permutation test, BH within the family. Statistic
+    ``gmean``; segment ``speed:<band>``."""
+    family = []
+    by_band: dict[str, list] = {}
+    for band, a, host, n, mean_log in rows:
+        if a in (arm, control_arm) and n > 0:
+            by_band.setdefault(band, []).append((a == arm, math.exp(mean_log)))
+    for band, hosts in sorted(by_band.items()):
+        treated = np.array([t for t, _ in hosts])
+        y = np.array([v for _, v in hosts])
+        if treated.sum() < 2 or (~treated).sum() < 2:
+            continue
+        # no covariate (x = 1): the plain host-level comparison of mean log goodput
+        eff = adjusted_effect(y, np.ones_like(y), treated, "gmean", seed_key=f"{seed}/goodput/{band}",
+                              value_treatment=float(np.exp(np.log(y[treated]).mean())),
+                              value_control=float(np.exp(np.log(y[~treated]).mean())))
+        eff = replace(eff, method="permutation", adjustment="", variance_reduction=math.nan)
+        family.append(_result(eff, arm, control_arm, "goodput_bps", "gmean", band, "segment", "info"))
+    _bh(family)
+    return family
+
+
 def _segments_for(metric: str) -> tuple[str, ...]:
     return SEGMENTS_REQUEST if get_metric(metric).grain == "request" else SEGMENTS_CONNECTION
 
@@ -282,7 +408,8 @@ def _result(eff: Effect, arm, control_arm, metric, statistic, segment, role, sev
     scale = get_metric(metric).ratio_scale if statistic == "ratio" else 1.0
     return Result(arm, control_arm, metric, statistic, segment, role, eff.method, eff.g_treatment, eff.g_control,
                   eff.value_treatment * scale, eff.value_control * scale, eff.estimate, eff.ci_low, eff.ci_high, eff.p_value,
-                  eff.min_attainable_p, severity=severity, error=eff.error)
+                  eff.min_attainable_p, severity=severity, error=eff.error, adjustment=eff.adjustment,
+                  variance_reduction=eff.variance_reduction)
 
 
 def _missing(arm, control_arm, metric, statistic, segment, role, severity) -> Result:

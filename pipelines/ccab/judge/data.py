@@ -58,6 +58,88 @@ def host_rows(wh: Warehouse, pop: str, rollout_id: str, segment: str, start: dat
     return out
 
 
+_PRE_HOST_SUMS = """
+SELECT metric, '' AS arm, host,
+       sum(n) AS n, sum(n_zero) AS n_zero, sum(n_above_50pct) AS n_above, sum(value_sum) AS value_sum,
+       sum(ratio_num) AS ratio_num, sum(ratio_den) AS ratio_den,
+       mapKeys(sumMap(hist)) AS bins, mapValues(sumMap(hist)) AS counts
+FROM cohort_hourly
+WHERE pop = {pop:String} AND segment = 'all' AND has({hosts:Array(String)}, host)
+  AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
+  AND has({metrics:Array(String)}, metric)
+GROUP BY metric, host
+ORDER BY metric, host
+"""
+
+
+def pre_period_rows(wh: Warehouse, pop: str, hosts: list[str], start: datetime, end: datetime,
+                    metrics: list[str]) -> dict[str, list[HostRow]]:
+    """metric -> one row per host (arm ``''``) with the hosts' sums over ``[start, end)`` whatever
+    rollout or arm their rows carry: before a rollout the records carry none, so the pre-period is
+    recognised by host."""
+    res = wh.query(_PRE_HOST_SUMS, params={"pop": pop, "hosts": list(hosts), "a": sql_time(start),
+                                           "b": sql_time(end), "metrics": list(metrics)})
+    out: dict[str, list[HostRow]] = {}
+    for metric, arm, host, n, nz, na, vs, rn, rd, bins, counts in res.rows:
+        out.setdefault(metric, []).append(HostRow(arm, host, float(n), float(nz), float(na), float(vs or 0),
+                                                  float(rn or 0), float(rd or 0), bins, counts))
+    return out
+
+
+#: client-speed bands (Mbit/s of a prefix's pre-period median goodput), Dropbox-like
+SPEED_BANDS_MBPS: tuple[tuple[str, float, float], ...] = (
+    ("speed:<1Mbps", 0.0, 1.0), ("speed:1-10Mbps", 1.0, 10.0), ("speed:10-50Mbps", 10.0, 50.0),
+    ("speed:>50Mbps", 50.0, float("inf")))
+#: requests whose goodput says something about the client's path (smaller ones are RTT-bound)
+SPEED_MIN_BODY_BYTES = 100_000
+
+
+def prefix_speed_bands(wh: Warehouse, pop: str, start: datetime, end: datetime,
+                       min_requests: int = 3) -> dict[str, str]:
+    """client prefix -> speed band from its median nginx goodput in ``[start, end)`` — the
+    pre-period: pre-treatment by construction (never the experiment window's outcomes)."""
+    res = wh.query("""SELECT peer_prefix, quantileExact(0.5)(goodput_bps), count() FROM http_requests
+                      WHERE pop = {pop:String} AND ts_ms >= {a:Int64} AND ts_ms < {b:Int64}
+                        AND body_bytes_sent >= {min_body:UInt64} AND goodput_bps > 0 AND peer_prefix IS NOT NULL
+                      GROUP BY peer_prefix HAVING count() >= {k:UInt32}""",
+                   params={"pop": pop, "a": int(start.timestamp() * 1000), "b": int(end.timestamp() * 1000),
+                           "min_body": SPEED_MIN_BODY_BYTES, "k": min_requests})
+    out = {}
+    for prefix, median_bps, _n in res.rows:
+        mbps = float(median_bps) / 1e6
+        for name, lo, hi in SPEED_BANDS_MBPS:
+            if lo <= mbps < hi:
+                out[prefix] = name
+    return out
+
+
+def host_goodput_by_band(wh: Warehouse, pop: str, rollout_id: str, start: datetime, end: datetime,
+                         bands: dict[str, str]) -> list[tuple[str, str, str, int, float]]:
+    """(band, arm, host, requests, mean log goodput) in the window, prefixes banded by ``bands``."""
+    if not bands:
+        return []
+    prefixes = sorted(bands)
+    res = wh.query("""SELECT transform(assumeNotNull(peer_prefix), {p:Array(String)}, {b:Array(String)}, '') AS band,
+                             arm, host, count(), avg(log(goodput_bps))
+                      FROM http_requests
+                      WHERE pop = {pop:String} AND rollout_id = {r:String}
+                        AND ts_ms >= {a:Int64} AND ts_ms < {e:Int64}
+                        AND body_bytes_sent >= {min_body:UInt64} AND goodput_bps > 0 AND peer_prefix IS NOT NULL
+                      GROUP BY band, arm, host HAVING band != '' ORDER BY band, arm, host""",
+                   params={"p": prefixes, "b": [bands[x] for x in prefixes], "pop": pop, "r": rollout_id,
+                           "a": int(start.timestamp() * 1000), "e": int(end.timestamp() * 1000),
+                           "min_body": SPEED_MIN_BODY_BYTES})
+    return [(band, arm, host, int(n), float(m)) for band, arm, host, n, m in res.rows]
+
+
+def first_assignment_ms(wh: Warehouse, pop: str, rollout_id: str) -> int | None:
+    """When the controller first assigned a host of ``pop`` in this rollout (None without one)."""
+    res = wh.query("""SELECT count(), min(issued_at_ms) FROM assignments
+                      WHERE pop = {pop:String} AND rollout_id = {r:String}""", params={"pop": pop, "r": rollout_id})
+    cnt, lo = res.rows[0]
+    return int(lo) if cnt else None
+
+
 def host_arrays(rows: list[HostRow], treatment_arm: str, control_arm: str) -> HostArrays:
     """Stack the two arms' host rows into :class:`HostArrays` (hosts with no value dropped)."""
     rows = [r for r in rows if r.arm in (treatment_arm, control_arm) and r.n > 0]

@@ -10,7 +10,7 @@ from ccab.base.vocabulary import (HIGHER_IS_WORSE, JUDGED_METRICS, QUANTILES, SE
                                   check_statistic, statistics_of)
 
 __all__ = ["HIGHER_IS_WORSE", "JUDGED_METRICS", "QUANTILES", "SEVERITIES", "SHARE_ABOVE", "Severity",
-           "check_statistic", "statistics_of", "Decision", "Guardrail", "Breaker", "RolloutOptions", "Result",
+           "check_statistic", "statistics_of", "Decision", "Guardrail", "Breaker", "RolloutOptions", "DEFAULT_PRE_PERIOD_HOURS", "MIN_PRE_PERIOD_HOURS", "Result",
            "GateCheck", "BreakerTrip", "Verdict", "RolloutJudgement", "DEFAULT_GUARDRAILS", "DEFAULT_BREAKERS"]
 
 Decision = Literal["rollback", "halt", "continue", "pass", "no_decision", "inconclusive_by_design"]
@@ -99,6 +99,11 @@ DEFAULT_GUARDRAILS: tuple[Guardrail, ...] = (
 DEFAULT_BREAKERS: tuple[Breaker, ...] = (Breaker(),)
 
 
+#: the pre-period the judge adjusts with: the same hosts' data this many hours before the rollout
+DEFAULT_PRE_PERIOD_HOURS = 168
+MIN_PRE_PERIOD_HOURS = 24
+
+
 @dataclass(frozen=True)
 class RolloutOptions:
     """What a rollout declared for its judge (its plan): control arm, guardrails, breakers; ``note``
@@ -108,6 +113,10 @@ class RolloutOptions:
     guardrails: tuple[Guardrail, ...] | None = None
     breakers: tuple[Breaker, ...] | None = None
     note: str = ""
+    #: the pre-period: this many hours before the rollout's first assignment (>= 24)
+    pre_period_hours: int = DEFAULT_PRE_PERIOD_HOURS
+    #: the judge refuses to decide (no_decision with this reason), e.g. a design it cannot analyse
+    refuse: str = ""
 
 
 @dataclass
@@ -136,6 +145,8 @@ class Result:
     alpha_look: float | None = None
     margin: float | None = None
     error: str = ""
+    adjustment: str = ""  # pre-period adjustment: "cuped θ=…", "off (why): unadjusted", "" (none asked)
+    variance_reduction: float = math.nan  # 1 − Var(adjusted)/Var(unadjusted), host-level estimate
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -15,6 +15,10 @@ statistics.md). So the power of a comparison comes from the historical host-leve
 
 The judge's tests are host-permutation tests of pooled statistics; for hosts of similar size their
 power is that of the host-level t-test (checked by simulation in tests/test_judge_power.py).
+
+With the pre-period adjustment (:func:`ccab.judge.stats.adjusted_effect`) the host-level variance
+shrinks by ``ρ²``, the squared correlation of a host's statistic with its own earlier value; the
+table estimates it from consecutive windows of the history and shows the hosts needed both ways.
 """
 
 from __future__ import annotations
@@ -108,37 +112,82 @@ class PowerRow:
     sigma_log: float
     hosts_per_arm: int | None
     power_at_hosts: float
+    #: with the judge's pre-period adjustment: the share of the between-host variance a host's
+    #: previous window explains (ρ² of consecutive windows), the adjusted SD and hosts needed
+    variance_reduction: float = math.nan
+    sigma_log_adjusted: float = math.nan
+    hosts_per_arm_adjusted: int | None = None
+
+
+def variance_reduction_from_windows(table: dict[tuple[int, str], dict[str, float]]) -> tuple[float, int]:
+    """ρ² between a host's log statistic in one window and in the previous one (centred per window
+    pair, pooled): the share of the between-host variance a pre-period covariate removes
+    (Var(adjusted) = (1 − ρ²) Var). Returns (ρ², pairs); NaN with fewer than 3 pairs."""
+    by_w: dict[int, dict[str, float]] = {}
+    for (w, _arm), values in table.items():
+        for h, v in values.items():
+            if v > 0 and math.isfinite(v):
+                by_w.setdefault(w, {})[h] = math.log(v)
+    sxx = syy = sxy = 0.0
+    n = 0
+    for w in sorted(by_w):
+        prev = by_w.get(w - 1)
+        if not prev:
+            continue
+        hosts = sorted(set(prev) & set(by_w[w]))
+        if len(hosts) < 2:
+            continue
+        x = np.array([prev[h] for h in hosts])
+        y = np.array([by_w[w][h] for h in hosts])
+        x, y = x - x.mean(), y - y.mean()
+        sxx, syy, sxy, n = sxx + float(x @ x), syy + float(y @ y), sxy + float(x @ y), n + len(hosts)
+    if n < 3 or sxx <= 0 or syy <= 0:
+        return math.nan, n
+    return sxy * sxy / (sxx * syy), n
 
 
 def host_window_values(wh: Warehouse, metric: str, statistic: str, duration_h: int, start: datetime,
                        end: datetime, pop: str = "", arm: str = "") -> list[np.ndarray]:
     """Per (window, arm): the hosts' statistic over consecutive ``duration_h``-hour windows."""
+    table = host_window_table(wh, metric, statistic, duration_h, start, end, pop, arm)
+    return [np.array(list(v.values())) for v in table.values()]
+
+
+def host_window_table(wh: Warehouse, metric: str, statistic: str, duration_h: int, start: datetime,
+                      end: datetime, pop: str = "", arm: str = "") -> dict[tuple[int, str], dict[str, float]]:
+    """(window, arm) -> host -> the host's statistic in that ``duration_h``-hour window."""
     windows = int((end - start).total_seconds() // (duration_h * 3600))
     if windows < 1:
-        return []
+        return {}
     stat = "share" if statistic == SHARE_ABOVE else statistic if statistic in ("mean", "ratio") else "quantile"
     res = wh.query(_HOST_WINDOW_STATS, params={
         "p": QUANTILES.get(statistic, 0.5), "stat": stat, "metric": metric, "pop": pop, "arm": arm,
         "a": sql_time(start), "b": sql_time(end), "d": duration_h, "windows": windows})
-    groups: dict[tuple[int, str], list[float]] = {}
-    for w, a, _host, value in res.rows:
-        groups.setdefault((w, a), []).append(float(value) if value is not None else math.nan)
-    return [np.array(v) for v in groups.values()]
+    groups: dict[tuple[int, str], dict[str, float]] = {}
+    for w, a, host, value in res.rows:
+        groups.setdefault((w, a), {})[host] = float(value) if value is not None else math.nan
+    return groups
 
 
 def power_table(wh: Warehouse, metric: str, statistic: str, mde: float, *, start: datetime, end: datetime,
                 pop: str = "", arm: str = "", durations_h=DEFAULT_DURATIONS_H, power: float = 0.8,
                 alpha: float = 0.05, alternative: str = "two-sided", hosts_per_arm: int | None = None) -> list[PowerRow]:
-    """Hosts per arm needed for each window length the history can show."""
+    """Hosts per arm needed for each window length the history can show, without and with the
+    judge's pre-period adjustment (each host's previous window standing in for its pre-period)."""
     check_statistic(metric, statistic)
     out = []
     for d in durations_h:
-        groups = host_window_values(wh, metric, statistic, d, start, end, pop, arm)
+        table = host_window_table(wh, metric, statistic, d, start, end, pop, arm)
+        groups = [np.array(list(v.values())) for v in table.values()]
         sigma, df = sigma_from_host_stats(groups)
         if not df:
             continue
         hosts = max(len(g) for g in groups)
+        rho2, _pairs = variance_reduction_from_windows(table)
+        sigma_adj = sigma * math.sqrt(1 - rho2) if math.isfinite(rho2) else math.nan
         out.append(PowerRow(d, len(groups), hosts, sigma, hosts_needed(mde, sigma, power, alpha, alternative),
                             predicted_power(mde, sigma, hosts_per_arm or hosts, hosts_per_arm or hosts, alpha,
-                                            alternative)))
+                                            alternative),
+                            rho2, sigma_adj, hosts_needed(mde, sigma_adj, power, alpha, alternative)
+                            if math.isfinite(sigma_adj) else None))
     return out

@@ -111,6 +111,10 @@ class Effect:
     alternative: str = "two-sided"
     null_ratio: float = 1.0
     error: str = ""  # degenerate data: why no estimate (never an exception)
+    #: pre-period regression adjustment: "" (not asked), "cuped θ=… (variance −…%)" or "off: why"
+    adjustment: str = ""
+    #: 1 − Var(adjusted) / Var(unadjusted) of the host-level estimate (NaN when not adjusted)
+    variance_reduction: float = math.nan
 
 
 # --------------------------------------------------------------------------------------------------
@@ -470,6 +474,121 @@ def shift_test(arr: HostArrays, seed_key: str = "") -> Effect:
     ks = float(np.max(np.abs(ft / ft[-1] - fc / fc[-1])))
     return Effect(value_treatment=math.nan, value_control=math.nan, estimate=ks, ci_low=math.nan,
                   ci_high=math.nan, p_value=p, **base)
+
+
+# --------------------------------------------------------------------------------------------------
+# pre-period regression adjustment (CUPED on host values)
+# --------------------------------------------------------------------------------------------------
+
+def host_statistic(arr: HostArrays, kind: str, p: float | None = None) -> np.ndarray:
+    """Each host's own value of a statistic: ``mean`` (Σvalue/n), ``ratio`` (Σnum/Σden), ``share``
+    (Σabove/n) or ``quantile`` (its ``p`` quantile from its histogram, zeros first); NaN for a host
+    without values."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if kind == "mean":
+            return np.where(arr.n > 0, arr.value_sum / arr.n, np.nan)
+        if kind == "ratio":
+            return np.where(arr.ratio_den > 0, arr.ratio_num / arr.ratio_den, np.nan)
+        if kind == "share":
+            return np.where(arr.n > 0, arr.n_above / arr.n, np.nan)
+    if kind != "quantile" or p is None:
+        raise ValueError(f"unknown host statistic {kind!r}")
+    g = arr.n.size
+    if g == 0:
+        return np.zeros(0)
+    pos = _by_chunks(_quantile_rows_chunk, np.eye(g, dtype=bool), arr.hist, arr.n_zero, p) if arr.bins.size else \
+        np.full(g, -1)
+    lookup = arr.bins if arr.bins.size else np.zeros(1, dtype=np.int64)
+    vals = np.where(pos < 0, 0.0, bin_mid(lookup[np.maximum(pos, 0)]))
+    return np.where(arr.n > 0, vals, np.nan)
+
+
+def _quantile_rows_chunk(a, hist, zeros, p):  # argument order of _by_chunks
+    return _quantile_rows(hist, zeros, a, p)
+
+
+def _ancova_rows(y: np.ndarray, x: np.ndarray, a: np.ndarray):
+    """For each labelling row of ``a`` (P, G): the covariate-adjusted difference of arm means of
+    ``y`` (slope θ of ``y`` on ``x`` pooled within arms), its variance, θ, and the variance of the
+    plain difference of means (per-arm residual variances, Welch-like)."""
+    af = a.astype(np.float64)
+    bf = 1.0 - af
+    nt, nc = af.sum(axis=1), bf.sum(axis=1)
+    yt, yc = af @ y / nt, bf @ y / nc
+    xt, xc = af @ x / nt, bf @ x / nc
+    syy_t, syy_c = af @ (y * y) - nt * yt * yt, bf @ (y * y) - nc * yc * yc
+    sxy_t, sxy_c = af @ (x * y) - nt * xt * yt, bf @ (x * y) - nc * xc * yc
+    sxx_t, sxx_c = af @ (x * x) - nt * xt * xt, bf @ (x * x) - nc * xc * xc
+    sxx = sxx_t + sxx_c
+    with np.errstate(divide="ignore", invalid="ignore"):
+        theta = np.where(sxx > 0, (sxy_t + sxy_c) / np.where(sxx > 0, sxx, 1), 0.0)
+        ss_t = np.maximum(syy_t - 2 * theta * sxy_t + theta * theta * sxx_t, 0)
+        ss_c = np.maximum(syy_c - 2 * theta * sxy_c + theta * theta * sxx_c, 0)
+        s2 = (ss_t + ss_c) / np.maximum(nt + nc - 3, 1)
+        dx = xt - xc
+        var = ss_t / (nt * (nt - 1)) + ss_c / (nc * (nc - 1)) + dx * dx * np.where(sxx > 0, s2 / np.where(
+            sxx > 0, sxx, 1), 0)
+        var_raw = np.maximum(syy_t, 0) / (nt * (nt - 1)) + np.maximum(syy_c, 0) / (nc * (nc - 1))
+    est = (yt - yc) - theta * dx
+    return est, var, theta, var_raw
+
+
+def adjusted_effect(y: np.ndarray, x: np.ndarray, treated: np.ndarray, statistic: str, *, log: bool = True,
+                    alternative: Alternative = "two-sided", null_ratio: float = 1.0, margin: float = 0.0,
+                    alpha: float = 0.05, seed_key: str = "", ci_level: float | None = None,
+                    value_treatment: float = math.nan, value_control: float = math.nan) -> Effect:
+    """Effect on host values ``y`` adjusted by the same hosts' pre-period values ``x`` (CUPED /
+    ANCOVA with the host as the unit).
+
+    On the log scale (``log=True``: relative effects of a mean, ratio or quantile) each host
+    contributes ``log y_h`` with covariate ``log x_h``; on the absolute scale (shares) ``y_h`` and
+    ``x_h`` themselves. The estimate is ``(ȳ_t − ȳ_c) − θ(x̄_t − x̄_c)`` with θ the slope pooled
+    within arms. The p-value comes from the host permutation of the studentized adjusted
+    difference, recomputed (θ included) for every relabelling: under the sharp null the pairs
+    ``(y_h, x_h)`` are fixed, so the test keeps its exact size whatever θ turns out to be. A margin
+    is a shifted sharp null: treated ``log y`` minus ``log(null_ratio)`` (``y`` minus ``margin``).
+
+    ``value_treatment``/``value_control`` are shown as given (the pooled arm values). The
+    estimand is the host-average effect (each host weighs the same), not the pooled one.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    treated = np.asarray(treated, dtype=bool)
+    g_t, g_c = int(treated.sum()), int((~treated).sum())
+    base = dict(statistic=statistic, g_treatment=g_t, g_control=g_c, alternative=alternative,
+                null_ratio=null_ratio, min_attainable_p=min_attainable_p(g_t, g_c, alternative),
+                method="permutation-cuped", value_treatment=value_treatment, value_control=value_control)
+    nan = math.nan
+    if g_t < 2 or g_c < 2:
+        return Effect(estimate=nan, ci_low=nan, ci_high=nan, p_value=nan, error="fewer than 2 hosts in an arm",
+                      **base)
+    if log:
+        yl, xl = np.log(y), np.log(x)
+        shift = math.log(null_ratio)
+    else:
+        yl, xl = y.copy(), x.copy()
+        shift = margin
+    obs = np.vstack([treated])
+    est, var, theta, var_raw = (float(v[0]) for v in _ancova_rows(yl, xl, obs))
+    se = math.sqrt(max(var, 0.0))
+    df = float(max(g_t + g_c - 3, 1))
+    level = ci_level if ci_level is not None else 1 - alpha
+    tq = float(sps.t.ppf(0.5 + level / 2, df)) if se > 0 else 0.0
+    ys = np.where(treated, yl - shift, yl)
+    rows, exact = relabellings(treated, seed_key)
+    e_rows, v_rows, _, _ = _by_chunks(lambda a: np.vstack(_ancova_rows(ys, xl, a)).T, rows).T
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tstat = np.where(v_rows > 0, e_rows / np.sqrt(np.where(v_rows > 0, v_rows, 1)), np.sign(e_rows) * 1e300)
+    tstat = np.where(np.abs(e_rows) < 1e-12, 0.0, tstat)
+    p = _perm_p(tstat, alternative, exact)
+    reduction = 1 - var / var_raw if var_raw > 0 else nan
+    note = f"cuped θ={theta:.2f} (variance of the host-level estimate {-reduction:+.0%})"
+    if log:
+        return Effect(estimate=math.exp(est) - 1, ci_low=math.exp(est - tq * se) - 1,
+                      ci_high=math.exp(est + tq * se) - 1, p_value=p, df=df, se_log=se, adjustment=note,
+                      variance_reduction=reduction, **base)
+    return Effect(estimate=est, ci_low=est - tq * se, ci_high=est + tq * se, p_value=p, df=df, adjustment=note,
+                  variance_reduction=reduction, **base)
 
 
 # --------------------------------------------------------------------------------------------------

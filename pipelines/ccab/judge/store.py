@@ -32,7 +32,8 @@ def write_judgement(wh: Warehouse, j: RolloutJudgement, report, seq: int) -> Non
              "estimate": _num(r.estimate), "ci_low": _num(r.ci_low), "ci_high": _num(r.ci_high),
              "p_value": _num(r.p_value), "q_value": _num(r.q_value), "alpha_look": _num(r.alpha_look),
              "min_attainable_p": _num(r.min_attainable_p), "margin": _num(r.margin), "severity": r.severity,
-             "outcome": r.outcome}
+             "outcome": r.outcome, "adjustment": r.adjustment,
+             "variance_reduction": _num(r.variance_reduction)}
         # NaN (no estimate) is stored as NaN in Float64 columns: null only where the column is Nullable
         for k in ("value_treatment", "value_control", "estimate", "ci_low", "ci_high", "p_value", "min_attainable_p"):
             if d[k] is None:

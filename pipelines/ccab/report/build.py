@@ -22,6 +22,7 @@ from ccab.judge.model import HIGHER_IS_WORSE
 from ccab.plots import data as plot_data
 from ccab.plots import render
 from ccab.report import html as h
+from ccab.report import precision
 from ccab.report.data import ReportData, load
 
 #: (metric, what it shows) of the per-arm PDFs and CDFs
@@ -452,6 +453,8 @@ def build_report(wh: Warehouse, rollout_id: str, out_dir: Path | None = None, po
         _decision_section(d),
         _gates_section(d),
         _guardrails_section(d),
+        precision.adjustment_section(d),
+        precision.share_section(wh, d),
         h.Section("Distributions per arm", dist, "distributions",
                   "Dropbox-style PDFs and CDFs of retransmits, in-flight bytes, RTT and goodput, one line per arm."),
         h.Section("Heatmaps against RTT", heat, "heatmaps",

@@ -91,7 +91,7 @@ def load(wh: Warehouse, rollout_id: str, pop: str = "", t_from: datetime | None 
         d.results = wh.query(f"""SELECT pop, treatment_arm, control_arm, metric, statistic, segment, role, method,
                                         hosts_treatment, hosts_control, value_treatment, value_control, estimate,
                                         ci_low, ci_high, p_value, q_value, alpha_look, min_attainable_p, margin,
-                                        severity, outcome
+                                        severity, outcome, adjustment, variance_reduction
                                  FROM judge_results FINAL WHERE {_WINDOW}
                                  ORDER BY pop, role, metric, statistic, segment, treatment_arm""", params=p).dicts()
         ids = sorted({a for v in d.verdicts for a in v["alert_ids"]})

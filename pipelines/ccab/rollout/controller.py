@@ -305,6 +305,8 @@ class Controller:
                                       f"(state in {self.store.dir})")
             raise ControllerError(f"rollout {self.plan.rollout_id!r} is already started (status "
                                   f"{self.state.status}); use `ccab rollout step` or `status`")
+        if self.plan.design.switchback is not None:
+            raise ControllerError(f"rollout {self.plan.rollout_id!r}: {design.SWITCHBACK_REFUSAL}")
         self.state = RolloutState(rollout_id=self.plan.rollout_id, plan_digest=self.plan.digest,
                                   plan_path=str(self.plan.source), seed=self.plan.design.seed,
                                   started_ms=self.clock(), stage_started_ms=self.clock(),

@@ -11,7 +11,8 @@ gives the same hosts on every machine and after every restart.
   pre-treatment covariate, e.g. traffic) form blocks of T+1; blocks are shuffled, and inside a
   block the arms (including control) are randomized, so each treated host has a matched control.
 - **Switchback** (``design.switchback``): the whole PoP alternates arms in time; the order of arms
-  is randomized inside each block of ``len(arms)`` periods.
+  is randomized inside each block of ``len(arms)`` periods. The schedule exists, but the
+  controller refuses to start such a plan (:data:`SWITCHBACK_REFUSAL`): the judge cannot analyse it.
 - **Blast radius**: moves *away* from control are capped per PoP per step
   (``limits.max_hosts_per_pop_per_step`` / ``max_fraction_per_pop_per_step``); moves back to
   control are never capped (a rollback must be fast).
@@ -24,6 +25,14 @@ import random
 from dataclasses import dataclass
 
 from ccab.rollout.plan import Plan
+
+
+#: why a switchback plan is refused (the controller does not start it; the judge makes no decision)
+SWITCHBACK_REFUSAL = (
+    "switchback designs are refused until the judge analyses them: its units are hosts, a switchback's are "
+    "time periods (that needs a washout after each switch — old connections keep the old algorithm — a "
+    "carryover check and randomization inference over the recorded schedule); use host randomization "
+    "(design.pairing when there are few hosts)")
 
 
 @dataclass(frozen=True)

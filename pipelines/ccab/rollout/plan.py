@@ -112,6 +112,8 @@ class Plan:
     description: str = ""
     source: str = ""
     digest: str = ""  # sha256 of the canonical plan (what the audit log records)
+    #: the judge's pre-period: this many hours before the rollout's first assignment (>= 24)
+    pre_period_hours: int = 168
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -224,8 +226,9 @@ def plan_from_dict(raw: Any, source: str = "plan", base_dir: Path | None = None)
     if not isinstance(raw, dict):
         raise PlanError([f"(top level): must be a mapping, got {type(raw).__name__}"], source)
     top = ("rollout_id", "description", "pops", "inventory", "arms", "control_arm", "design", "stages",
-           "limits", "guardrails", "breakers", "policy")
+           "limits", "guardrails", "breakers", "policy", "pre_period_hours")
     r.unknown(raw, top, "")
+    pre_period_hours = r.get(raw, "pre_period_hours", "", int, 168, lo=24)
     rollout_id = r.get(raw, "rollout_id", "", str)
     if isinstance(rollout_id, str) and (not rollout_id or any(c in rollout_id for c in "/ \t\n")):
         errors.append(f"rollout_id: must be non-empty without '/' or spaces, got {rollout_id!r}")
@@ -369,7 +372,7 @@ def plan_from_dict(raw: Any, source: str = "plan", base_dir: Path | None = None)
     plan = Plan(rollout_id=rollout_id or "", pops=tuple(pops), inventory=inventory, arms=tuple(arms),
                 control_arm=control or "", design=design, stages=tuple(stages), limits=limits,
                 guardrails=tuple(guardrails), breakers=tuple(breakers), policy=policy,
-                description=description or "", source=source)
+                description=description or "", source=source, pre_period_hours=pre_period_hours or 168)
     if not errors:
         errors.extend(_cross_checks(plan))
     if errors:
@@ -460,6 +463,8 @@ def plan_as_dict(plan: Plan) -> dict:
     d = asdict(plan)
     d.pop("digest", None)
     d.pop("source", None)
+    if d.get("pre_period_hours") == 168:
+        d.pop("pre_period_hours")  # the default: plans written before the option keep their digest
     d["inventory"].pop("file", None)  # the hosts it gave are what counts
     return d
 
@@ -485,6 +490,8 @@ def plan_to_yaml(plan: Plan) -> str:
     raw["guardrails"] = [asdict(g) for g in plan.guardrails]
     raw["breakers"] = [{"metric": b.metric, "ratio": b.ratio, "minutes": b.minutes} for b in plan.breakers]
     raw["policy"] = asdict(plan.policy)
+    if plan.pre_period_hours != 168:
+        raw["pre_period_hours"] = plan.pre_period_hours
     return "# resolved copy of the plan this rollout was started with (ccab rollout start)\n" + \
         yaml.safe_dump(raw, sort_keys=False)
 

@@ -62,7 +62,17 @@ def multipliers(world: World, conns: Connections) -> mdl.Multipliers:
             if eff.until_hour is not None:
                 m &= hours < eff.until_hour
             vals[eff.metric] = np.where(m, vals[eff.metric] * eff.factor, vals[eff.metric])
+    k = world.sc.shared_bottleneck.spillover_goodput
+    if k:
+        s = treated_share(world)
+        vals["goodput"] = vals["goodput"] * np.where(conns.arm == 0, np.exp(-k * s), np.exp(k * (1 - s)))
     return mdl.Multipliers(**vals)
+
+
+def treated_share(world: World) -> float:
+    """Share of the PoP's hosts not on the first (control) arm (0 in a pre-period: no arm)."""
+    names = [world.sc.arms[a].name for a in world.hosts.arm_idx.tolist()]
+    return float(np.mean([n != world.sc.arms[0].name for n in names])) if names else 0.0
 
 
 def run_chunk(world: World, i: int) -> ChunkResult:
@@ -71,7 +81,7 @@ def run_chunk(world: World, i: int) -> ChunkResult:
     # one stream per stage: a planted effect changes values, never which random numbers a stage
     # draws for the *other* connections (the control arm stays identical with and without it)
     # spawn(7)[:6] are the streams of spawn(6): adding the close stream changed no other record
-    streams = np.random.SeedSequence([sc.seed, STREAM_CHUNK, i]).spawn(7)
+    streams = np.random.SeedSequence([sc.seed, STREAM_CHUNK, i] + ([sc.chunk_stream] if sc.chunk_stream else [])).spawn(7)
     r_conn, r_model, r_req, r_tot, r_tick, r_rec, r_close = (np.random.default_rng(s) for s in streams)
     w = world.plan.window_s
     conns = draw_connections(sc, world.prefixes, world.hosts, world.plan.counts[i],

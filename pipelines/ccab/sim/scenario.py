@@ -20,7 +20,7 @@ import difflib
 import types
 import typing
 from dataclasses import dataclass, field, fields, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -225,6 +225,18 @@ class HostOverride:
 
 
 @dataclass(frozen=True)
+class SharedBottleneck:
+    """Treatment and control share the PoP's bottleneck (Spang et al., IMC'21): with a share ``s``
+    of the PoP's hosts off the first (control) arm, control connections' goodput is multiplied by
+    ``exp(−spillover × s)`` (the other arm takes bandwidth from them) and the other arms' by
+    ``exp(spillover × (1 − s))`` (they win against control's flows). A full rollout (``s = 1``
+    against ``s = 0``) shows only the planted direct effects; the host-level A/B shows them plus
+    ``spillover`` at any share."""
+
+    spillover_goodput: float = _num(0.0, ge=0, le=2, doc="log-scale goodput taken per unit treated share")
+
+
+@dataclass(frozen=True)
 class Hosts:
     name_format: str = "edge-{pop}-{index:02d}"
     assignment: Literal["shuffled", "blocks"] = "shuffled"
@@ -367,6 +379,9 @@ class Scenario:
     hosts: Hosts = _opt(Hosts)
     cc_models: dict[str, dict[str, Any]] = _opt(dict, "overrides of the built-in cc models")
     expect: tuple[Expectation, ...] = ()
+    pre_period_h: float = _num(0, ge=0, le=24 * 31, doc="hours before start with the same hosts and no arm")
+    shared_bottleneck: SharedBottleneck = _opt(SharedBottleneck)
+    chunk_stream: int = _num(0, ge=0, doc="salt of the per-chunk random streams (the pre-period run uses 1)")
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -407,6 +422,19 @@ class Scenario:
                 raise ScenarioError([f"--hours: must be > 0, got {hours}"])
             out = replace(out, duration_h=hours)
         return out
+
+
+def pre_period_of(sc: Scenario, hours: float | None = None) -> Scenario:
+    """The ``hours`` (default ``sc.pre_period_h``) before ``sc.start`` on the same PoP: the same hosts
+    with the same host effects and clients (same seed), every host on the first arm's cc and
+    kernel with no planted effect, records carrying no arm and no rollout id — what the judge's
+    pre-period adjustment reads. Connections draw from their own random streams."""
+    hours = sc.pre_period_h if hours is None else hours
+    base = sc.arms[0]
+    arms = tuple(replace(a, name="", cc=base.cc, kernel=base.kernel, cc_version=base.cc_version,
+                         model=dict(base.model), effects=()) for a in sc.arms)
+    return replace(sc, arms=arms, rollout_id="", start=sc.start - timedelta(hours=hours), duration_h=hours,
+                   expect=(), pre_period_h=0, chunk_stream=1, hosts=replace(sc.hosts, arm_of={}))
 
 
 def _coerce_model(d: dict[str, Any]) -> dict[str, Any]:

@@ -7,11 +7,11 @@ in one or several worker processes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from ccab.sim.population import HostTable, Prefixes, draw_hosts, draw_prefixes
-from ccab.sim.scenario import CCModel, Scenario, Segment
+from ccab.sim.scenario import CCModel, Scenario, Segment, pre_period_of
 
 STREAM_POPULATION, STREAM_HOSTS, STREAM_CHUNK = 1, 2, 3  # SeedSequence([seed, stream, ...])
 
@@ -117,3 +117,16 @@ def build_world(sc: Scenario, *, total_connections: int | None = None, chunk_tar
     masks = np.array([segment_mask(sc, prefixes, s) for s in segs])
     return World(sc, prefixes, hosts, tuple(sc.arm_model(a) for a in sc.arms),
                  tuple(sc.arm_cc_version(a) for a in sc.arms), plan, tuple(segs), masks, raw)
+
+
+def build_pre_world(sc: Scenario, hours: float, *, total_connections: int | None = None,
+                    chunk_target: int = 50_000) -> World:
+    """The world of ``sc``'s pre-period (:func:`ccab.sim.scenario.pre_period_of`): the same hosts,
+    their connections numbered *before* the run's (nginx ``$connection`` ends where the run's
+    starts) and their socket ids from another boot salt, so no record of the pre-period shares a
+    ``sock_id`` or ``conn_serial`` with one of the run."""
+    w = build_world(pre_period_of(sc, hours), total_connections=total_connections, chunk_target=chunk_target)
+    before = w.plan.counts.sum(axis=0).astype(np.int64)
+    hosts = replace(w.hosts, salt=w.hosts.salt ^ np.uint64(0x9E5EED0F7E0E5EED),
+                    serial_base=np.maximum(0, w.hosts.serial_base - before))
+    return replace(w, hosts=hosts)

@@ -117,6 +117,20 @@ def test_canary_flags_bbr1_retransmits_and_bbr2_high_loss_tail(canary_sim, wareh
     after = {a["alert_id"]: a["action"] for a in _alerts_json(capsys, "--rollout", "tyo1-bbr-canary")}
     assert after[bbr1["alert_id"]] == "rolled_back"
 
+    # the simulator's pre-period (same hosts, no arm) is the judge's: guardrails adjusted, the
+    # variance cut in the verdict, client-speed bands from pre-period goodput in heterogeneity
+    with warehouse() as wh:
+        adj = wh.query("""SELECT treatment_arm, metric, statistic, adjustment, variance_reduction FROM judge_results
+                          FINAL WHERE role = 'guardrail' AND rollout_id = 'tyo1-bbr-canary'""").rows
+        speed = wh.query("""SELECT DISTINCT segment FROM judge_results FINAL
+                            WHERE rollout_id = 'tyo1-bbr-canary' AND segment LIKE 'speed:%'""").rows
+        reasons = [r for (rs,) in wh.query("SELECT reasons FROM judge_verdicts FINAL").rows for r in rs]
+    print("adjustment:", adj, "speed segments:", speed)
+    assert adj and all(a.startswith("cuped") for *_, a, _ in adj), adj
+    assert all(v is not None for *_, v in adj)
+    assert speed
+    assert any(r.startswith("pre-period adjustment (2025-11-13 00:00–2025-11-20 00:00 UTC)") for r in reasons), reasons
+
     # power from the history's host-level spread: the per-host window statistic computed in SQL
     # equals the one read from the host's merged histogram in Python
     from ccab.judge import data
@@ -137,6 +151,7 @@ def test_canary_flags_bbr1_retransmits_and_bbr2_high_loss_tail(canary_sim, wareh
     table = json.loads(capsys.readouterr().out)
     assert table[0]["duration_h"] == 1 and table[0]["windows"] == HOURS and table[0]["hosts"] == 7
     assert table[0]["sigma_log"] > 0 and table[0]["hosts_per_arm"] >= 2
+    assert 0 <= table[0]["variance_reduction"] <= 1  # consecutive hours of the same hosts: with adjustment
 
 
 def test_aa_flags_nothing(aa_sim, warehouse_env, capsys):
@@ -190,8 +205,10 @@ def test_gate_one_host_silent_for_two_hours(warehouse, aa_sim, tmp_path):
     verdict, gates = _judge_modified(warehouse, aa_sim, tmp_path, drop, drop)
     assert verdict.decision == "no_decision"
     failed = [g for g in gates if g.status == "fail"]
-    assert [(g.gate, g.host, g.value) for g in failed] == [("host_completeness", silent, 2)]
-    assert "2 of 3 hour(s)" in failed[0].detail
+    assert [(g.gate, g.host) for g in failed] == [("host_completeness", silent), ("traffic_share", silent)]
+    assert failed[0].value == 2 and "2 of 3 hour(s)" in failed[0].detail
+    # the simulator's pre-period gives the traffic-share gate its baseline: the silent host's share fell
+    assert failed[1].value < 1 / 1.5
 
 
 def test_gate_halved_sampling_on_the_treatment_arm(warehouse, aa_sim, tmp_path):
