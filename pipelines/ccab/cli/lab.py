@@ -7,6 +7,7 @@ from pathlib import Path
 
 
 def _cmd_run(args) -> int:
+    from ccab.kafka.topics import KafkaLocalError
     from ccab.lab import runner, spec
     from ccab.lab.netns import LabError
 
@@ -26,7 +27,7 @@ def _cmd_run(args) -> int:
         out = Path(args.out) if args.out else settings().data_dir / "lab"
         run_dir = runner.run(exp, out, repeat=args.repeat, seed=args.seed,
                              keep_topics=args.keep_topics)
-    except LabError as exc:
+    except (LabError, KafkaLocalError) as exc:
         print(f"ccab lab run: {exc}", file=sys.stderr)
         return 1
     print(f"lab: results in {run_dir}")
