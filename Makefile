@@ -39,8 +39,8 @@ test-prometheus:  ## check and unit-test deploy/prometheus/ (rules, scrape confi
 	$(AMTOOL) config routes test --config.file=$(AM_CONFIG) --verify.receivers=ccab-ticket severity=ticket component=collector
 	$(AMTOOL) config routes test --config.file=$(AM_CONFIG) --verify.receivers=ccab-ticket alertname=Unlabelled
 
-lab: setup  ## short runs of the four lab experiments (root: network namespaces, nginx), with reports
-	@for e in fairness size-fairness buffer-sweep loss-resilience; do .venv/bin/ccab lab run lab/experiments/$$e.yaml --quick || exit 1; done
+lab: setup  ## short runs of the five lab experiments (ccab-link paths) (root: network namespaces, nginx), with reports
+	@for e in fairness size-fairness buffer-sweep loss-resilience cellular; do .venv/bin/ccab lab run lab/experiments/$$e.yaml --quick || exit 1; done
 
 bench: setup  ## run the benchmarks in bench/ (each prints a ratio against a peer or the limit), then issue #19's table
 	@set -o pipefail; out=$$(mktemp); status=0; \

@@ -45,22 +45,29 @@ def main(run_dirs: list[str]) -> None:
     for rd in map(Path, run_dirs):
         run = json.loads((rd / "run.json").read_text())
         res = json.loads((rd / "results.json").read_text())
-        dest = HERE / run["experiment"]
+        rtts = sorted({float(c["bottleneck"]["rtt_ms"]) for c in run["cases"]})
+        paths = sorted({c["bottleneck"].get("path", "tbf") for c in run["cases"]})
+        sub = f"rtt{rtts[0]:g}ms" if paths == ["link"] and len(rtts) == 1 else "nodelay"
+        dest = HERE / run["experiment"] / sub
         if dest.exists():
             shutil.rmtree(dest)
         dest.mkdir(parents=True)
         for png in sorted((rd / "report").glob("*.png")):
             shutil.copy(png, dest / png.name)
         s = res["summary"]
-        print(f"\n### {run['experiment']} — `{run['rollout_id']}` (repeats: {run['repeat']}, seed {run['seed']})\n")
+        print(f"\n### {run['experiment']} ({sub}) — `{run['rollout_id']}` (repeats: {run['repeat']}, seed {run['seed']}, "
+              f"delay: {run.get('delay_emulation')})\n")
+        idle = [c["base_rtt"]["min_ms"] for c in run["cases"] if c.get("base_rtt")]
+        if idle:
+            print(f"idle RTT through the link (TCP handshake, min per case): {min(idle):.2f}–{max(idle):.2f} ms\n")
         print(f"rows: tcp_samples {res['rows']['tcp_rows']}, http_requests {res['rows']['http_rows']}; "
               f"unavailable: {', '.join(run['algorithms_unavailable']) or 'none'}\n")
         kind = res["kind"]
         if kind == "fairness":
-            print(md(["case", "runs", "goodput sum (Mbit/s)", "Jain", "retrans (%)", "collapse rate",
+            print(md(["case", "runs", "goodput sum (Mbit/s)", "Jain", "retrans (%)", "collapse rate", "RTT p50 (ms)",
                       "goodput by cc (Mbit/s)"],
                      [[r["case"], r["repeats"], ci(r["sum_goodput_mbit"], "{:.1f}"), ci(r["jain"], "{:.3f}"),
-                       ci(r["retrans_pct"]), f"{r['collapse_rate']:.0%}",
+                       ci(r["retrans_pct"]), f"{r['collapse_rate']:.0%}", ci(r.get("rtt_p50_ms"), "{:.0f}"),
                        ", ".join(f"{k} {ci(v, '{:.1f}')}" for k, v in r["goodput_by_cc_mbit"].items())]
                       for r in s["cases"]]))
         elif kind == "size-fairness":
@@ -80,6 +87,18 @@ def main(run_dirs: list[str]) -> None:
             print(pivot(s, "buffer_bdp", "retrans_pct", "{:.2f}"))
             print("\nRTT p50 (ms):\n")
             print(pivot(s, "buffer_bdp", "rtt_p50_ms", "{:.1f}"))
+            print("\nQueueing delay p50 = RTT p50 − min RTT (ms):\n")
+            print(pivot(s, "buffer_bdp", "queue_delay_p50_ms", "{:.1f}"))
+        elif kind == "cellular":
+            rows = []
+            for c in res["cases"]:
+                for f in c["flows"]:
+                    rows.append([c["case"], c["rep"], f["cc"], f"{float(c['bottleneck']['rate_mbit']):.1f}",
+                                 f"{f['goodput_bps'] / 1e6:.2f}", f"{f['min_rtt_ms']:.1f}",
+                                 f"{f['rtt_p50_ms']:.0f}", f"{f['queue_delay_p50_ms']:.0f}",
+                                 f"{f['queue_delay_p95_ms']:.0f}", f"{f['retrans_pct']:.2f}"])
+            print(md(["case", "rep", "cc", "trace mean (Mbit/s)", "goodput (Mbit/s)", "min RTT (ms)", "RTT p50 (ms)",
+                      "queue delay p50 (ms)", "queue delay p95 (ms)", "retrans (%)"], rows))
         elif kind == "loss-resilience":
             print("Goodput (Mbit/s):\n")
             print(pivot(s, "loss_pct", "sum_goodput_mbit", "{:.1f}"))

@@ -7,11 +7,12 @@ from pathlib import Path
 
 
 def _cmd_run(args) -> int:
+    from ccab.kafka.topics import KafkaLocalError
     from ccab.lab import runner, spec
     from ccab.lab.netns import LabError
 
     try:
-        exp = spec.load(args.experiment, quick=args.quick, scale=args.scale)
+        exp = spec.load(args.experiment, quick=args.quick, scale=args.scale, rtt_ms=args.rtt_ms, path_kind=args.path)
     except (OSError, spec.SpecError) as exc:
         print(f"ccab lab run: {exc}", file=sys.stderr)
         return 2
@@ -26,7 +27,7 @@ def _cmd_run(args) -> int:
         out = Path(args.out) if args.out else settings().data_dir / "lab"
         run_dir = runner.run(exp, out, repeat=args.repeat, seed=args.seed,
                              keep_topics=args.keep_topics)
-    except LabError as exc:
+    except (LabError, KafkaLocalError) as exc:
         print(f"ccab lab run: {exc}", file=sys.stderr)
         return 1
     print(f"lab: results in {run_dir}")
@@ -68,6 +69,10 @@ def register(sub) -> None:
     r.add_argument("--out", help="parent of the run directory (default: $CCAB_DATA_DIR/lab)")
     r.add_argument("--quick", action="store_true", help="the YAML's quick: variant (what make lab runs)")
     r.add_argument("--scale", type=float, help="multiply every start and duration by this")
+    r.add_argument("--rtt-ms", type=float, help="base RTT of every case in ms (overrides the YAML's rtt_ms; "
+                                                 "0 = no delay, tbf path)")
+    r.add_argument("--path", choices=["link", "tbf"], help="bottleneck of every case: link (ccab-link: delay, "
+                                                           "rate/trace, loss) or tbf (tbf + nftables, no delay)")
     r.add_argument("--dry-run", action="store_true", help="print the cases and exit")
     r.add_argument("--no-report", action="store_true", help="do not build the HTML report")
     r.add_argument("--keep-topics", action="store_true", help="keep the run's Kafka topics")

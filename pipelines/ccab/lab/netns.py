@@ -32,6 +32,8 @@ from pathlib import Path
 NS_PREFIX = "ccl"
 REGISTRY_DIR = Path("/run/ccab-lab")
 MTU_BYTES = 1514
+TCP_RMEM = "4096 131072 67108864"
+TCP_WMEM = "4096 16384 67108864"
 
 
 class LabError(RuntimeError):
@@ -233,16 +235,25 @@ class Topology:
     def namespaces(self) -> list[str]:
         return [self.router, self.client, *self.hosts.values()]
 
-    def up(self) -> None:
+    @property
+    def router_ip(self) -> str:
+        return f"10.{self.net}.250.1"
+
+    def up(self, bottleneck_veth: bool = True) -> None:
+        """Namespaces and the edge links. ``bottleneck_veth``: also the router ↔ client veth
+        (the tbf path); with ccab-link, ``Link.start`` creates that link instead."""
         short = self.token.replace("-", "")[-8:]
         for ns in self.namespaces():
             self.registry.add_ns(ns)
             sh("ip", "netns", "add", ns)
             in_ns(ns, "ip", "link", "set", "lo", "up")
+            # high BDPs (100 ms × tens of Mbit/s, deep buffers): let autotuning grow past the
+            # defaults' 4–6 MB so the socket buffers never limit a flow before the path does
+            in_ns(ns, "sysctl", "-qw", f"net.ipv4.tcp_rmem={TCP_RMEM}", f"net.ipv4.tcp_wmem={TCP_WMEM}")
         in_ns(self.router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        # router ↔ client: the bottleneck link
-        self._link(self.router, self.bottleneck_dev, f"10.{self.net}.250.1",
-                   self.client, self.client_dev, self.client_ip)
+        if bottleneck_veth:
+            self._link(self.router, self.bottleneck_dev, self.router_ip,
+                       self.client, self.client_dev, self.client_ip)
         for i, (label, ns) in enumerate(self.hosts.items(), start=1):
             self._link(self.router, f"r{short}{i}", f"10.{self.net}.{i}.1", ns, f"e{short}{i}", self.host_ip[label])
 
@@ -287,3 +298,161 @@ class Topology:
         for ns in self.namespaces():
             delete_ns(ns)
             self.registry.forget_ns(ns)
+
+
+# --- ccab-link: the bottleneck as a userspace link with delay (lab/link/README.md) -----------------------
+
+
+def link_binary() -> Path | None:
+    p = Path(__file__).resolve().parents[3] / "bin" / "ccab-link"
+    return p if p.exists() else None
+
+
+def parse_metrics(body: str) -> dict[str, float]:
+    """Prometheus text → {'name{labels}': value} (comments skipped)."""
+    out: dict[str, float] = {}
+    for line in body.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, _, val = line.rpartition(" ")
+        try:
+            out[key] = float(val)
+        except ValueError:
+            continue
+    return out
+
+
+@dataclass
+class Link:
+    """One ccab-link process between the router (A) and the client (B). "up" (A → B) is the data
+    direction: rate or trace, droptail buffer, loss; "down" carries the ACKs (same delay, no limit)."""
+
+    topo: Topology
+    workdir: Path
+    delay_ms: float
+    rate_bps: float = 0.0
+    trace: Path | None = None
+    buffer_bytes: int = 0
+    loss: float = 0.0
+    ge: dict | None = None  # {"p", "r", "loss_bad", "loss_good"}
+    seed: int = 1
+    rt_priority: int = 10
+    proc: subprocess.Popen | None = None
+    ready: dict = field(default_factory=dict)
+    stopped: dict | None = None
+
+    def command(self, binary: Path) -> list[str]:
+        t = self.topo
+        cmd = [str(binary), "--netns-a", t.router, "--netns-b", t.client, "--dev-a", t.bottleneck_dev,
+               "--dev-b", t.client_dev, "--addr-a", f"{t.router_ip}/24", "--addr-b", f"{t.client_ip}/24",
+               "--delay-ms", f"{self.delay_ms:g}", "--buffer-up-bytes", str(int(self.buffer_bytes)),
+               "--seed", str(self.seed), "--metrics-addr", "127.0.0.1:0",
+               "--ready-file", str(self.workdir / "link.ready")]
+        if self.trace is not None:
+            cmd += ["--trace-up", str(self.trace)]
+        else:
+            cmd += ["--rate-up-bps", f"{self.rate_bps:.0f}"]
+        if self.loss > 0:
+            cmd += ["--loss-up", f"{self.loss:g}"]
+        if self.ge:
+            cmd += ["--ge-p", f"{self.ge['p']:g}", "--ge-r", f"{self.ge['r']:g}",
+                    "--ge-loss-bad", f"{self.ge.get('loss_bad', 1.0):g}",
+                    "--ge-loss-good", f"{self.ge.get('loss_good', 0.0):g}", "--ge-direction", "up"]
+        if self.rt_priority:
+            cmd += ["--rt-priority", str(self.rt_priority)]
+        return cmd
+
+    def start(self, timeout_s: float = 10.0) -> dict:
+        binary = link_binary()
+        if binary is None:
+            raise LabError("bin/ccab-link is not built (make setup builds it); or use path: tbf (no delay)")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        ready = self.workdir / "link.ready"
+        ready.unlink(missing_ok=True)
+        cmd = self.command(binary)
+        self.out = open(self.workdir / "link.stdout", "w")
+        self.err = open(self.workdir / "link.stderr", "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err, start_new_session=True)
+        self.topo.registry.add_pid(self.proc.pid, ["ccab-link"])
+        deadline = time.time() + timeout_s
+        while not ready.exists():
+            if self.proc.poll() is not None:
+                raise LabError(f"ccab-link exited {self.proc.returncode}: "
+                               f"{(self.workdir / 'link.stderr').read_text().strip()[-500:]}")
+            if time.time() > deadline:
+                raise LabError(f"ccab-link not ready after {timeout_s:g} s ({self.workdir}/link.stderr)")
+            time.sleep(0.05)
+        self.ready = json.loads(ready.read_text())
+        in_ns(self.topo.client, "ip", "route", "add", "default", "dev", self.topo.client_dev)
+        return {"command": cmd, "ready": self.ready}
+
+    def metrics(self) -> dict[str, float]:
+        import urllib.request
+
+        addr = self.ready.get("metrics_addr")
+        if not addr or self.proc is None or self.proc.poll() is not None:
+            return {}
+        try:
+            return parse_metrics(urllib.request.urlopen(f"http://{addr}/metrics", timeout=5).read().decode())
+        except OSError:
+            return {}
+
+    def stop(self) -> dict | None:
+        """SIGTERM, wait, the stopped line (totals per direction) from stdout."""
+        if self.proc is None:
+            return self.stopped
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.out.close()
+        self.err.close()
+        self.topo.registry.forget_pid(self.proc.pid)
+        lines = [l for l in (self.workdir / "link.stdout").read_text().splitlines() if l.strip()]
+        try:
+            self.stopped = json.loads(lines[-1]) if lines else None
+        except ValueError:
+            self.stopped = {"raw": lines[-1]}
+        if self.stopped is not None:
+            self.stopped["exit"] = self.proc.returncode
+        self.proc = None
+        return self.stopped
+
+
+def link_counters(m: dict[str, float]) -> dict:
+    """The per-case summary of a ccab-link scrape: drops by cause, delivered, lateness quantiles."""
+    def pick(name: str, **labels: str) -> float:
+        want = [f'{k}="{v}"' for k, v in labels.items()]
+        return sum(v for k, v in m.items() if k.split("{")[0] == name and all(w in k for w in want))
+
+    out: dict = {}
+    for d in ("up", "down"):
+        out[d] = {
+            "rx_packets": pick("ccab_link_rx_packets_total", direction=d),
+            "delivered_packets": pick("ccab_link_delivered_packets_total", direction=d),
+            "delivered_bytes": pick("ccab_link_delivered_bytes_total", direction=d),
+            "dropped_packets": {c: pick("ccab_link_dropped_packets_total", direction=d, cause=c)
+                                for c in ("loss", "ge_loss", "buffer", "memory", "write")},
+            "release_lateness_p99_s": _hist_quantile(m, "ccab_link_release_lateness_seconds", d, 0.99),
+            "sojourn_p50_s": _hist_quantile(m, "ccab_link_sojourn_seconds", d, 0.5),
+        }
+    return out
+
+
+def _hist_quantile(m: dict[str, float], name: str, direction: str, q: float) -> float | None:
+    buckets = []
+    for k, v in m.items():
+        if k.startswith(name + "_bucket{") and f'direction="{direction}"' in k:
+            le = k.split('le="')[1].split('"')[0]
+            buckets.append((float("inf") if le == "+Inf" else float(le), v))
+    buckets.sort()
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    total = buckets[-1][1]
+    for le, c in buckets:
+        if c >= q * total:
+            return le
+    return None

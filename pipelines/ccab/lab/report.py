@@ -318,6 +318,18 @@ def loss75_table(summary: dict) -> h.Html:
 # --- the page ---------------------------------------------------------------------------------------------
 
 
+def cellular_table(cases: list[dict]) -> h.Html:
+    rows = []
+    for c in cases:
+        for f in c["flows"]:
+            rows.append([c["case"], str(c["rep"]), f["cc"], f"{f['goodput_bps'] / 1e6:.2f}",
+                         f"{100 * f['goodput_bps'] / (float(c['bottleneck']['rate_mbit']) * 1e6):.0f}%",
+                         f"{f['min_rtt_ms']:.1f}", f"{f.get('queue_delay_p50_ms', 0):.1f}",
+                         f"{f.get('queue_delay_p95_ms', 0):.1f}", f"{f['retrans_pct']:.2f}"])
+    return h.table(["case", "repeat", "cc", "goodput (Mbit/s)", "of trace mean", "min RTT (ms)",
+                    "queue delay p50 (ms)", "queue delay p95 (ms)", "retrans (%)"], rows)
+
+
 def _img(out: Path, name: str, fig: Figure, caption: str, cls: str = "") -> h.Html:
     fig.savefig(out / name, dpi=110)
     return h.figure(name, caption, cls=cls)
@@ -326,7 +338,11 @@ def _img(out: Path, name: str, fig: Figure, caption: str, cls: str = "") -> h.Ht
 def notes_for(run: dict) -> list[tuple[str, str]]:
     """(badge kind, text) notes about what this run could and could not emulate."""
     notes = []
-    if not run["environment"].get("netem"):
+    if "ccab-link" in run.get("delay_emulation", ""):
+        notes.append(("info", "Bottleneck and base delay from ccab-link (a userspace link between TUN devices): "
+                              "rates and buffers count IP bytes; the base RTT is rtt_ms (plus ≈ 0.25 ms); the link's "
+                              "drops and timing error are in run.json (counters, link_stopped)."))
+    if not run["environment"].get("netem") and "none" in run.get("delay_emulation", "none"):
         notes.append(("warn", "No netem on this kernel: no delay is added. The base RTT is the veth path (~0.05 ms) "
                               "and every millisecond of RTT is queueing in the bottleneck buffer; buffers are sized in "
                               f"BDPs of the nominal RTT ({run['yaml'].get('bottleneck', {}).get('rtt_ms', 20)} ms)."))
@@ -360,7 +376,7 @@ def run_section(run: dict, rows: dict) -> h.Section:
         ("algorithms offered", " ".join(env["cc_available"])),
         ("algorithms unavailable", h.Cell(h.join(*[h.join(h.badge(a + ": unavailable, not run", "warn"), " ")
                                                    for a in unavailable]), "cell-warn") if unavailable else "none"),
-        ("delay emulation", h.Cell(run["delay_emulation"], "" if env.get("netem") else "cell-warn")),
+        ("delay emulation", h.Cell(run["delay_emulation"], "cell-warn" if "none" in run["delay_emulation"] else "")),
         ("nginx", env.get("nginx", "")),
         ("warehouse rows", f"tcp_samples {rows['tcp_rows']:,}, http_requests {rows['http_rows']:,}"),
         ("sockets' cc seen", ", ".join(rows["ccs"])),
@@ -424,7 +440,11 @@ def build(run_dir: Path, out: Path | None = None) -> Path:
         sections.append(S("Goodput shares", _img(out, "fairness_shares.png", share_figure(first),
                                                  "Goodput per flow over the window where all flows are active, "
                                                  "stacked per case (first repeat)."), "shares"))
-    if kind in ("fairness", "size-fairness"):
+    if kind == "cellular":
+        sections.append(S("Goodput and self-inflicted delay", cellular_table(res["cases"]), "cellular",
+                          "Per flow: goodput over the window, and queueing delay = smoothed RTT − the connection's "
+                          "min RTT (the Verizon LTE metric)."))
+    if kind in ("fairness", "size-fairness", "cellular"):
         figs = []
         for c in first:
             name = f"case_{c['case']}.png"

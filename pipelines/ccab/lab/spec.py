@@ -17,8 +17,11 @@ from typing import Any, Literal
 
 import yaml
 
-BOTTLENECK_KEYS = ("rate_mbit", "buffer_bdp", "rtt_ms", "loss_pct", "burst_bytes")
+BOTTLENECK_KEYS = ("rate_mbit", "buffer_bdp", "rtt_ms", "loss_pct", "burst_bytes", "path", "trace", "loss_model",
+                   "ge_p", "ge_r", "ge_loss_bad", "ge_loss_good")
 DEFAULT_BOTTLENECK = {"rate_mbit": 20.0, "buffer_bdp": 1.0, "rtt_ms": 20.0, "loss_pct": 0.0, "burst_bytes": 16384}
+PATHS = ("link", "tbf")  # link: ccab-link (delay, rate or trace, droptail, loss); tbf: tbf + nftables, no delay
+LOSS_MODELS = ("random", "gilbert-elliott")
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)i?[bB]?\s*$")
 
 
@@ -98,6 +101,7 @@ class Experiment:
     collapse_min_s: float
     seed: int
     source: dict  # the YAML as loaded, recorded in run.json
+    base_dir: str = "."  # a relative ``trace`` file is found here (the YAML's directory)
 
     @property
     def algorithms(self) -> list[str]:
@@ -118,17 +122,23 @@ def _subst(obj: Any, env: dict[str, Any]) -> Any:
 
 
 def load(path: str | Path, quick: bool = False, scale: float | None = None,
-         only_algorithms: list[str] | None = None) -> Experiment:
+         only_algorithms: list[str] | None = None, rtt_ms: float | None = None,
+         path_kind: str | None = None) -> Experiment:
     """Read and expand an experiment file. ``quick`` applies its ``quick:`` block; ``scale``
-    multiplies every start and duration (after ``quick``'s own scale)."""
+    multiplies every start and duration (after ``quick``'s own scale); ``rtt_ms`` / ``path_kind``
+    override every case's base RTT / path."""
     src = yaml.safe_load(Path(path).read_text())
     if not isinstance(src, dict):
         raise SpecError(f"{path}: expected a mapping at the top level")
-    return expand(src, quick=quick, scale=scale, only_algorithms=only_algorithms, origin=str(path))
+    exp = expand(src, quick=quick, scale=scale, only_algorithms=only_algorithms, origin=str(path), rtt_ms=rtt_ms,
+                 path_kind=path_kind)
+    exp.base_dir = str(Path(path).resolve().parent)
+    return exp
 
 
 def expand(src: dict, quick: bool = False, scale: float | None = None,
-           only_algorithms: list[str] | None = None, origin: str = "<yaml>") -> Experiment:
+           only_algorithms: list[str] | None = None, origin: str = "<yaml>", rtt_ms: float | None = None,
+           path_kind: str | None = None) -> Experiment:
     src = copy.deepcopy(src)
     for key in ("name", "cases"):
         if key not in src:
@@ -157,7 +167,12 @@ def expand(src: dict, quick: bool = False, scale: float | None = None,
             if case_filter and tmpl.get("name") not in case_filter and name not in case_filter:
                 continue
             bn = {**base_bn, **(t.get("bottleneck") or {}), **{k: v for k, v in env.items() if k in BOTTLENECK_KEYS}}
+            if rtt_ms is not None:
+                bn["rtt_ms"] = float(rtt_ms)
+            if path_kind is not None:
+                bn["path"] = path_kind
             _check_bottleneck(bn, f"{origin} case {name}")
+            _fill_path(bn)
             flows = []
             for fi, fsrc in enumerate(t.get("flows") or []):
                 flows.append(_flow(fsrc, fi, factor, f"{origin} case {name} flow {fi + 1}"))
@@ -194,6 +209,39 @@ def _check_bottleneck(bn: dict, where: str) -> None:
         raise SpecError(f"{where}: buffer_bdp must be > 0")
     if not 0 <= float(bn["loss_pct"]) < 100:
         raise SpecError(f"{where}: loss_pct must be in [0, 100)")
+    if float(bn["rtt_ms"]) < 0:
+        raise SpecError(f"{where}: rtt_ms must be >= 0")
+    path = bn.get("path")
+    if path is not None and path not in PATHS:
+        raise SpecError(f"{where}: path {path!r}: link (ccab-link) or tbf (tbf + nftables, no delay)")
+    link = path == "link" or (path is None and float(bn["rtt_ms"]) > 0)
+    model = bn.get("loss_model", "random")
+    if model not in LOSS_MODELS:
+        raise SpecError(f"{where}: loss_model {model!r}: random or gilbert-elliott")
+    for k in ("trace", "ge_p", "ge_r"):
+        if bn.get(k) is not None and not link:
+            raise SpecError(f"{where}: {k} needs path: link (tbf has no traces or bursty loss)")
+    if model == "gilbert-elliott":
+        if not link:
+            raise SpecError(f"{where}: loss_model gilbert-elliott needs path: link")
+        for k in ("ge_p", "ge_r"):
+            if bn.get(k) is None or not 0 < float(bn[k]) <= 1:
+                raise SpecError(f"{where}: loss_model gilbert-elliott needs {k} in (0, 1] "
+                                "(good→bad and bad→good probability per packet)")
+        for k in ("ge_loss_bad", "ge_loss_good"):
+            if bn.get(k) is not None and not 0 <= float(bn[k]) <= 1:
+                raise SpecError(f"{where}: {k} must be a probability in [0, 1]")
+    trace = bn.get("trace")
+    if trace is not None and not isinstance(trace, (str, dict)):
+        raise SpecError(f"{where}: trace: a Mahimahi trace file, or a mapping of `ccab-link gen-trace` options "
+                        "(seed, duration_s, rates_mbps, ...)")
+
+
+def _fill_path(bn: dict) -> None:
+    """The default path: ccab-link when there is a base RTT to emulate, tbf for rtt_ms 0."""
+    if bn.get("path") is None:
+        bn["path"] = "link" if float(bn["rtt_ms"]) > 0 else "tbf"
+    bn.setdefault("loss_model", "random")
 
 
 def _flow(f: dict, index: int, factor: float, where: str) -> Flow:

@@ -2,7 +2,7 @@
 
 - ``test_fairness_cubic_vs_bbr_through_the_whole_stack`` (root): a 20-second fairness experiment,
   cubic vs bbr on two edge hosts, through real nginx + ccab-collector + ccab-agent in network
-  namespaces, a tbf bottleneck, a real Kafka broker, the loader and the warehouse. Asserts the
+  namespaces, a ccab-link bottleneck (20 ms RTT), a real Kafka broker, the loader and the warehouse. Asserts the
   rows arrived with the sockets' real algorithms, that the per-flow goodput sum is the bottleneck
   rate (±15%: the one physical check), that nothing is left behind, that the hourly cohort job
   rolled the run up under PoP lab (cohort_hourly), and the report (canary report page format).
@@ -55,7 +55,7 @@ def test_shipped_experiments_parse():
             exp = spec.load(f, quick=quick)
             assert exp.cases, f
     names = {spec.load(f).kind for f in (REPO / "lab" / "experiments").glob("*.yaml")}
-    assert names == {"fairness", "size-fairness", "buffer-sweep", "loss-resilience"}
+    assert names == {"fairness", "size-fairness", "buffer-sweep", "loss-resilience", "cellular"}
 
 
 def test_jain_collapse_loss75_ci():
