@@ -210,11 +210,13 @@ class Controller:
                  set_action: ActionFn | None = None, clock: Callable[[], int] = now_ms,
                  say: Callable[[str], None] = lambda _m: None, breakers: BreakerFn | None = None,
                  known_alerts: KnownAlertsFn | None = None, pager: Pager | None = None,
-                 alert_payloads: Callable[[list[str]], list[dict]] | None = None):
+                 alert_payloads: Callable[[list[str]], list[dict]] | None = None,
+                 arm_done: Callable[[str, str], list[dict]] | None = None):
         self.plan, self.store, self.bus, self.key = plan, store, bus, key
         self.judge, self.set_action, self.clock, self.say = judge, set_action, clock, say
         self.breakers, self.known_alerts, self.pager = breakers, known_alerts, pager
         self.alert_payloads = alert_payloads
+        self.arm_done = arm_done  # arm_done(arm, state) resolves the arm's alerts, returns them (endsAt)
         self.only_owned = False  # --force on a terminal rollout: touch only hosts it still owns
         self.state: RolloutState | None = store.load() if store.exists() else None
 
@@ -481,7 +483,9 @@ class Controller:
                         arm=arm, alert_ids=ids, breaker_window=[_iso(start), _iso(end)], trips=mine)
             if ids and self.set_action is not None:
                 self.set_action(ids, new)
-            self._page(arm, [breaker_payload(plan.rollout_id, t, new) for t in mine], new)
+            payloads = self.alert_payloads(ids) if ids and self.alert_payloads is not None else []
+            self._page(arm, payloads or [breaker_payload(plan.rollout_id, t, new) for t in mine], new)
+            self._arm_done(arm, new)
             fired += mine
             result.messages.append(why)
         self._save()
@@ -507,6 +511,29 @@ class Controller:
                         alerts=[a["labels"] for a in alerts])
         except Exception as exc:  # noqa: BLE001 - the pages stay in state: resent on the next tick
             self._audit("page_failed", f"{type(exc).__name__}: {exc}", arm=arm)
+
+    def _arm_done(self, arm: str, state: str) -> None:
+        """The arm was promoted, rolled back or halted: its alerts are resolved in the warehouse,
+        and in Alertmanager at once unless the controller paged them (those resolve when the hosts
+        are back on control: :meth:`resolve_pages`)."""
+        if self.arm_done is None:
+            return
+        try:
+            alerts = self.arm_done(arm, state)
+        except Exception as exc:  # noqa: BLE001 - the warehouse is down: the alerts stay open, said so
+            self._audit("resolve_failed", f"alerts of {arm}: {type(exc).__name__}: {exc}", arm=arm)
+            return
+        paged = {json.dumps(a["labels"], sort_keys=True) for a in self.st.pages.get(arm, [])}
+        now = [a for a in alerts if json.dumps(a["labels"], sort_keys=True) not in paged]
+        if now and self.pager is not None:
+            try:
+                self.pager.resolve(now)
+            except Exception as exc:  # noqa: BLE001
+                self._audit("resolve_failed", f"{type(exc).__name__}: {exc}", arm=arm)
+                return
+        if alerts:
+            self._audit("alerts_resolved", f"{len(alerts)} alert(s) of {arm} resolved: arm {state}", arm=arm,
+                        alert_ids=[a["labels"].get("alert_id") for a in alerts])
 
     def resolve_pages(self, result: StepResult) -> None:
         """Resolve (``endsAt``) the pages of an arm that is no longer active: rolled back or halted
@@ -725,6 +752,7 @@ class Controller:
                                 alert_ids=d["alert_ids"], action=new)
                 if d["alert_ids"] and self.alert_payloads is not None:
                     self._page(arm, self.alert_payloads(d["alert_ids"]), new)
+                self._arm_done(arm, new)
         if rollback_all:
             st.status = "rolled_back"
         still = [a for a, s in st.arms.items() if s == "active"]
@@ -771,6 +799,10 @@ class Controller:
         self._save()
         self._audit("promote", f"{arm} promoted to every host ({why}); hosts move within the blast-radius limit",
                     actor=actor, arm=arm)
+        self._arm_done(arm, "promoted")
+        for a, s in st.arms.items():
+            if a != arm and s == "halted":
+                self._arm_done(a, "halted")
         return "promoted"
 
     # ------------------------------------------------------------------------------ by hand
@@ -828,6 +860,7 @@ class Controller:
             self._save()
             self._audit("halt_arm", f"by hand: {arm} halted, its hosts go back to {self.plan.control_arm}: {reason}",
                         actor="operator", arm=arm, alert_ids=alert_ids or [])
+            self._arm_done(arm, "halted")
         else:
             st.status = "paused"
             self._save()
@@ -858,6 +891,8 @@ class Controller:
         self._audit("rollback_arm" if arm else "rollback",
                     f"by hand: {arm or 'every treatment arm'} rolled back to {self.plan.control_arm}: {reason}",
                     actor="operator", arm=arm, alert_ids=alert_ids or [])
+        for a in ([arm] if arm else list(st.arms)):
+            self._arm_done(a, "rolled_back")
         if alert_ids and self.set_action is not None:
             self.set_action(alert_ids, "rolled_back")
         result = StepResult()
