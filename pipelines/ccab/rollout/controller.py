@@ -53,6 +53,7 @@ ACTIVE_STATUSES = ("running", "paused", "halted")  # a rollout in one of these o
 # why an agent refuses, from its reason text (rollout/agent/agent.go): what to check
 REFUSAL_CAUSES = (
     ("signature", "bad signature", "the agents' public key does not match `--key` (or $CCAB_ROLLOUT_KEY)"),
+    ("not signed", "unsigned", "the records carry no signature (was the controller given a key?)"),
     ("wrong_host", "wrong host", "the plan's host names differ from the agents' --host names"),
     ("unknown congestion control", "unknown cc", "the kernel lacks the arm's cc module (modprobe tcp_<cc>)"),
     ("not available", "cc not available", "the cc module is not loaded on those hosts (modprobe, or --load-modules)"),
