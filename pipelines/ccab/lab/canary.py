@@ -239,6 +239,16 @@ def run_case(case: str, args, work: Path) -> dict:
         fault_at = None
         back_at = None
         page: dict = {}
+        watching = threading.Event()
+
+        def watch() -> None:  # what on-call sees, polled every second
+            while not watching.is_set():
+                _watch_page(am_url, rid, page)
+                watching.wait(1.0)
+        watcher = threading.Thread(target=watch, daemon=True, name="am-watch")
+        watcher.start()
+        session.stack.callback(watcher.join, 5)
+        session.stack.callback(watching.set)
         deadline = t0 + total_s
         _say(f"{case}: traffic from every host; treatment (bbr) on {', '.join(sorted(treated))}; "
              f"{'fault after' if fault else 'no fault; watching for'} {args.baseline_minutes} min")
@@ -257,7 +267,6 @@ def run_case(case: str, args, work: Path) -> dict:
                 next_tick = time.time() + args.interval
                 with lock:
                     svc.loop_once()
-                _watch_page(am_url, rid, page)
                 ccs = {h: in_ns(ns_of[h], "sysctl", "-n", "net.ipv4.tcp_congestion_control").strip() for h in treated}
                 st = Store.for_rollout(rid).load()
                 with lock:
@@ -274,7 +283,17 @@ def run_case(case: str, args, work: Path) -> dict:
                 _say(f"{case}: arms {st.arms}; treatment sysctl {ccs}; open pages {sum(map(len, st.pages.values()))}")
                 if back_at and page.get("resolved_at"):
                     break
+                if back_at and not st.pages and any(e.get("event") == "resolved"
+                                                    for e in Store.for_rollout(rid).read_audit()):
+                    break
         client.terminate()
+        watching.set()
+        audit = list(Store.for_rollout(rid).read_audit())
+        for e in audit:
+            if e.get("event") == "paged":
+                page.setdefault("paged_at", e["ts_ms"] / 1000)
+            if e.get("event") == "resolved":
+                page.setdefault("resolved_sent_at", e["ts_ms"] / 1000)
         out.update(fault_at=fault_at, back_at=back_at, page=page, arms=Store.for_rollout(rid).load().arms,
                    audit=[{k: e.get(k) for k in ("seq", "event", "reason")}
                           for e in Store.for_rollout(rid).read_audit()][-12:])
@@ -330,18 +349,27 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 _say("== faulty: the treatment was NOT rolled back in time")
         p = r.get("page") or {}
-        if p:
-            life = f"fired {time.strftime('%H:%M:%S', time.gmtime(p['fired_at']))}"
+        hms = lambda t: time.strftime("%H:%M:%S", time.gmtime(t))  # noqa: E731
+        if p.get("paged_at"):
+            life = [f"posted {hms(p['paged_at'])}"]
+            if p.get("fired_at"):
+                life.append(f"listed by Alertmanager {hms(p['fired_at'])} ({p.get('state')}, startsAt "
+                            f"{p.get('startsAt')})")
+            if p.get("resolved_sent_at"):
+                life.append(f"endsAt sent {hms(p['resolved_sent_at'])}")
             if p.get("resolved_at"):
-                life += f", resolved {time.strftime('%H:%M:%S', time.gmtime(p['resolved_at']))}"
-            _say(f"== {case}: page {p['labels'].get('alertname')} [{p['labels'].get('rollout')}/"
-                 f"{p['labels'].get('pop')}/{p['labels'].get('arm')}] {life}")
+                life.append(f"gone from Alertmanager's active alerts {hms(p['resolved_at'])}")
+            _say(f"== {case}: page: " + "; ".join(life))
+            if p.get("labels"):
+                _say(f"   labels {p['labels']}")
+                _say(f"   summary: {p.get('summary')}\n   runbook: {p.get('runbook')}")
         else:
             _say(f"== {case}: no page")
         for e in r["audit"]:
             _say(f"   [{e['seq']}] {e['event']}: {(e['reason'] or '')[:160]}")
     (work / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    ok = all((r["case"] == "faulty" and r.get("minutes_fault_to_control") is not None and r["page"].get("resolved_at"))
+    ok = all((r["case"] == "faulty" and r.get("minutes_fault_to_control") is not None
+              and r["page"].get("resolved_sent_at"))
              or (r["case"] == "clean" and r["arms"].get("bbr") == "active" and not r["page"]) for r in results)
     _say(f"results: {work / 'results.json'}; {'OK' if ok else 'FAILED'}")
     return 0 if ok else 1
