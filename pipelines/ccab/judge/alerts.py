@@ -67,6 +67,12 @@ class Alert:
         return d
 
 
+def times(x: float) -> str:
+    """A breaker's ratio as printed everywhere (text, annotations, audit): ``8.55×``; a control arm
+    with no retransmits at all gives an infinite ratio: ``∞× (none on control)``."""
+    return f"{x:.2f}×" if math.isfinite(x) else "∞× (none on control)"
+
+
 def alert_id(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:20]
 
@@ -102,10 +108,10 @@ def breaker_alert(rollout_id: str, pop: str, t, window: tuple[str, str] | None =
     ws, we = window or (t.first_minute, t.last_minute)
     stat = f"breaker:{t.breaker.ratio:g}x/{t.breaker.minutes}m"
     aid = alert_id(rollout_id, pop, "breaker", "retrans_pct", stat, "all", t.treatment_arm, t.control_arm, "regression")
-    summary = (f"circuit breaker: {t.treatment_arm} retransmits {t.max_ratio:.2f}× {t.control_arm} for "
+    summary = (f"circuit breaker: {t.treatment_arm} retransmits {times(t.max_ratio)} {t.control_arm} for "
                f"{t.minutes} min on {where}")
     desc = (f"Circuit breaker on {where}: {t.treatment_arm} retransmitted {t.treatment_pct:.2f}% of bytes vs "
-            f"{t.control_pct:.2f}% on {t.control_arm} ({t.max_ratio:.2f}× at worst) — more than {t.breaker.ratio:g}× "
+            f"{t.control_pct:.2f}% on {t.control_arm} ({times(t.max_ratio)} at worst) — more than {t.breaker.ratio:g}× "
             f"for {t.minutes} consecutive minutes ({t.first_minute}–{t.last_minute} UTC). Deterministic rule, no "
             f"statistics involved.")
     return Alert(aid, now, rollout_id, pop, "breaker", "retrans_pct", stat, "all", t.treatment_arm, t.control_arm,
@@ -321,7 +327,7 @@ def alertmanager_payload(alerts: list[Alert]) -> list[dict]:
         nxt = (f"ccab rollout status {a.rollout_id} --audit 20" if a.action != "none" else
                f"ccab rollout rollback {a.rollout_id} --arm {a.treatment_arm} --reason 'page {a.alert_id}' "
                f"--alert {a.alert_id}   (or: ccab rollout status {a.rollout_id})")
-        est = f"{a.estimate:.2f}×" if a.kind == "breaker" and math.isfinite(a.estimate) else _pct(a.estimate, a.statistic)
+        est = times(a.estimate) if a.kind == "breaker" else _pct(a.estimate, a.statistic)
         item = {
             "labels": {"alertname": "CcabRegression" if a.kind in ("guardrail", "breaker") else f"Ccab_{a.kind}",
                        "severity": a.severity, "team": "ccab", "component": "rollout",

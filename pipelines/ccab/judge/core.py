@@ -395,7 +395,7 @@ def decide(pop, rollout, arm, control_arm, results: list[Result], trips: list[Br
     v.gates_failed = gates_mod.failed_for_arm(gates, arm, control_arm)
     for t in trips:
         v.reasons.append(f"circuit breaker: {arm} retransmitted {t.treatment_pct:.2f}% of bytes vs {t.control_pct:.2f}% "
-                         f"on {control_arm} ({t.max_ratio:.2f}× at worst, > {t.breaker.ratio:g}× for {t.minutes} "
+                         f"on {control_arm} ({alerts_mod.times(t.max_ratio)} at worst, > {t.breaker.ratio:g}× for {t.minutes} "
                          f"consecutive minutes from {t.first_minute} UTC)")
     regress = [r for r in guards if r.outcome == "regression"]
     for r in sorted(regress, key=lambda r: ("page", "ticket", "info").index(r.severity)):

@@ -30,6 +30,7 @@ from typing import Callable, Protocol
 
 from ccab.base import atomicfile
 from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
+from ccab.judge.alerts import times
 from ccab.rollout import design
 from ccab.rollout.plan import Plan, load_plan, plan_to_yaml
 from ccab.rollout.publish import (Publisher, latest_assignments, read_agent_status, read_assignments,
@@ -142,7 +143,7 @@ def refusal_cause(reason: str) -> tuple[str, str]:
 def breaker_payload(rollout_id: str, t: dict, action: str) -> dict:
     """The Alertmanager alert of one breaker trip: labels route and group (rollout, pop, arm,
     severity, guardrail), annotations say what happened and the next command."""
-    ratio = f"{t['max_ratio']:.2f}×"
+    ratio = times(t["max_ratio"])
     nxt = (f"ccab rollout status {rollout_id} --audit 20" if action in BAD_ARM else
            f"ccab rollout rollback {rollout_id} --arm {t['arm']} --reason PAGE --alert {t.get('alert_id', '')}")
     return {
@@ -477,7 +478,7 @@ class Controller:
             self._save()
             ids = [t["alert_id"] for t in mine if t.get("alert_id")]
             worst = max(mine, key=lambda t: t["max_ratio"])
-            why = (f"circuit breaker: {arm} retransmits {worst['max_ratio']:.2f}× {worst['control_arm']} for "
+            why = (f"circuit breaker: {arm} retransmits {times(worst['max_ratio'])} {worst['control_arm']} for "
                    f"{worst['minutes']} min from {worst['first_minute']} on {worst['pop']}")
             self._audit("rollback_arm" if new == "rolled_back" else "halt_arm",
                         f"{arm} {new.replace('_', ' ')} ({act}): its hosts go back to {plan.control_arm}: {why}",

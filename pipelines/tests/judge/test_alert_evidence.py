@@ -47,3 +47,12 @@ def test_breaker_alert_has_one_number_in_json_and_text():
     (p,) = alertmanager_payload([a])
     assert p["annotations"]["estimate"] == "8.55×"
     assert p["annotations"]["runbook"].startswith("ccab rollout rollback r1 --arm bbr1")
+
+
+def test_breaker_against_a_control_without_retransmits_prints_infinity_not_inf():
+    t = BreakerTrip("bbr", "control", Breaker(ratio=3, minutes=5), "2026-11-24 05:02:00", "2026-11-24 05:06:00", 5,
+                    math.inf, 9.9, 0.0)
+    a = breaker_alert("r1", "lab", t)
+    assert "∞× (none on control)" in a.summary and "inf" not in a.summary
+    assert a.as_dict()["estimate"] is None
+    assert alertmanager_payload([a])[0]["annotations"]["estimate"] == "∞× (none on control)"
