@@ -216,6 +216,7 @@ def run_case(case: str, args, work: Path) -> dict:
                               arm_done=arm_done(rid))
 
         svc = Service(rollouts_dir(), make, args.interval, say=lambda m: _say(f"{case}: controller: {m}"))
+        session.stack.callback(svc.leader.release)  # the next case's service takes the lead
         wh = connect()
         session.stack.callback(wh.close)
         migrate(wh, log=lambda _m: None)
