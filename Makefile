@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export CCAB_DATA_DIR ?= $(CURDIR)/.ccab
 PY := .venv/bin/python
 
-.PHONY: setup demo test test-python test-go test-fuzz test-prometheus bench clean help lab
+.PHONY: setup demo test test-python test-go test-fuzz test-prometheus bench clean help lab live-canary
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -24,6 +24,9 @@ test-fuzz:  ## each Go fuzz target for FUZZTIME (default 100000x executions)
 
 test-python:
 	@$(PY) -m pytest -q
+
+live-canary:  ## root, ~20 min, not in make test: the controller service rolls back a lossy treatment on real sockets
+	scripts/live-canary.sh
 
 PROMTOOL ?= promtool
 AMTOOL ?= amtool

@@ -9,6 +9,7 @@ judges a rollout the way its controller does.
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,7 +21,10 @@ from ccab.cohorts.job import JobConfig, run_window
 from ccab.cohorts.summaries import SummaryResult, write_arm_summaries
 from ccab.cohorts.views import install_views
 from ccab.judge import JudgeReport, judge_window
-from ccab.judge.alerts import set_action
+from ccab.judge.alerts import (alertmanager_payload, breaker_alert, read_alerts, resolve_arm, set_action,
+                               write_alerts)
+from ccab.judge.core import breaker_trip
+from ccab.judge.data import retrans_by_minute
 from ccab.judge.model import Breaker, Guardrail, RolloutOptions
 from ccab.rollout.design import SWITCHBACK_REFUSAL
 from ccab.rollout.plan import Plan, PlanError, load_plan
@@ -105,3 +109,58 @@ def record_action(alert_ids: list[str], action: str) -> None:
     """Record on the alerts what the controller did because of them (``halted``, ``rolled_back``)."""
     with open_warehouse() as wh:
         set_action(wh, list(alert_ids), action)
+
+
+def controller_breakers(plan: Plan) -> Callable[[datetime, datetime], list[dict]]:
+    """The controller's per-minute circuit breakers: ``breakers(start, end) -> trips`` straight
+    from ``tcp_samples`` (no rollups: the freshest minutes the loader has landed). Each trip is
+    stored as a ``breaker`` alert (the same id the judge's looks give it) so on-call can name it."""
+
+    def breakers(start: datetime, end: datetime) -> list[dict]:
+        trips: list[dict] = []
+        with open_warehouse() as wh:
+            for pop in plan.pops:
+                minutes = retrans_by_minute(wh, pop, plan.rollout_id, start, end)
+                for arm in plan.treatment_arms:
+                    for b in plan.breakers:
+                        t = breaker_trip(minutes, b, arm, plan.control_arm)
+                        if t is None:
+                            continue
+                        alert = breaker_alert(plan.rollout_id, pop, t)
+                        write_alerts(wh, [alert], time.time_ns())
+                        trips.append({"pop": pop, "arm": arm, "control_arm": plan.control_arm,
+                                      "metric": b.metric, "ratio": b.ratio, "minutes": t.minutes,
+                                      "max_ratio": round(t.max_ratio, 2), "treatment_pct": round(t.treatment_pct, 3),
+                                      "control_pct": round(t.control_pct, 3), "first_minute": t.first_minute,
+                                      "last_minute": t.last_minute, "window": [start.isoformat(), end.isoformat()],
+                                      "alert_id": alert.alert_id})
+        return trips
+
+    return breakers
+
+
+def known_alerts(rollout_id: str) -> Callable[[list[str]], set]:
+    """``known(ids) -> the ids that are alerts of rollout_id`` (the controller refuses the others)."""
+
+    def known(ids: list[str]) -> set:
+        with open_warehouse() as wh:
+            return {a.alert_id for a in read_alerts(wh, rollout_id=rollout_id, alert_ids=list(ids))}
+
+    return known
+
+
+def alert_payloads(ids: list[str]) -> list[dict]:
+    """The stored alerts ``ids`` as Alertmanager API v2 postable alerts."""
+    with open_warehouse() as wh:
+        return alertmanager_payload(read_alerts(wh, alert_ids=list(ids)))
+
+
+def arm_done(rollout_id: str) -> Callable[[str, str], list[dict]]:
+    """``done(arm, state)``: resolve the open alerts of ``arm`` (promoted, rolled back, halted) in
+    the warehouse; returns them as Alertmanager alerts with ``endsAt``."""
+
+    def done(arm: str, state: str) -> list[dict]:
+        with open_warehouse() as wh:
+            return alertmanager_payload(resolve_arm(wh, rollout_id, arm, state))
+
+    return done

@@ -99,7 +99,11 @@ def register(sub) -> None:
         a.add_argument("--reason", required=True, help="why (required; goes to the audit log)")
         if name in ("halt", "rollback"):
             a.add_argument("--alert", action="append", default=[], metavar="ALERT_ID",
-                           help="alert that is the evidence (its action is recorded); repeatable")
+                           help="alert of this rollout that is the evidence (its action is recorded; an unknown "
+                                "id is refused); repeatable")
+            a.add_argument("--force", action="store_true",
+                           help="act on a completed or rolled-back rollout (refused otherwise, exit 3); touches "
+                                "only the hosts it still owns (not those of another active rollout)")
         _add_key(a), _add_kafka(a)
         a.set_defaults(func=cmd_manual, action=name)
 
@@ -111,6 +115,27 @@ def register(sub) -> None:
     from ccab.rollout import sim_actuator
 
     sim_actuator.register(rs)
+
+    c = sub.add_parser("controller", help="the rollout controller service: drives every active rollout",
+                       description="Long-running rollout controller: every --interval it reconciles every active "
+                                   "rollout (publishes what is due within the blast radius, circuit breakers every "
+                                   "minute on the freshest per-minute data, looks when a new whole hour is there, "
+                                   "pages and resolves in Alertmanager). Run two for safety: one is the leader "
+                                   "(flock + fencing token under $CCAB_DATA_DIR/rollouts), the other stands by.",
+                       epilog=CONTROLLER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cs = c.add_subparsers(dest="controller_command", metavar="ACTION", required=True)
+    a = cs.add_parser("run", help="run the controller loop (until SIGTERM)")
+    a.add_argument("--interval", type=float, default=15.0, metavar="S",
+                   help="seconds between two loops over the rollouts (default: %(default)s)")
+    a.add_argument("--metrics-addr", default="127.0.0.1:9466", metavar="HOST:PORT",
+                   help="where /metrics and /healthz are served (default: %(default)s; empty: none)")
+    a.add_argument("--alertmanager", metavar="URL",
+                   help="Alertmanager base URL for pages (default: from $CCAB_ALERT_WEBHOOK_URL; none: no pages)")
+    a.add_argument("--once", action="store_true", help="one loop, then exit (cron, tests)")
+    a.add_argument("--rollups", choices=("run", "existing"), default="run",
+                   help="run: recompute the look window's hourly rollups first (default); existing: the DAG does")
+    _add_key(a), _add_kafka(a)
+    a.set_defaults(func=cmd_controller_run)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -132,9 +157,30 @@ def _bus(args):
     return KafkaBus(settings().bootstrap_servers, args.assignments_topic, args.status_topic, args.kafka_timeout)
 
 
+CONTROLLER_EPILOG = """\
+examples:
+  ccab controller run --key K --alertmanager http://127.0.0.1:9093            # the service (systemd: rollout/deploy)
+  ccab controller run --key K --once                                         # one loop
+  curl -s 127.0.0.1:9466/metrics ; curl -s 127.0.0.1:9466/healthz
+
+people keep using `ccab rollout status|halt|rollback|promote|resume`: they take the same per-rollout
+lock and change the same state, and the service picks the change up at its next loop.
+"""
+
+
+def _alertmanager_url(explicit: str | None) -> str | None:
+    url = explicit or settings().alert_webhook_url
+    if not url:
+        return None
+    url = url.rstrip("/")
+    return url[: -len("/alerts")] if url.endswith("/api/v2/alerts") else url
+
+
 def _controller(args, plan=None):
-    from ccab.pipeline import controller_judge, record_action
+    from ccab.pipeline import (alert_payloads, arm_done, controller_breakers, controller_judge, known_alerts,
+                               record_action)
     from ccab.rollout.controller import Controller, load_state_plan
+    from ccab.rollout.service import AlertmanagerPager
     from ccab.rollout.state import Store
 
     if plan is None:
@@ -144,8 +190,12 @@ def _controller(args, plan=None):
         plan = load_state_plan(store)
     store = Store.for_rollout(plan.rollout_id)
     rollups = getattr(args, "rollups", "run") == "run"
+    am = _alertmanager_url(getattr(args, "alertmanager", None))
     return Controller(plan, store, _bus(args), _key(args), judge=controller_judge(plan, rollups),
-                      set_action=record_action, say=lambda m: print(m, flush=True))
+                      set_action=record_action, say=lambda m: print(m, flush=True),
+                      breakers=controller_breakers(plan), known_alerts=known_alerts(plan.rollout_id),
+                      pager=AlertmanagerPager(am) if am else None, alert_payloads=alert_payloads,
+                      arm_done=arm_done(plan.rollout_id))
 
 
 def _guard(fn):
@@ -208,6 +258,8 @@ def cmd_plan(args) -> int:
     plan = load_plan(args.plan)
     store = Store.for_rollout(plan.rollout_id)
     ctl = Controller(plan, store, bus=None, key=_key(args))  # type: ignore[arg-type]
+    if not ctl.state:
+        ctl.check_overlap()  # a host belongs to at most one active rollout: refused here already
     if ctl.state and ctl.state.plan_digest != plan.digest:
         print(f"note: rollout {plan.rollout_id} is running with another plan; showing changes from its state")
     current = ctl.current_arms()
@@ -298,6 +350,7 @@ def cmd_manual(args) -> int:
     kwargs = {"reason": args.reason, "arm": args.arm}
     if args.action in ("halt", "rollback"):
         kwargs["alert_ids"] = args.alert
+        kwargs["force"] = args.force
     with ctl.store.locked():
         ctl.reload()
         res = fn(**kwargs)
@@ -327,6 +380,11 @@ def cmd_status(args) -> int:
     print("hosts per arm: " + ", ".join(f"{a}={n}" for a, n in sorted(summary["hosts_per_arm"].items())))
     if not args.offline:
         print(f"applied: {summary['applied']}/{summary['enrolled']}")
+    for g in summary.get("refusals") or []:
+        print(f"{len(g['hosts'])} agent(s) refused: {g['reason']} — {g['cause']} "
+              f"(hosts {', '.join(g['hosts'][:6])}{', ...' if len(g['hosts']) > 6 else ''}; agent said: {g['example']})")
+    for arm, pages in (ctl.st.pages or {}).items():
+        print(f"open pages of {arm}: {len(pages)} (resolved when its hosts are back on control)")
     if summary["pending_intent"]:
         print(f"pending publish {summary['pending_intent']['id']} (reconciled on the next step)")
     for e in audit:
@@ -339,4 +397,42 @@ def cmd_keygen(args) -> int:
 
     priv, pub = keygen(args.out, args.name)
     print(f"private seed: {priv}\npublic key:   {pub}")
+    return 0
+
+
+@_guard
+def cmd_controller_run(args) -> int:
+    import signal
+
+    from ccab.rollout.controller import load_state_plan
+    from ccab.rollout.service import Service
+    from ccab.rollout.state import rollouts_dir
+
+    if _key(args) is None:
+        return _fail("no signing key: --key FILE or CCAB_ROLLOUT_KEY", 2)
+
+    def make(store):
+        plan = load_state_plan(store)
+        ctl = _controller(args, plan)
+        ctl.store = store  # the service's store carries the fencing token
+        return ctl
+
+    svc = Service(rollouts_dir(), make, args.interval, say=lambda m: print(m, flush=True))
+    httpd = None
+    if args.metrics_addr:
+        host, _, port = args.metrics_addr.rpartition(":")
+        try:
+            httpd = svc.serve(host or "127.0.0.1", int(port))
+        except (OSError, ValueError) as exc:
+            return _fail(f"cannot serve metrics on {args.metrics_addr}: {exc}; give another --metrics-addr", 1)
+        print(f"metrics on http://{args.metrics_addr}/metrics, health on /healthz", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_a: svc.stopping.set())
+    try:
+        svc.run(once=args.once)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if httpd is not None:
+            httpd.shutdown()
+        svc.leader.release()
     return 0

@@ -27,7 +27,8 @@ from ccab.base.vocabulary import get as get_metric
 from ccab.base.warehouse import Warehouse
 from ccab.judge.model import HIGHER_IS_WORSE, RolloutJudgement
 
-ACTIONS = ("none", "halted", "rolled_back")
+ACTIONS = ("none", "halted", "rolled_back", "promoted")
+STATUSES = ("firing", "acknowledged", "resolved")
 
 
 @dataclass
@@ -55,6 +56,8 @@ class Alert:
     description: str
     report_url: str = ""
     first_seen_ms: int = 0
+    look: int = 1
+    status: str = "firing"
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -62,6 +65,12 @@ class Alert:
             if not (isinstance(d[k], float) and math.isfinite(d[k])):
                 d[k] = None
         return d
+
+
+def times(x: float) -> str:
+    """A breaker's ratio as printed everywhere (text, annotations, audit): ``8.55×``; a control arm
+    with no retransmits at all gives an infinite ratio: ``∞× (none on control)``."""
+    return f"{x:.2f}×" if math.isfinite(x) else "∞× (none on control)"
 
 
 def alert_id(*parts: str) -> str:
@@ -113,7 +122,28 @@ def shift_direction(results, shift) -> tuple[str, str]:
     return "none", "no direction: no quantile moved significantly on its own (a change of shape)"
 
 
-def build_alerts(j: RolloutJudgement, start: datetime, end: datetime, report_url: str = "") -> list[Alert]:
+def breaker_alert(rollout_id: str, pop: str, t, window: tuple[str, str] | None = None, report_url: str = "",
+                  look: int = 1) -> Alert:
+    """The page of one circuit-breaker trip. Its one number is the worst minute's ratio of
+    retransmitted shares (``estimate`` = 8.55 is printed 8.55× everywhere)."""
+    now = int(time.time() * 1000)
+    where = f"{pop}/{rollout_id}"
+    ws, we = window or (t.first_minute, t.last_minute)
+    stat = f"breaker:{t.breaker.ratio:g}x/{t.breaker.minutes}m"
+    aid = alert_id(rollout_id, pop, "breaker", "retrans_pct", stat, "all", t.treatment_arm, t.control_arm, "regression")
+    summary = (f"circuit breaker: {t.treatment_arm} retransmits {times(t.max_ratio)} {t.control_arm} for "
+               f"{t.minutes} min on {where}")
+    desc = (f"Circuit breaker on {where}: {t.treatment_arm} retransmitted {t.treatment_pct:.2f}% of bytes vs "
+            f"{t.control_pct:.2f}% on {t.control_arm} ({times(t.max_ratio)} at worst) — more than {t.breaker.ratio:g}× "
+            f"for {t.minutes} consecutive minutes ({t.first_minute}–{t.last_minute} UTC). Deterministic rule, no "
+            f"statistics involved.")
+    return Alert(aid, now, rollout_id, pop, "breaker", "retrans_pct", stat, "all", t.treatment_arm, t.control_arm,
+                 "regression", float(t.max_ratio), math.nan, math.nan, math.nan, "page", "none", str(ws)[:19],
+                 str(we)[:19], summary, desc, report_url, now, look)
+
+
+def build_alerts(j: RolloutJudgement, start: datetime, end: datetime, report_url: str = "",
+                 look: int = 1) -> list[Alert]:
     """The alerts of one rollout's judgement (guardrail regressions, breaker trips, failed gates,
     significant informational / segment / shift findings)."""
     now = int(time.time() * 1000)
@@ -124,7 +154,8 @@ def build_alerts(j: RolloutJudgement, start: datetime, end: datetime, report_url
     def make(kind, metric, statistic, segment, arm, direction, est, lo, hi, p, severity, summary, description):
         aid = alert_id(j.rollout_id, j.pop, kind, metric, statistic, segment, arm, j.control_arm, direction)
         out.append(Alert(aid, now, j.rollout_id, j.pop, kind, metric, statistic, segment, arm, j.control_arm,
-                         direction, est, lo, hi, p, severity, "none", ws, we, summary, description, report_url, now))
+                         direction, est, lo, hi, p, severity, "none", ws, we, summary, description, report_url, now,
+                         look))
 
     for r in j.results:
         if r.outcome not in ("regression", "improvement", "shift"):
@@ -166,13 +197,7 @@ def build_alerts(j: RolloutJudgement, start: datetime, end: datetime, report_url
             make(kind, r.metric, r.statistic, r.segment, r.treatment_arm, r.outcome, r.estimate, r.ci_low, r.ci_high,
                  r.p_value, "info", summary, desc)
     for t in j.trips:
-        summary = (f"circuit breaker: {t.treatment_arm} retransmits {t.max_ratio:.1f}× {t.control_arm} for "
-                   f"{t.minutes} min on {where}")
-        desc = (f"Circuit breaker on {where}: {t.treatment_arm} retransmitted {t.treatment_pct:.2f}% of bytes vs "
-                f"{t.control_pct:.2f}% on {t.control_arm} — more than {t.breaker.ratio:g}× for {t.minutes} consecutive "
-                f"minutes ({t.first_minute}–{t.last_minute} UTC). Deterministic rule, no statistics involved.")
-        make("breaker", "retrans_pct", f"breaker:{t.breaker.ratio:g}x/{t.breaker.minutes}m", "all", t.treatment_arm,
-             "regression", t.max_ratio - 1, math.nan, math.nan, math.nan, "page", summary, desc)
+        out.append(breaker_alert(j.rollout_id, j.pop, t, (ws, we), report_url, look))
     failed = [g for g in j.gates if g.status == "fail"]
     for g in failed:
         who = f"{g.arm}/{g.host}" if g.host else (g.arm or "rollout")
@@ -187,7 +212,7 @@ def build_alerts(j: RolloutJudgement, start: datetime, end: datetime, report_url
 
 _COLUMNS = ("alert_id", "ts_ms", "first_seen_ms", "rollout_id", "pop", "kind", "metric", "statistic", "segment",
             "treatment_arm", "control_arm", "direction", "estimate", "ci_low", "ci_high", "p_value", "severity",
-            "action", "window_start", "window_end", "summary", "description", "report_url")
+            "action", "window_start", "window_end", "summary", "description", "report_url", "look", "status")
 
 
 def _store_row(a: Alert, seq: int) -> bytes:
@@ -221,21 +246,51 @@ def read_alerts(wh: Warehouse, rollout_id: str = "", severity: str = "", alert_i
 
 def write_alerts(wh: Warehouse, alerts: list[Alert], seq: int) -> list[Alert]:
     """Upsert alerts by id, keeping the first time each was seen and what the controller did.
-    Returns the alerts that are new or whose severity or estimate changed (what to notify)."""
+    Every computation goes to ``alert_history`` (append-only, with its window and look). An alert
+    the controller acted on (``action`` != none) or that was resolved is **frozen**: its row keeps
+    the numbers that were acted on, a later analysis only adds history. Returns the alerts that
+    are new or whose severity or estimate changed (what to notify)."""
     if not alerts:
         return []
     existing = {a.alert_id: a for a in read_alerts(wh, alert_ids=[a.alert_id for a in alerts])}
-    changed = []
+    changed, rows = [], []
     for a in alerts:
         old = existing.get(a.alert_id)
         if old is not None:
+            if old.action != "none" or old.status == "resolved":
+                continue  # evidence of an action: never rewritten
             a.first_seen_ms = old.first_seen_ms
             a.action = old.action
+            a.status = old.status
+            rows.append(a)
             if old.severity == a.severity and _close(old.estimate, a.estimate):
                 continue
+        else:
+            rows.append(a)
         changed.append(a)
-    wh.insert_raw("alerts", b"".join(_store_row(a, seq) for a in alerts))
+    if rows:
+        wh.insert_raw("alerts", b"".join(_store_row(a, seq) for a in rows))
+    wh.insert_raw("alert_history", b"".join(_history_row(a) for a in alerts))
     return changed
+
+
+def _history_row(a: Alert) -> bytes:
+    d = {"alert_id": a.alert_id, "computed_ms": a.ts_ms, "rollout_id": a.rollout_id, "pop": a.pop,
+         "treatment_arm": a.treatment_arm, "window_start": a.window_start, "window_end": a.window_end,
+         "look": a.look, "severity": a.severity, "summary": a.summary}
+    for k in ("estimate", "ci_low", "ci_high", "p_value"):
+        v = getattr(a, k)
+        d[k] = v if math.isfinite(v) else "nan"
+    return orjson.dumps(d) + b"\n"
+
+
+def alert_history(wh: Warehouse, alert_id_: str) -> list[dict]:
+    """Every computation of one alert, oldest first (window, look, numbers)."""
+    res = wh.query("""SELECT computed_ms, window_start, window_end, look, estimate, severity, summary
+                      FROM alert_history WHERE alert_id = {a:String}
+                      ORDER BY computed_ms, look, window_end""", params={"a": alert_id_})
+    return [dict(zip(("computed_ms", "window_start", "window_end", "look", "estimate", "severity", "summary"),
+                     (r[0], str(r[1]), str(r[2]), int(r[3]), float(r[4]), r[5], r[6]))) for r in res.rows]
 
 
 def _close(a: float, b: float) -> bool:
@@ -254,7 +309,34 @@ def set_action(wh: Warehouse, alert_ids: list[str], action: str) -> list[Alert]:
     seq = time.time_ns()
     for a in rows:
         a.action = action
+        if action != "none":
+            a.status = "resolved"  # the arm was acted on: the page is over
     wh.insert_raw("alerts", b"".join(_store_row(a, seq) for a in rows))
+    return rows
+
+
+def set_status(wh: Warehouse, alert_ids: list[str], status: str) -> list[Alert]:
+    """``acknowledged`` (a person took it) or ``resolved``; returns the alerts changed."""
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+    rows = [a for a in read_alerts(wh, alert_ids=list(alert_ids)) if a.status != status]
+    for a in rows:
+        a.status = status
+    if rows:
+        wh.insert_raw("alerts", b"".join(_store_row(a, time.time_ns()) for a in rows))
+    return rows
+
+
+def resolve_arm(wh: Warehouse, rollout_id: str, arm: str, action: str) -> list[Alert]:
+    """Resolve every open alert of ``arm`` in ``rollout_id`` (the arm was promoted, rolled back or
+    halted); an alert nobody acted on gets ``action``. Returns them (to send with ``endsAt``)."""
+    rows = [a for a in read_alerts(wh, rollout_id=rollout_id) if a.treatment_arm == arm and a.status != "resolved"]
+    for a in rows:
+        a.status = "resolved"
+        if a.action == "none":
+            a.action = action
+    if rows:
+        wh.insert_raw("alerts", b"".join(_store_row(a, time.time_ns()) for a in rows))
     return rows
 
 
@@ -265,20 +347,31 @@ def alertmanager_payload(alerts: list[Alert]) -> list[dict]:
     out = []
     for a in alerts:
         did = {"none": "the rollout controller has not acted (yet)", "halted": "the rollout controller halted the arm",
-               "rolled_back": "the rollout controller rolled the arm back to control"}[a.action]
-        out.append({
+               "rolled_back": "the rollout controller rolled the arm back to control",
+               "promoted": "the arm was promoted"}.get(a.action, a.action)
+        nxt = (f"ccab rollout status {a.rollout_id} --audit 20" if a.action != "none" else
+               f"ccab rollout rollback {a.rollout_id} --arm {a.treatment_arm} --reason 'page {a.alert_id}' "
+               f"--alert {a.alert_id}   (or: ccab rollout status {a.rollout_id})")
+        est = times(a.estimate) if a.kind == "breaker" else _pct(a.estimate, a.statistic)
+        item = {
             "labels": {"alertname": "CcabRegression" if a.kind in ("guardrail", "breaker") else f"Ccab_{a.kind}",
-                       "severity": a.severity, "rollout_id": a.rollout_id, "pop": a.pop, "kind": a.kind,
+                       "severity": a.severity, "team": "ccab", "component": "rollout",
+                       "rollout": a.rollout_id, "arm": a.treatment_arm, "guardrail": f"{a.metric}:{a.statistic}",
+                       "rollout_id": a.rollout_id, "pop": a.pop, "kind": a.kind,
                        "metric": a.metric, "statistic": a.statistic, "segment": a.segment,
                        "treatment_arm": a.treatment_arm, "control_arm": a.control_arm, "alert_id": a.alert_id},
             "annotations": {"summary": a.summary, "description": f"{a.description} Action: {did}.",
-                            "action": a.action, "estimate": _pct(a.estimate, a.statistic),
+                            "runbook": nxt, "window": f"{a.window_start}..{a.window_end} (look {a.look})",
+                            "action": a.action, "estimate": est,
                             "ci": f"{_pct(a.ci_low, a.statistic)} to {_pct(a.ci_high, a.statistic)}",
                             "p_value": f"{a.p_value:.3g}" if math.isfinite(a.p_value) else "n/a",
                             "report": a.report_url},
             "startsAt": datetime.fromtimestamp(a.first_seen_ms / 1000, timezone.utc).isoformat().replace("+00:00", "Z"),
             "generatorURL": a.report_url or "ccab://alerts/" + a.alert_id,
-        })
+        }
+        if a.status == "resolved":
+            item["endsAt"] = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+        out.append(item)
     return out
 
 

@@ -130,7 +130,8 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
             for v in j.verdicts:
                 v.reasons.append(plan_note)
         template = report_url if report_url is not None else settings().report_url_template
-        j.alerts = alerts_mod.build_alerts(j, start, end, report_url=template.replace("{rollout_id}", rollout))
+        j.alerts = alerts_mod.build_alerts(j, start, end, report_url=template.replace("{rollout_id}", rollout),
+                                           look=look)
         for v in j.verdicts:
             v.alert_ids = [a.alert_id for a in j.alerts
                            if a.treatment_arm == v.treatment_arm and a.kind in ("guardrail", "breaker", "gate")]
@@ -521,7 +522,7 @@ def decide(pop, rollout, arm, control_arm, results: list[Result], trips: list[Br
     v.gates_failed = gates_mod.failed_for_arm(gates, arm, control_arm)
     for t in trips:
         v.reasons.append(f"circuit breaker: {arm} retransmitted {t.treatment_pct:.2f}% of bytes vs {t.control_pct:.2f}% "
-                         f"on {control_arm} ({t.max_ratio:.1f}× at worst, > {t.breaker.ratio:g}× for {t.minutes} "
+                         f"on {control_arm} ({alerts_mod.times(t.max_ratio)} at worst, > {t.breaker.ratio:g}× for {t.minutes} "
                          f"consecutive minutes from {t.first_minute} UTC)")
     regress = [r for r in guards if r.outcome == "regression"]
     for r in sorted(regress, key=lambda r: ("page", "ticket", "info").index(r.severity)):

@@ -21,6 +21,7 @@ The judge and the Kafka I/O are injected (:class:`Controller` takes a ``judge`` 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -29,17 +30,38 @@ from typing import Callable, Protocol
 
 from ccab.base import atomicfile
 from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
+from ccab.judge.alerts import times
 from ccab.rollout import design
 from ccab.rollout.plan import Plan, load_plan, plan_to_yaml
 from ccab.rollout.publish import (Publisher, latest_assignments, read_agent_status, read_assignments,
                                   valid_generation)
 from ccab.rollout.signing import sign
-from ccab.rollout.state import HostAssignment, PublishIntent, RolloutState, StateError, Store, now_ms
+from ccab.rollout.state import (TERMINAL, HostAssignment, PublishIntent, RolloutState, StateError, Store,
+                                 now_ms)
 
 # judge(start, end, look, looks_planned) -> verdicts (objects with pop, treatment_arm, control_arm,
 # decision, reasons, alert_ids, gates_failed)
 JudgeFn = Callable[[datetime, datetime, int, int], list]
 ActionFn = Callable[[list[str], str], None]  # set_action(alert_ids, "halted" | "rolled_back")
+# breakers(start, end) -> trips: dicts with pop, arm, control_arm, ratio, minutes, max_ratio,
+# treatment_pct, control_pct, first_minute, last_minute, alert_id (per-minute data, no rollups)
+BreakerFn = Callable[[datetime, datetime], list]
+KnownAlertsFn = Callable[[list[str]], set]  # the ids among these that are alerts of this rollout
+ArmEventFn = Callable[[str, str, dict], None]  # on_arm(arm, new_state, evidence): page / resolve
+
+ACTIVE_STATUSES = ("running", "paused", "halted")  # a rollout in one of these owns its hosts
+
+# why an agent refuses, from its reason text (rollout/agent/agent.go): what to check
+REFUSAL_CAUSES = (
+    ("signature", "bad signature", "the agents' public key does not match `--key` (or $CCAB_ROLLOUT_KEY)"),
+    ("not signed", "unsigned", "the records carry no signature (was the controller given a key?)"),
+    ("wrong_host", "wrong host", "the plan's host names differ from the agents' --host names"),
+    ("unknown congestion control", "unknown cc", "the kernel lacks the arm's cc module (modprobe tcp_<cc>)"),
+    ("not available", "cc not available", "the cc module is not loaded on those hosts (modprobe, or --load-modules)"),
+    ("bbr version", "bbr version", "the kernel's bbr is another version than the arm's bbr_version"),
+    ("generation", "generation jump", "another controller or key published for these hosts"),
+    ("too large", "too large", "the record exceeds the agent's size limit"),
+)
 
 ACTION_RANK = {"continue": 0, "hold": 1, "halt_arm": 2, "rollback_arm": 3, "rollback_all": 4}
 BAD_ARM = ("halted", "rolled_back")
@@ -51,6 +73,13 @@ class ControllerError(RuntimeError):
 
 class JudgeFailed(RuntimeError):
     """The judge raised; the look decided nothing (the audit log has ``look_failed``)."""
+
+
+class Pager(Protocol):
+    """Where pages go (Alertmanager API v2): postable alerts, resolved by posting them with endsAt."""
+
+    def fire(self, alerts: list[dict]) -> None: ...
+    def resolve(self, alerts: list[dict]) -> None: ...
 
 
 class Bus(Protocol):
@@ -100,12 +129,97 @@ def _iso(dt: datetime) -> str:
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
 
 
+def refusal_cause(reason: str) -> tuple[str, str]:
+    """(short reason, likely cause) of an agent's refusal text."""
+    low = (reason or "").lower()
+    for needle, short, cause in REFUSAL_CAUSES:
+        if needle in low or needle.replace(" ", "_") in low:
+            return short, cause
+    if "malformed" in low or "parse" in low or "json" in low:
+        return "malformed", "the record does not parse as assignment/1 (agent and controller versions differ?)"
+    return (reason or "refused")[:60], "see the agents' journal (journalctl -u ccab-agent)"
+
+
+def breaker_payload(rollout_id: str, t: dict, action: str) -> dict:
+    """The Alertmanager alert of one breaker trip: labels route and group (rollout, pop, arm,
+    severity, guardrail), annotations say what happened and the next command."""
+    ratio = times(t["max_ratio"])
+    nxt = (f"ccab rollout status {rollout_id} --audit 20" if action in BAD_ARM else
+           f"ccab rollout rollback {rollout_id} --arm {t['arm']} --reason PAGE --alert {t.get('alert_id', '')}")
+    return {
+        "labels": {"alertname": "CcabCircuitBreaker", "severity": "page", "team": "ccab", "component": "rollout",
+                   "rollout": rollout_id, "pop": t["pop"], "arm": t["arm"], "control_arm": t["control_arm"],
+                   "guardrail": f"breaker:{t['metric'] if 'metric' in t else 'retrans_pct'}",
+                   "alert_id": t.get("alert_id", "")},
+        "annotations": {
+            "summary": f"circuit breaker: {t['arm']} retransmits {ratio} {t['control_arm']} on {t['pop']}/{rollout_id}",
+            "description": (f"{t['arm']} retransmitted {t['treatment_pct']:.2f}% of bytes vs {t['control_pct']:.2f}% on "
+                            f"{t['control_arm']} ({ratio} at worst, > {t['ratio']:g}× for {t['minutes']} consecutive "
+                            f"minutes from {t['first_minute']} to {t['last_minute']} UTC). The controller "
+                            f"{action.replace('_', ' ')} the arm; the page resolves when its hosts are back on "
+                            f"control."),
+            "estimate": ratio, "runbook": nxt},
+        "startsAt": t["first_minute"].replace(" ", "T") + ("" if t["first_minute"].endswith("Z") else "Z"),
+    }
+
+
+def plan_hosts(plan: Plan) -> set[str]:
+    return {h for p in plan.pops for h in plan.hosts_of(p)}
+
+
+def host_owners(root, exclude: str = "") -> dict[str, tuple[str, str]]:
+    """host -> (rollout_id, status) for every rollout under ``root`` that still owns its hosts
+    (running, paused or halted: not completed nor rolled back), except ``exclude``."""
+    from pathlib import Path
+
+    out: dict[str, tuple[str, str]] = {}
+    root = Path(root)
+    if not root.is_dir():
+        return out
+    for d in sorted(root.iterdir()):
+        if not d.is_dir() or d.name == exclude:
+            continue
+        store = Store(d)
+        try:
+            st = store.load()
+        except StateError:
+            continue
+        if st.status not in ACTIVE_STATUSES or st.rollout_id == exclude:
+            continue
+        hosts = set(st.hosts)
+        try:
+            hosts |= plan_hosts(load_plan(store.plan_file))
+        except Exception:  # noqa: BLE001 - an unreadable plan copy: the state's hosts still count
+            pass
+        for h in hosts:
+            out.setdefault(h, (st.rollout_id, st.status))
+    return out
+
+
+def overlap_message(rollout_id: str, clash: dict[str, tuple[str, str]]) -> str:
+    by_owner: dict[tuple[str, str], list[str]] = {}
+    for h, o in sorted(clash.items()):
+        by_owner.setdefault(o, []).append(h)
+    parts = [f"{len(hs)} host(s) ({', '.join(hs[:8])}{', ...' if len(hs) > 8 else ''}) belong to active rollout "
+             f"{o[0]} ({o[1]})" for o, hs in by_owner.items()]
+    return (f"rollout {rollout_id} overlaps: " + "; ".join(parts) + ". A host belongs to at most one active rollout: "
+            f"finish or roll back the owner first (ccab rollout status {next(iter(by_owner))[0]}), "
+            f"or take those hosts out of the plan")
+
+
 class Controller:
     def __init__(self, plan: Plan, store: Store, bus: Bus, key=None, *, judge: JudgeFn | None = None,
                  set_action: ActionFn | None = None, clock: Callable[[], int] = now_ms,
-                 say: Callable[[str], None] = lambda _m: None):
+                 say: Callable[[str], None] = lambda _m: None, breakers: BreakerFn | None = None,
+                 known_alerts: KnownAlertsFn | None = None, pager: Pager | None = None,
+                 alert_payloads: Callable[[list[str]], list[dict]] | None = None,
+                 arm_done: Callable[[str, str], list[dict]] | None = None):
         self.plan, self.store, self.bus, self.key = plan, store, bus, key
         self.judge, self.set_action, self.clock, self.say = judge, set_action, clock, say
+        self.breakers, self.known_alerts, self.pager = breakers, known_alerts, pager
+        self.alert_payloads = alert_payloads
+        self.arm_done = arm_done  # arm_done(arm, state) resolves the arm's alerts, returns them (endsAt)
+        self.only_owned = False  # --force on a terminal rollout: touch only hosts it still owns
         self.state: RolloutState | None = store.load() if store.exists() else None
 
     def reload(self) -> None:
@@ -261,8 +375,16 @@ class Controller:
         ``wait_applied_s`` for each batch to be applied before the next."""
         deadline = time.monotonic() + wait_applied_s
         topic_latest = self._topic_latest(self.bus.assignments())
+        foreign = self.foreign_hosts()
         while True:
             now, deferred = design.plan_changes(self.plan, self.current_arms(), self.target())
+            skipped = [c.host for c in now + deferred if c.host in foreign]
+            if skipped:
+                now = [c for c in now if c.host not in foreign]
+                deferred = [c for c in deferred if c.host not in foreign]
+                owners = sorted({foreign[h][0] for h in skipped})
+                result.messages.append(f"{len(skipped)} host(s) left alone: owned by rollout(s) {', '.join(owners)} "
+                                       f"({', '.join(sorted(skipped)[:8])})")
             safe = [c for c in now if c.after == self.plan.control_arm]
             risky = [c for c in now if c.after != self.plan.control_arm]
             if risky:
@@ -297,6 +419,185 @@ class Controller:
         if result.messages:
             result.messages = list(dict.fromkeys(result.messages))
 
+    # ------------------------------------------------------------------------------ the service
+    def tick(self) -> StepResult:
+        """What ``ccab controller run`` does for one rollout every interval: finish an interrupted
+        publish, publish what is due (within the blast radius), evaluate the circuit breakers on
+        the freshest per-minute data (at most once a minute), run a look when a new whole hour
+        is there, and resolve the pages of arms that are back on control or promoted."""
+        self._require_state()
+        result = StepResult()
+        if self.st.status == "running" and self.breakers is not None and self.plan.breakers:
+            now = self.clock()
+            if self.st.breaker_checked_ms is None or now - self.st.breaker_checked_ms >= 60_000:
+                self.check_breakers(result)
+        if self.st.status in ("running", "paused"):
+            res = self.step() if self.judge is not None else None
+            if res is not None:
+                result.published += res.published
+                result.look, result.applied, result.enrolled = res.look, res.applied, res.enrolled
+                result.deferred = res.deferred
+                result.messages += res.messages
+        else:
+            self.reconcile()
+            self._converge(result)
+        self.resolve_pages(result)
+        return result
+
+    def check_breakers(self, result: StepResult) -> list[dict]:
+        """The plan's circuit breakers on [now - longest breaker - 2 min, now): an active arm that
+        trips is rolled back (``policy.rollback``) in this tick, its hosts uncapped to control."""
+        st, plan = self.st, self.plan
+        now = self.clock()
+        longest = max(b.minutes for b in plan.breakers)
+        end = _utc(now).replace(second=0, microsecond=0)
+        start = max(end - timedelta(minutes=longest + 2), _utc(st.started_ms or now).replace(second=0, microsecond=0))
+        try:
+            trips = list(self.breakers(start, end)) if end > start else []
+        except Exception as exc:  # noqa: BLE001 - no data, no decision: the next minute tries again
+            self._audit("breaker_failed", f"breakers on {_iso(start)}..{_iso(end)}: {type(exc).__name__}: {exc}")
+            st.breaker_checked_ms = now
+            self._save()
+            return []
+        st.breaker_checked_ms = now
+        fired = []
+        for arm in [a for a, s in st.arms.items() if s == "active"]:
+            mine = [t for t in trips if t.get("arm") == arm and t.get("pop") in plan.pops]
+            if not mine:
+                continue
+            act = plan.policy.rollback
+            new = "halted" if act == "halt_arm" else "rolled_back"
+            st.arms[arm] = new
+            if act == "rollback_all":
+                for a in st.arms:
+                    if st.arms[a] == "active":
+                        st.arms[a] = "rolled_back"
+                st.status = "rolled_back"
+            elif not any(s == "active" for s in st.arms.values()) and not st.promoted:
+                st.status = new
+            self._save()
+            ids = [t["alert_id"] for t in mine if t.get("alert_id")]
+            worst = max(mine, key=lambda t: t["max_ratio"])
+            why = (f"circuit breaker: {arm} retransmits {times(worst['max_ratio'])} {worst['control_arm']} for "
+                   f"{worst['minutes']} min from {worst['first_minute']} on {worst['pop']}")
+            self._audit("rollback_arm" if new == "rolled_back" else "halt_arm",
+                        f"{arm} {new.replace('_', ' ')} ({act}): its hosts go back to {plan.control_arm}: {why}",
+                        arm=arm, alert_ids=ids, breaker_window=[_iso(start), _iso(end)], trips=mine)
+            if ids and self.set_action is not None:
+                self.set_action(ids, new)
+            payloads = self.alert_payloads(ids) if ids and self.alert_payloads is not None else []
+            self._page(arm, payloads or [breaker_payload(plan.rollout_id, t, new) for t in mine], new)
+            self._arm_done(arm, new)
+            fired += mine
+            result.messages.append(why)
+        self._save()
+        if fired:
+            self._converge(result)
+        return fired
+
+    def _page(self, arm: str, alerts: list[dict], action: str) -> None:
+        """Fire ``alerts`` in Alertmanager and remember them (state.pages) until they are resolved."""
+        if not alerts:
+            return
+        st = self.st
+        for a in alerts:
+            a.setdefault("annotations", {})["action"] = action
+        known = {json.dumps(a["labels"], sort_keys=True) for a in st.pages.get(arm, [])}
+        st.pages.setdefault(arm, []).extend(a for a in alerts if json.dumps(a["labels"], sort_keys=True) not in known)
+        self._save()
+        if self.pager is None:
+            return
+        try:
+            self.pager.fire(alerts)
+            self._audit("paged", f"{len(alerts)} alert(s) of {arm} sent to Alertmanager", arm=arm,
+                        alerts=[a["labels"] for a in alerts])
+        except Exception as exc:  # noqa: BLE001 - the pages stay in state: resent on the next tick
+            self._audit("page_failed", f"{type(exc).__name__}: {exc}", arm=arm)
+
+    def _arm_done(self, arm: str, state: str) -> None:
+        """The arm was promoted, rolled back or halted: its alerts are resolved in the warehouse,
+        and in Alertmanager at once unless the controller paged them (those resolve when the hosts
+        are back on control: :meth:`resolve_pages`)."""
+        if self.arm_done is None:
+            return
+        try:
+            alerts = self.arm_done(arm, state)
+        except Exception as exc:  # noqa: BLE001 - the warehouse is down: the alerts stay open, said so
+            self._audit("resolve_failed", f"alerts of {arm}: {type(exc).__name__}: {exc}", arm=arm)
+            return
+        paged = {json.dumps(a["labels"], sort_keys=True) for a in self.st.pages.get(arm, [])}
+        now = [a for a in alerts if json.dumps(a["labels"], sort_keys=True) not in paged]
+        if now and self.pager is not None:
+            try:
+                self.pager.resolve(now)
+            except Exception as exc:  # noqa: BLE001
+                self._audit("resolve_failed", f"{type(exc).__name__}: {exc}", arm=arm)
+                return
+        if alerts:
+            self._audit("alerts_resolved", f"{len(alerts)} alert(s) of {arm} resolved: arm {state}", arm=arm,
+                        alert_ids=[a["labels"].get("alert_id") for a in alerts])
+
+    def resolve_pages(self, result: StepResult) -> None:
+        """Resolve (``endsAt``) the pages of an arm that is no longer active: rolled back or halted
+        once all its hosts are applied back on control; promoted at once."""
+        st = self.st
+        if not st.pages:
+            return
+        statuses = None
+        for arm in list(st.pages):
+            state = st.arms.get(arm)
+            if state == "active":
+                continue
+            if state in BAD_ARM:
+                if statuses is None:
+                    statuses = self.bus.agent_status() if self.bus is not None else []
+                applied_gen: dict[str, int] = {}
+                for s in statuses:
+                    if s.get("state") == "applied" and valid_generation(s.get("generation")):
+                        applied_gen[s["host"]] = max(applied_gen.get(s["host"], -1), s["generation"])
+                pending = [h for h, v in st.hosts.items() if v.arm == arm or (
+                    v.arm == self.plan.control_arm and applied_gen.get(h, -1) < v.generation)]
+                if pending:
+                    continue
+            alerts = st.pages[arm]
+            if self.pager is not None:
+                try:
+                    self.pager.resolve(alerts)
+                except Exception as exc:  # noqa: BLE001 - retried next tick
+                    self._audit("resolve_failed", f"{type(exc).__name__}: {exc}", arm=arm)
+                    continue
+            del st.pages[arm]
+            self._save()
+            self._audit("resolved", f"{len(alerts)} page(s) of {arm} resolved: arm {state}", arm=arm,
+                        alerts=[a["labels"] for a in alerts])
+            result.messages.append(f"resolved {len(alerts)} page(s) of {arm} ({state})")
+
+    # ------------------------------------------------------------------------------ ownership
+    def foreign_hosts(self) -> dict[str, tuple[str, str]]:
+        """Hosts of this plan that another active rollout owns (never touched by this one). With
+        ``only_owned`` (``--force`` on a terminal rollout) also the hosts whose newest record on
+        the topic comes from another rollout."""
+        mine = plan_hosts(self.plan) | set(self.current_arms())
+        owners = host_owners(self.store.dir.parent, exclude=self.plan.rollout_id)
+        out = {h: o for h, o in owners.items() if h in mine}
+        if self.only_owned and self.bus is not None:
+            newest: dict[str, dict] = {}
+            for r in self.bus.assignments():
+                h = r.get("host")
+                if h in mine and valid_generation(r.get("generation")) and (
+                        h not in newest or r["generation"] >= newest[h]["generation"]):
+                    newest[h] = r
+            for h, r in newest.items():
+                if r.get("rollout_id") != self.plan.rollout_id:
+                    out.setdefault(h, (str(r.get("rollout_id")), "newest record on the topic"))
+        return out
+
+    def check_overlap(self) -> None:
+        clash = {h: o for h, o in host_owners(self.store.dir.parent, exclude=self.plan.rollout_id).items()
+                 if h in plan_hosts(self.plan)}
+        if clash:
+            raise ControllerError(overlap_message(self.plan.rollout_id, clash))
+
     # ------------------------------------------------------------------------------ commands
     def start(self, wait_applied_s: float = 0.0, reason: str = "") -> StepResult:
         if self.state:
@@ -307,6 +608,7 @@ class Controller:
                                   f"{self.state.status}); use `ccab rollout step` or `status`")
         if self.plan.design.switchback is not None:
             raise ControllerError(f"rollout {self.plan.rollout_id!r}: {design.SWITCHBACK_REFUSAL}")
+        self.check_overlap()
         self.state = RolloutState(rollout_id=self.plan.rollout_id, plan_digest=self.plan.digest,
                                   plan_path=str(self.plan.source), seed=self.plan.design.seed,
                                   started_ms=self.clock(), stage_started_ms=self.clock(),
@@ -347,8 +649,8 @@ class Controller:
             if st.promoted and not result.deferred and ok == n and st.status == "running":
                 st.status = "completed"
                 self._save()
-                self._audit("completed", f"every host runs {st['promoted']}", applied=ok)
-            result.messages.append(f"rollout {st['status']}" + (f" (promoted {st['promoted']})" if st.promoted else ""))
+                self._audit("completed", f"every host runs {st.promoted}", applied=ok)
+            result.messages.append(f"rollout {st.status}" + (f" (promoted {st.promoted})" if st.promoted else ""))
             return result
         stage = self._stage()
         if result.deferred:
@@ -361,6 +663,7 @@ class Controller:
             st.stage_applied_ms = self.clock()
             self._save()
             self._audit("stage_applied", f"stage {stage.name}: {ok}/{n} hosts applied", applied=ok, enrolled=n)
+        auto_window = window is None
         if window is None:  # whole hours from the first full hour after the stage was applied
             applied_at = _utc(st.stage_applied_ms)
             start = applied_at.replace(minute=0, second=0, microsecond=0)
@@ -368,6 +671,10 @@ class Controller:
                 start += timedelta(hours=1)
             window = (start, _utc(self.clock()).replace(minute=0, second=0, microsecond=0))
         start, end = window
+        if auto_window and st.last_look_ms and int(end.timestamp() * 1000) <= st.last_look_ms:
+            result.messages.append(f"stage {stage.name}: no new whole hour since the last look (window end "
+                                   f"{_iso(end)}); next look after the hour")
+            return result
         minutes = (end - start).total_seconds() / 60
         if minutes <= 0:
             result.messages.append(f"stage {stage.name}: applied; its first whole hour of data starts {_iso(start)}, "
@@ -431,6 +738,7 @@ class Controller:
         self._audit("look", f"stage {stage.name} look {look_no}/{stage.looks} on {_iso(start)}..{_iso(end)}: "
                     + "; ".join(f"{a} -> {d['action']}" for a, d in per_arm.items()), **evidence)
         st.looks_done = st.looks_done + 1
+        st.last_look_ms = int(end.timestamp() * 1000)
         rollback_all = any(d["action"] == "rollback_all" for d in per_arm.values())
         for arm, d in per_arm.items():
             act = "rollback_all" if rollback_all and d["action"] != "rollback_all" else d["action"]
@@ -446,6 +754,9 @@ class Controller:
                     self.set_action(d["alert_ids"], new)
                     self._audit("alerts_actioned", f"{len(d['alert_ids'])} alert(s) marked {new}", arm=arm,
                                 alert_ids=d["alert_ids"], action=new)
+                if d["alert_ids"] and self.alert_payloads is not None:
+                    self._page(arm, self.alert_payloads(d["alert_ids"]), new)
+                self._arm_done(arm, new)
         if rollback_all:
             st.status = "rolled_back"
         still = [a for a, s in st.arms.items() if s == "active"]
@@ -474,7 +785,7 @@ class Controller:
             st.stage_started_ms = self.clock()
             st.stage_applied_ms = None
             self._save()
-            self._audit("advance", f"{why}: stage {plan.stages[st['stage']].name} next", actor=actor, arms=passing)
+            self._audit("advance", f"{why}: stage {plan.stages[st.stage].name} next", actor=actor, arms=passing)
             return "advanced"
         if plan.policy.promote_on_pass and len(passing) == 1:
             return self._promote(passing[0], why, actor)
@@ -492,23 +803,41 @@ class Controller:
         self._save()
         self._audit("promote", f"{arm} promoted to every host ({why}); hosts move within the blast-radius limit",
                     actor=actor, arm=arm)
+        self._arm_done(arm, "promoted")
+        for a, s in st.arms.items():
+            if a != arm and s == "halted":
+                self._arm_done(a, "halted")
         return "promoted"
 
     # ------------------------------------------------------------------------------ by hand
-    def _manual(self, reason: str) -> None:
+    def _manual(self, reason: str, action: str = "", force: bool = False,
+                alert_ids: list[str] | None = None) -> None:
         self._require_state()
         if not reason.strip():
             raise ControllerError("--reason is required for a manual action (it goes to the audit log)")
+        if alert_ids:
+            unknown = sorted(set(alert_ids) - set(self.known_alerts(list(alert_ids)) if self.known_alerts else alert_ids))
+            if unknown:
+                rid = self.plan.rollout_id
+                raise ControllerError(f"unknown alert id(s) {', '.join(unknown)}: not an alert of rollout {rid} "
+                                      f"(list them: ccab alerts --rollout {rid})")
+        if action and self.st.status in TERMINAL:
+            if not force:
+                raise ControllerError(
+                    f"rollout {self.plan.rollout_id} is {self.st.status}: a terminal state, `{action}` is refused "
+                    f"(its hosts may belong to another rollout now). --force {action}s only the hosts this "
+                    f"rollout still owns")
+            self.only_owned = True
         self.reconcile()
 
     def promote(self, reason: str, arm: str | None = None) -> StepResult:
         self._manual(reason)
         st = self.st
         if st.status not in ("running", "paused"):
-            raise ControllerError(f"cannot promote: rollout is {st['status']}")
+            raise ControllerError(f"cannot promote: rollout is {st.status}")
         if arm is not None:
             if arm not in st.arms or st.arms[arm] in BAD_ARM:
-                raise ControllerError(f"cannot promote {arm!r}: arms are {st['arms']}")
+                raise ControllerError(f"cannot promote {arm!r}: arms are {st.arms}")
             self._promote(arm, f"by hand: {reason}", "operator")
         else:
             passing = [a for a, s in st.arms.items() if s == "active"]
@@ -519,16 +848,23 @@ class Controller:
         self._converge(result)
         return result
 
-    def halt(self, reason: str, arm: str | None = None, alert_ids: list[str] | None = None) -> StepResult:
-        self._manual(reason)
+    def halt(self, reason: str, arm: str | None = None, alert_ids: list[str] | None = None,
+             force: bool = False) -> StepResult:
+        self._manual(reason, "halt", force, alert_ids)
         st = self.st
+        if st.status in TERMINAL and arm is None:
+            raise ControllerError(f"rollout is {st.status}: nothing to pause; to move its hosts back to control "
+                                  f"use `ccab rollout rollback {st.rollout_id} --force`")
         if arm is not None:
-            if st.arms.get(arm) != "active":
-                raise ControllerError(f"cannot halt {arm!r}: arms are {st['arms']}")
+            if st.arms.get(arm) not in (("active", "promoted") if st.status in TERMINAL else ("active",)):
+                raise ControllerError(f"cannot halt {arm!r}: arms are {st.arms}")
             st.arms[arm] = "halted"
+            if st.promoted == arm:
+                st.promoted = None
             self._save()
             self._audit("halt_arm", f"by hand: {arm} halted, its hosts go back to {self.plan.control_arm}: {reason}",
                         actor="operator", arm=arm, alert_ids=alert_ids or [])
+            self._arm_done(arm, "halted")
         else:
             st.status = "paused"
             self._save()
@@ -540,12 +876,13 @@ class Controller:
         self._converge(result)
         return result
 
-    def rollback(self, reason: str, arm: str | None = None, alert_ids: list[str] | None = None) -> StepResult:
-        self._manual(reason)
+    def rollback(self, reason: str, arm: str | None = None, alert_ids: list[str] | None = None,
+                 force: bool = False) -> StepResult:
+        self._manual(reason, "rollback", force, alert_ids)
         st = self.st
         if arm is not None:
             if arm not in st.arms:
-                raise ControllerError(f"no treatment arm {arm!r} (arms: {', '.join(st['arms'])})")
+                raise ControllerError(f"no treatment arm {arm!r} (arms: {', '.join(st.arms)})")
             st.arms[arm] = "rolled_back"
             if st.promoted == arm:
                 st.promoted = None
@@ -558,6 +895,8 @@ class Controller:
         self._audit("rollback_arm" if arm else "rollback",
                     f"by hand: {arm or 'every treatment arm'} rolled back to {self.plan.control_arm}: {reason}",
                     actor="operator", arm=arm, alert_ids=alert_ids or [])
+        for a in ([arm] if arm else list(st.arms)):
+            self._arm_done(a, "rolled_back")
         if alert_ids and self.set_action is not None:
             self.set_action(alert_ids, "rolled_back")
         result = StepResult()
@@ -569,13 +908,13 @@ class Controller:
         st = self.st
         if arm is not None:
             if st.arms.get(arm) not in BAD_ARM:
-                raise ControllerError(f"arm {arm!r} is not halted or rolled back ({st['arms']})")
+                raise ControllerError(f"arm {arm!r} is not halted or rolled back ({st.arms})")
             st.arms[arm] = "active"
             if st.status in ("halted", "rolled_back"):
                 st.status = "running"
         else:
             if st.status not in ("paused", "halted"):
-                raise ControllerError(f"nothing to resume: rollout is {st['status']}")
+                raise ControllerError(f"nothing to resume: rollout is {st.status}")
             st.status = "running"
         self._save()
         self._audit("resume", f"by hand: {arm or 'rollout'} resumed: {reason}", actor="operator", arm=arm)
@@ -583,10 +922,36 @@ class Controller:
         self._converge(result)
         return result
 
+    def refusals(self, statuses: list[dict]) -> list[dict]:
+        """The hosts whose newest answer to their current assignment is a refusal, grouped by the
+        likely cause: ``[{reason, cause, hosts, pop_counts, example}]``."""
+        last: dict[str, dict] = {}
+        for s in statuses:
+            h = s.get("host")
+            if h not in self.st.hosts or s.get("state") not in ("applied", "refused", "error"):
+                continue
+            gen = s.get("generation")
+            if valid_generation(gen) and gen not in (0, self.st.hosts[h].generation):
+                continue  # an answer to another generation (an agent that cannot verify may send none)
+            last[h] = s
+        groups: dict[str, dict] = {}
+        for h, s in sorted(last.items()):
+            if s.get("state") != "refused":
+                continue
+            short, cause = refusal_cause(str(s.get("reason", "")))
+            g = groups.setdefault(short, {"reason": short, "cause": cause, "hosts": [], "pops": {},
+                                          "example": str(s.get("reason", ""))[:200]})
+            g["hosts"].append(h)
+            pop = self.st.hosts[h].pop
+            g["pops"][pop] = g["pops"].get(pop, 0) + 1
+        return sorted(groups.values(), key=lambda g: -len(g["hosts"]))
+
     def summary(self, statuses: list[dict] | None = None) -> dict:
         self._require_state()
         st = self.st
-        ok, n, latest = self._applied(statuses) if statuses is not None or self.bus is not None else (0, 0, {})
+        if statuses is None and self.bus is not None:
+            statuses = self.bus.agent_status()
+        ok, n, latest = self._applied(statuses) if statuses is not None else (0, 0, {})
         by_arm: dict[str, int] = {}
         for v in st.hosts.values():
             by_arm[v.arm] = by_arm.get(v.arm, 0) + 1
@@ -594,6 +959,7 @@ class Controller:
                 "stage_name": self._stage().name, "looks_done": st.looks_done, "arms": st.arms,
                 "promoted": st.promoted, "hosts_per_arm": by_arm, "applied": ok, "enrolled": n,
                 "pending_intent": asdict(st.intent) if st.intent else None,
+                "refusals": self.refusals(statuses or []),
                 "agents": {h: {"state": s.get("state"), "generation": s.get("generation"), "reason": s.get("reason", "")}
                            for h, s in sorted(latest.items())}}
 

@@ -44,6 +44,21 @@ class StateError(RuntimeError):
     pass
 
 
+class FencedOut(StateError):
+    """A controller whose leader token is no longer the current one tried to write."""
+
+
+LEADER_FILE = "leader.json"
+
+
+def leader_token(root: Path) -> int:
+    """The current leader token under the rollouts directory (0 when no leader ever ran)."""
+    try:
+        return int(json.loads((Path(root) / LEADER_FILE).read_text()).get("token", 0))
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -92,6 +107,10 @@ class RolloutState:
     promoted: str | None = None
     hosts: dict[str, HostAssignment] = field(default_factory=dict)
     intent: PublishIntent | None = None
+    last_look_ms: int | None = None  # when the last look (judge run) of the current stage ran
+    breaker_checked_ms: int | None = None  # when the per-minute breakers were last evaluated
+    pages: dict[str, list[dict]] = field(default_factory=dict)  # arm -> alerts sent to Alertmanager, open
+    fence: int = 0  # the leader token of the controller that last wrote this state (fencing)
     updated_ms: int = 0
     version: int = STATE_VERSION
 
@@ -119,9 +138,11 @@ class RolloutState:
 
 @dataclass
 class Store:
-    """The files of one rollout."""
+    """The files of one rollout. ``fence`` is set by a controller service that holds the leader
+    lock (:mod:`ccab.rollout.leader`): every save then checks that no newer leader took over."""
 
     dir: Path
+    fence: int | None = None
 
     @classmethod
     def for_rollout(cls, rollout_id: str, data_dir: Path | None = None) -> "Store":
@@ -155,6 +176,12 @@ class Store:
         return RolloutState.from_json(state, str(self.state_file))
 
     def save(self, state: RolloutState) -> None:
+        if self.fence is not None:
+            current = leader_token(self.dir.parent)
+            if current != self.fence or state.fence > self.fence:
+                raise FencedOut(f"fenced out: controller leader token {self.fence} is stale (current "
+                                f"{max(current, state.fence)}); another controller took over, this one stops")
+            state.fence = self.fence
         state.updated_ms = now_ms()
         atomicfile.write_bytes(self.state_file, (json.dumps(state.to_json(), indent=1, sort_keys=True) + "\n").encode())
 

@@ -270,3 +270,58 @@ def test_unknown_algorithm_refused_at_plan_time(env, tmp_path):
     p = ccab(env, "rollout", "start", str(f), check=2)
     assert "arms[1].cc: unknown congestion control 'bbr9'" in p.stderr
     assert not (Path(env["CCAB_DATA_DIR"]) / "rollouts" / "unk").exists(), "nothing started"
+
+
+# --------------------------------------------------------------------------------------- safety
+
+
+def test_cli_refuses_the_unsafe_actions_of_issue_16(env, topics, agents, kafka_broker, tmp_path):
+    """Real agents and broker: an overlapping plan, an unknown alert id, halt/rollback of a
+    completed rollout are refused with exit 3; --force touches only hosts the rollout still owns;
+    `status` names the agents' refusals and their likely cause."""
+    a_topic, s_topic = topics
+    hosts = agents
+    kt = ["--assignments-topic", a_topic, "--status-topic", s_topic]
+    rid = f"sa-{uuid.uuid4().hex[:6]}"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump(plan_dict(rid, hosts, stages=[{"name": "s", "hosts": 2, "min_applied": 1.0}])))
+    ccab(env, "rollout", "start", str(plan), *kt, "--wait-applied", "60")
+
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(plan_dict("tyo1-bbr2-trial", hosts[:3], stages=[{"name": "s", "hosts": 1}])))
+    p = ccab(env, "rollout", "plan", str(other), check=3)
+    assert f"belong to active rollout {rid} (running)" in p.stderr and hosts[0] in p.stderr, p.stderr
+    p = ccab(env, "rollout", "start", str(other), *kt, check=3)
+    assert f"belong to active rollout {rid}" in p.stderr
+
+    p = ccab(env, "rollout", "halt", rid, "--arm", "bbr", "--reason", "x", "--alert", "deadbeef", *kt, check=3)
+    assert "unknown alert id(s) deadbeef" in p.stderr, p.stderr
+
+    ccab(env, "rollout", "promote", rid, "--arm", "bbr", "--reason", "review ok", *kt)
+    for _ in range(10):
+        ccab(env, "rollout", "step", rid, *kt, "--wait-applied", "60")
+        if json.loads(ccab(env, "rollout", "status", rid, "--json", *kt).stdout)["status"] == "completed":
+            break
+    assert json.loads(ccab(env, "rollout", "status", rid, "--json", *kt).stdout)["status"] == "completed"
+    n = len(read_json_topic(kafka_broker, a_topic))
+    for action in ("rollback", "halt"):
+        p = ccab(env, "rollout", action, rid, "--reason", "pager", *kt, check=3)
+        assert "terminal" in p.stderr and "--force" in p.stderr, p.stderr
+    assert len(read_json_topic(kafka_broker, a_topic)) == n, "a refused action published nothing"
+
+    # a second rollout (signed with another key than the agents trust) takes the hosts over
+    keys = tmp_path / "keys"
+    ccab(env, "rollout", "keygen", "--out", str(keys))
+    ccab(env, "rollout", "start", str(other), *kt, "--key", str(keys / "rollout_ed25519_seed.hex"))
+    p = ccab(env, "rollout", "rollback", rid, "--reason", "pager", "--force", *kt)
+    assert "host(s) left alone: owned by rollout(s) tyo1-bbr2-trial" in p.stdout, p.stdout
+    moved = {r["host"] for r in read_json_topic(kafka_broker, a_topic)[n:] if r["rollout_id"] == rid}
+    assert moved and not moved & set(hosts[:3]), moved
+
+    deadline = time.monotonic() + 60
+    while True:
+        out = ccab(env, "rollout", "status", "tyo1-bbr2-trial", *kt).stdout
+        if "refused: bad signature" in out or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert "3 agent(s) refused: bad signature — the agents' public key does not match `--key`" in out, out

@@ -1,0 +1,110 @@
+"""The controller service: leader election between two replicas, /metrics per the contract in
+deploy/prometheus/README.md, /healthz, and its pages in the real Alertmanager (Debian's binary,
+alertmanager_fixture): labels that route, silences honoured, endsAt after the rollback."""
+
+from __future__ import annotations
+
+import urllib.request
+from datetime import datetime, timezone
+
+from alertmanager_fixture import wait_until
+from ccab.alerting import create_silence, list_alerts
+from ccab.rollout.controller import Controller
+from ccab.rollout.plan import plan_from_dict
+from ccab.rollout.service import AlertmanagerPager, Service
+from ccab.rollout.signing import load_private_key
+from ccab.rollout.state import Store
+from factories import base_plan
+from paths import VECTORS
+from test_controller_safety import MemoryBus
+
+KEY = VECTORS / "test_ed25519_seed.hex"
+T0 = int(datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc).timestamp() * 1000)
+TRIP = {"pop": "p1", "arm": "b1", "control_arm": "control", "metric": "retrans_pct", "ratio": 3.0, "minutes": 5,
+        "max_ratio": 8.55, "treatment_pct": 4.2, "control_pct": 0.49, "first_minute": "2026-01-01 12:03:00",
+        "last_minute": "2026-01-01 12:07:00", "alert_id": "c" * 20}
+
+
+def _plan(rid):
+    return plan_from_dict(base_plan(rollout_id=rid, stages=[{"name": "s1", "hosts": 2}],
+                                    breakers=[{"metric": "retrans_pct", "ratio": 3, "minutes": 5}]))
+
+
+def _setup(root, rid, bus, pager=None, trip=True):
+    now = [T0]
+    plan = _plan(rid)
+
+    def make(store):
+        return Controller(plan, store, bus, load_private_key(KEY), clock=lambda: now[0], pager=pager,
+                          breakers=lambda s, e: [dict(TRIP)] if trip and now[0] >= T0 + 9 * 60_000 else [])
+    make(Store(root / rid)).start()
+    return make, now
+
+
+def _get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_two_replicas_one_leader_metrics_and_health(tmp_path):
+    root = tmp_path / "rollouts"
+    bus = MemoryBus()
+    make, now = _setup(root, "r1", bus, trip=False)
+    bus.apply_all()
+    a = Service(root, make, interval_s=1, say=lambda _m: None, clock=lambda: now[0] / 1000)
+    b = Service(root, make, interval_s=1, say=lambda _m: None, clock=lambda: now[0] / 1000)
+    assert b.healthy()[0] is False  # no loop yet
+    a.loop_once()
+    b.loop_once()
+    assert a.leader.is_leader and not b.leader.is_leader
+    httpd = a.serve("127.0.0.1", 0)
+    try:
+        port = httpd.server_address[1]
+        code, text = _get(f"http://127.0.0.1:{port}/metrics")
+        assert code == 200
+        assert "ccab_controller_is_leader 1" in text
+        assert f"ccab_controller_heartbeat_timestamp_seconds {T0 / 1000:.3f}" in text
+        assert 'ccab_rollout_status{rollout="r1",status="running"} 1' in text
+        assert 'ccab_rollout_status{rollout="r1",status="completed"} 0' in text
+        assert 'ccab_rollout_arm_state{rollout="r1",arm="b1",state="active"} 1' in text
+        assert 'ccab_rollout_stage{rollout="r1"} 0' in text
+        code, text = _get(f"http://127.0.0.1:{port}/healthz")
+        assert code == 200 and "leader" in text
+    finally:
+        httpd.shutdown()
+    assert "ccab_rollout_status" not in b.metrics_text() and "ccab_controller_is_leader 0" in b.metrics_text()
+    a.leader.release()  # the leader dies: the standby takes over at its next loop, with a new token
+    b.loop_once()
+    assert b.leader.is_leader and b.leader.token == 2
+
+
+def test_the_breaker_page_reaches_alertmanager_silenced_then_resolved(tmp_path, alertmanager):
+    root = tmp_path / "rollouts"
+    bus = MemoryBus()
+    pager = AlertmanagerPager(alertmanager.url)
+    make, now = _setup(root, "r-am", bus, pager)
+    bus.apply_all()
+    svc = Service(root, make, interval_s=1, say=lambda _m: None, clock=lambda: now[0] / 1000)
+    create_silence(alertmanager.url, {"rollout": "r-am", "arm": "b1"}, created_by="on-call", comment="known, INC-7")
+    now[0] += 2 * 60_000
+    svc.loop_once()
+    assert not list_alerts(alertmanager.url, {"rollout": "r-am"})
+    now[0] += 9 * 60_000
+    svc.loop_once()  # the breaker trips: b1 rolled back and paged
+    (a,) = wait_until(lambda: list_alerts(alertmanager.url, {"rollout": "r-am"}), what="the page")
+    lab = a["labels"]
+    assert (lab["rollout"], lab["pop"], lab["arm"], lab["severity"], lab["guardrail"]) == \
+        ("r-am", "p1", "b1", "page", "breaker:retrans_pct")
+    assert a["status"]["state"] == "suppressed" and a["status"]["silencedBy"]  # the silence is honoured
+    assert a["annotations"]["runbook"] == "ccab rollout status r-am --audit 20"
+    assert "8.55×" in a["annotations"]["summary"]
+    st = Store(root / "r-am").load()
+    assert st.arms["b1"] == "rolled_back" and st.pages["b1"]
+    bus.apply_all()  # the agents applied control again
+    now[0] += 60_000
+    svc.loop_once()
+    wait_until(lambda: not list_alerts(alertmanager.url, {"rollout": "r-am"}), what="the page resolved (endsAt)")
+    assert not Store(root / "r-am").load().pages

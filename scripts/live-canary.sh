@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The live canary (issue 16), as root: real edge hosts in network namespaces (nginx, ccab-collector,
+# ccab-agent), Kafka, the loader, the controller service and a real Alertmanager. The faulty case
+# makes the treatment hosts' path lossy; the controller must roll them back by itself (read back
+# from the namespaces' sysctl) and page/resolve in Alertmanager; the clean case must not trip.
+# Prints the minutes from fault onset to the last treatment host back on control.
+# Not part of `make test` (~20 min): `make live-canary`. Options: python -m ccab.lab.canary --help.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" -ne 0 ]; then
+  echo "live-canary: needs root (network namespaces, nftables, sysctl); run it with sudo" >&2
+  exit 2
+fi
+for b in bin/ccab-agent bin/ccab-collector .venv/bin/python; do
+  [ -x "$b" ] || { echo "live-canary: $b missing: run make setup" >&2; exit 2; }
+done
+work=${LIVE_CANARY_DIR:-$(mktemp -d /tmp/ccab-live-canary.XXXXXX)}
+export CCAB_DATA_DIR="$work/data"   # its own rollouts and warehouse: never another rollout's
+export PYTHONPATH="$PWD/pipelines${PYTHONPATH:+:$PYTHONPATH}"
+exec .venv/bin/python -m ccab.lab.canary --out "$work/runs" "$@"
