@@ -109,3 +109,19 @@ def test_every_schema_has_a_topic_and_table():
     assert {s.topic for s in contracts.SCHEMAS.values()} == {
         "ccab.tcp.v1", "ccab.http.v1", "ccab.assignments.v1", "ccab.agent_status.v1"}
     assert {s.table for s in contracts.SCHEMAS.values()} == {"tcp_samples", "http_requests", "assignments", "agent_status"}
+
+
+def test_every_integer_fields_width_is_its_raw_columns(warehouse):
+    """A value the raw column cannot hold would wrap in the landing view: the contract's width of
+    each integer field (``uint32`` ...) must be the stored type's, so the landing refuses it."""
+    from ccab.base.contracts import SCHEMAS
+
+    for s in SCHEMAS.values():
+        if s.name == "assignment/1":
+            continue  # not stored by the loader's landing views
+        types = dict(warehouse.query("SELECT name, type FROM system.columns WHERE database = currentDatabase() "
+                                     "AND table = {t:String}", params={"t": s.table}).rows)
+        for f in s.fields:
+            if f.kind in ("int", "uint") and f.name in types:
+                stored = types[f.name].removeprefix("Nullable(").rstrip(")")
+                assert stored == f"{'U' if f.kind == 'uint' else ''}Int{f.bits}", (s.name, f.name, stored)
