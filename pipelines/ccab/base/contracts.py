@@ -26,6 +26,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 Kind = Literal["int", "uint", "float", "string", "bool", "string_array"]
@@ -38,7 +39,7 @@ class Field:
     required: bool = True
     bits: int = 64  # integers: the width of the raw column that stores it (uint32 -> UInt32)
 
-    @property
+    @cached_property
     def int_range(self) -> tuple[int, int]:
         """The values an integer field may take: what its raw column holds exactly."""
         if self.kind == "uint":
@@ -377,7 +378,7 @@ def validate(record: Any, schema: Schema | None = None) -> list[str]:
     if schema is AGENT_STATUS and record.get("state") not in AGENT_STATES and "state" in record:
         errors.append(f"field state: must be one of {', '.join(AGENT_STATES)}")
     prefix = record.get("peer_prefix")
-    if any(f.name == "peer_prefix" for f in schema.fields) and isinstance(prefix, str) and not peer_prefix_ok(prefix):
+    if isinstance(prefix, str) and schema in (TCP_SAMPLE, HTTP_REQUEST) and not peer_prefix_ok(prefix):
         errors.append(f"field peer_prefix: not a /24 or /48 network, got {prefix!r:.60}")
     return errors
 

@@ -33,7 +33,9 @@ How a batch goes in (no per-row Python objects on the hot path):
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -69,10 +71,27 @@ _CONSTRAINT_VALUES_RE = re.compile(r"Column values: (.*?)\. \(VIOLATED")
 _KEY_RE = re.compile(r"while reading the value of key (\w+)")
 # What ClickHouse's JSON reader bends instead of refusing: integers long enough to wrap, raw
 # control characters (JSON allows none inside strings; tab/CR between tokens are rare enough).
-_SUSPECT_RE = re.compile(rb"[0-9]{%d,}|[\x00-\x09\x0b-\x1f]" % WIDE_INT_DIGITS)
+# Found with bytes.translate + bytes.find (C speed, ~1 GB/s): a regex is 10x slower here.
+_CLASSES = bytes(0x30 if 0x30 <= b <= 0x39 else 0x01 if b < 0x20 and b != 0x0A else 0x2E for b in range(256))
+_WIDE_RUN = b"0" * WIDE_INT_DIGITS
+
+
+def _suspect_positions(data: bytes) -> list[int]:
+    """Byte offsets in ``data`` where a suspect run starts (empty: nothing suspect)."""
+    t = data.translate(_CLASSES)
+    out: list[int] = []
+    for needle in (_WIDE_RUN, b"\x01"):
+        at = t.find(needle)
+        while at >= 0:
+            out.append(at)
+            at = t.find(needle, at + len(needle))
+    return out
 # How many unparsable rows of one batch get ClickHouse's own reason (one check insert each)
 # when Python's strict reading finds nothing wrong.
 MAX_CLICKHOUSE_REASONS = 16
+# How many unparsable rows of one batch get a reason from Python's reading at all (the rest are
+# dead letters all the same, with a generic reason and their raw payload): bounds the rare path.
+MAX_PYTHON_REASONS = 256
 
 
 @dataclass
@@ -247,6 +266,13 @@ def _python_reason(payload: bytes, schema: Schema) -> str | None:
     """Why ClickHouse could not parse a row, as Python's strict reading and the contract see
     it (None when they see nothing wrong)."""
     try:
+        value = orjson.loads(payload)  # fast; the strict reading only when it sees nothing wrong
+    except orjson.JSONDecodeError:
+        value = None
+    errors = validate(value, schema) if isinstance(value, dict) else []
+    if errors:
+        return "; ".join(errors)
+    try:
         value = strict_loads(payload)
     except ValueError as exc:
         return _strict_reason(exc)
@@ -313,10 +339,15 @@ class BatchWriter:
         unusual = [i for i, body in enumerate(payloads)
                    if len(body) > limit or body[:n] != head or body[-1:] != b"}" or b"\n" in body]
         joined = b"\n".join(payloads)
-        if _SUSPECT_RE.search(joined) or not _utf8(joined):
+        hits = _suspect_positions(joined)  # one pass over the batch
+        utf8_ok = _utf8(joined)
+        if hits or not utf8_ok:
             seen = set(unusual)
-            unusual += [i for i, body in enumerate(payloads)
-                        if i not in seen and (_SUSPECT_RE.search(body) or not _utf8(body))]
+            ends = list(itertools.accumulate(len(body) + 1 for body in payloads))  # end of record i, +1
+            suspects = {bisect.bisect_right(ends, h) for h in hits}
+            if not utf8_ok:
+                suspects.update(i for i, body in enumerate(payloads) if not _utf8(body))
+            unusual += sorted(suspects - seen)
         del joined
         prefix = {p: _prefix(batch.topic, p) for p in set(partitions)}
         if not unusual:
@@ -382,15 +413,18 @@ class BatchWriter:
             parsed.add(i)
             if violated:
                 bad[i] = reason_from_constraint(violated)
-        asked = 0
+        asked = explained = 0
         for i in range(len(lines)):
             if i in parsed or i in bad:
                 continue
-            reason = _python_reason(batch.record(kept[i]).payload, schema)
-            if reason is None and asked < MAX_CLICKHOUSE_REASONS:
-                asked += 1
-                reason = self._clickhouse_reason(schema, lines[i])
-            bad[i] = reason or "bad JSON: rejected by ClickHouse's JSON reader"
+            reason = None
+            if explained < MAX_PYTHON_REASONS:
+                explained += 1
+                reason = _python_reason(batch.record(kept[i]).payload, schema)
+                if reason is None and asked < MAX_CLICKHOUSE_REASONS:
+                    asked += 1
+                    reason = self._clickhouse_reason(schema, lines[i])
+            bad[i] = reason or "bad JSON or wrong type: rejected by ClickHouse's JSON reader"
         return bad
 
     def _check(self, schema: Schema, lines: list[bytes]) -> WarehouseError | None:

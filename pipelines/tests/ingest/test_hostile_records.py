@@ -65,7 +65,8 @@ def test_integers_beyond_their_width_are_dead_lettered_never_wrapped(warehouse, 
     reasons = [r[0] for r in warehouse.query("SELECT reason FROM dead_letters FINAL ORDER BY _offset").rows]
     assert len(reasons) == len(WIDE) + with_bad_neighbour
     # (the number with leading zeros is not JSON at all)
-    assert all("integer out of range" in r or r.startswith(("bad JSON", "wrong type")) for r in reasons[:len(WIDE)]), reasons
+    assert all("integer out of range" in r or "expected uint" in r or r.startswith(("bad JSON", "wrong type"))
+               for r in reasons[:len(WIDE)]), reasons
 
 
 def test_an_integer_at_the_edge_of_its_width_loads_exactly(warehouse, tmp_path):
@@ -87,7 +88,7 @@ def test_duplicate_keys_are_refused(warehouse, tmp_path):
     dup_schema = _tcp(4)[:-1] + b',"schema":"http_request/1"}'
     rep = load_files(warehouse, [_write_file(tmp_path / "dup.jsonl", [dup_status, dup_unknown_careful, dup_schema,
                                                                       line(http_request(5))])])
-    assert rep.inserted == {"http_requests": 1}, rep
+    assert {k: v for k, v in rep.inserted.items() if v} == {"http_requests": 1}, rep
     assert warehouse.query("SELECT count() FROM http_requests WHERE status = 500").scalar() == 0
     assert rep.dead_total == 3
     del dup_nested  # nested duplicates of unknown members are never read: see CONTRACTS.md
