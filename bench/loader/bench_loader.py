@@ -7,7 +7,14 @@ Ours: the same records produced to a Kafka topic beforehand (not timed), then co
 loader (validation in ClickHouse, audit columns, dedup tokens, offset commits) until all are in.
 Prints both rates and the ratio (goal >= 0.7).
 
-Usage: bench/loader/run.sh [N_RECORDS]   (default 300000 tcp_sample/1 records, ~1.2 KB each)
+``--bad-fraction F``: the loader on all-good records vs the loader on the same number of records
+of which a fraction F is bad in ways only ClickHouse or the careful path refuses (a string where
+an int belongs, a full client IP as peer_prefix, a duplicate key, NaN, an integer beyond 64 bits),
+spread through every batch. Records/s counts every record consumed (loaded or dead-lettered);
+prints both rates and the slowdown (goal <= 2x).
+
+Usage: bench/loader/run.sh [N_RECORDS] [--bad-fraction 0.5]
+       (default 300000 tcp_sample/1 records, ~1.2 KB each)
 """
 
 from __future__ import annotations
@@ -31,19 +38,42 @@ from ccab.kafka import broker
 from ccab.kafka import topics as kafka_topics
 
 ROUNDS = 3
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "contracts" / "vectors"
+VECTORS = Path(__file__).resolve().parents[2] / "contracts" / "vectors"
 
 
 def records(n: int) -> list[bytes]:
     base = [json.loads(x) for x in (VECTORS / "ss_tinHOe_iproute2-6.1.expected.jsonl").read_text().splitlines()]
     out = []
     for i in range(n):
-        r = dict(base[i % len(base)])
-        r.update(schema="tcp_sample/1", ts_ms=1763769600000 + i * 7, pop="tyo1", host=f"edge-tyo1-{i % 24:02d}",
+        r = {"schema": "tcp_sample/1", **base[i % len(base)]}  # schema first, as the collector writes it
+        r.update( ts_ms=1763769600000 + i * 7, pop="tyo1", host=f"edge-tyo1-{i % 24:02d}",
                  kernel="6.1.0-18-amd64", arm=("control", "bbr1", "bbr2")[i % 3], rollout_id="bench",
                  sock_id=f"{i:016x}", state="ESTAB", sample_rate=0.1, bytes_acked=r["bytes_acked"] + i)
         out.append(json.dumps(r, separators=(",", ":")).encode())
     return out
+
+
+def spoil(good: list[bytes], fraction: float) -> tuple[list[bytes], int]:
+    """Every record at a position that falls in ``fraction`` made bad, cycling through the kinds."""
+    kinds = [
+        lambda b: b.replace(b'"cwnd":', b'"cwnd":"lots","x":', 1),  # wrong type (ClickHouse)
+        lambda b: b.replace(b'"peer_prefix":"', b'"peer_prefix":"10.1.2.3","y":"', 1),  # a host, not a /24
+        lambda b: b[:-1] + b',"mss":1}',  # duplicate key
+        lambda b: b.replace(b'"sample_rate":0.1', b'"sample_rate":NaN', 1),  # not finite
+        lambda b: b.replace(b'"bytes_acked":', b'"bytes_acked":18446744073709551617,"z":', 1),  # would wrap
+    ]
+    out, bad, acc = [], 0, 0.0
+    for i, b in enumerate(good):
+        acc += fraction
+        if acc >= 1.0:
+            acc -= 1.0
+            spoiled = kinds[bad % len(kinds)](b)
+            assert spoiled != b
+            out.append(spoiled)
+            bad += 1
+        else:
+            out.append(b)
+    return out, bad
 
 
 def limit_rate(data: bytes, n: int, workdir: Path) -> float:
@@ -64,7 +94,7 @@ def limit_rate(data: bytes, n: int, workdir: Path) -> float:
     return n / elapsed
 
 
-def loader_rate(lines: list[bytes], bootstrap: str, workdir: Path) -> float:
+def loader_rate(lines: list[bytes], bootstrap: str, workdir: Path, n_bad: int = 0) -> float:
     from confluent_kafka import Producer
 
     topic = f"bench.tcp.{uuid.uuid4().hex[:8]}"
@@ -95,13 +125,38 @@ def loader_rate(lines: list[bytes], bootstrap: str, workdir: Path) -> float:
     loader._write = timed_write
     loader.run(max_idle_s=3, max_records=len(lines))
     got = wh.query(f"SELECT count() FROM tcp_samples WHERE _topic = '{topic}'").scalar()
+    dead = wh.query(f"SELECT count() FROM dead_letters FINAL WHERE _topic = '{topic}'").scalar()
     wh.close()
-    assert got == len(lines), (got, len(lines))
+    assert (got, dead) == (len(lines) - n_bad, n_bad), (got, dead, len(lines), n_bad)
     return len(lines) / (first_batch["end"] - first_batch["t"])
 
 
+def bad_mix(lines: list[bytes], fraction: float, bootstrap: str, workdir: Path) -> int:
+    mixed, n_bad = spoil(lines, fraction)
+    print(f"bench/loader --bad-fraction {fraction}: {len(lines):,} tcp_sample/1 records, {n_bad:,} of them bad, "
+          f"{ROUNDS} alternating rounds (median)")
+    good, bad, ratios = [], [], []
+    for r in range(ROUNDS):
+        good.append(loader_rate(lines, bootstrap, workdir / f"g{r}"))
+        bad.append(loader_rate(mixed, bootstrap, workdir / f"b{r}", n_bad))
+        ratios.append(good[-1] / bad[-1])
+        print(f"  round {r + 1}: all good {good[-1]:>10,.0f}/s  {fraction:.0%} bad {bad[-1]:>10,.0f}/s  "
+              f"slowdown {ratios[-1]:.2f}x")
+    print(f"  all good        (Kafka -> ccab loader -> ClickHouse)  {statistics.median(good):>12,.0f} records/s")
+    print(f"  {fraction:>4.0%} bad        (same, bad rows dead-lettered)      {statistics.median(bad):>12,.0f} records/s")
+    ratio = statistics.median(ratios)
+    print(f"  slowdown all-good/bad-mix = {ratio:.2f}x   (goal <= 2.00x) {'OK' if ratio <= 2 else 'ABOVE GOAL'}")
+    return 0
+
+
 def main() -> int:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 300_000
+    args = sys.argv[1:]
+    fraction = None
+    if "--bad-fraction" in args:
+        i = args.index("--bad-fraction")
+        fraction = float(args[i + 1])
+        del args[i:i + 2]
+    n = int(args[0]) if args else 300_000
     workdir = Path(tempfile.mkdtemp(prefix="ccab-bench-loader-"))
     started_broker = False
     try:
@@ -110,6 +165,8 @@ def main() -> int:
             started_broker = not broker.is_running()
             bootstrap = broker.up(timeout_s=120)
         lines = records(n)
+        if fraction is not None:
+            return bad_mix(lines, fraction, bootstrap, workdir)
         data = b"\n".join(lines)
         print(f"bench/loader: {n:,} tcp_sample/1 records, {len(data) / 1e6:.0f} MB of JSONEachRow, "
               f"{ROUNDS} alternating rounds (median)")

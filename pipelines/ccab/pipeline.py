@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Callable, Iterable, Iterator
 
 from ccab.base import schema
+from ccab.base.contracts import rollout_id_problem
 from ccab.base.warehouse import Warehouse, connect
 from ccab.cohorts.job import JobConfig, run_window
 from ccab.cohorts.summaries import SummaryResult, write_arm_summaries
@@ -44,7 +45,10 @@ def open_warehouse() -> Iterator[Warehouse]:
 
 
 def rollout_options(rollout_id: str) -> RolloutOptions | None:
-    """What the rollout controller's stored plan declares for ``rollout_id``; None without a plan."""
+    """What the rollout controller's stored plan declares for ``rollout_id``; None without a plan
+    (an id that cannot name a rollout directory never has one: records may carry any string)."""
+    if rollout_id_problem(rollout_id):
+        return None
     path = Store.for_rollout(rollout_id).plan_file
     if not path.exists():
         return None

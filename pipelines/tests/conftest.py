@@ -119,3 +119,22 @@ def collector_bin(tmp_path_factory):
     subprocess.run(["go", "build", "-o", str(out), "./collectors/cmd/ccab-collector"],
                    cwd=REPO, check=True, env=dict(os.environ, CGO_ENABLED="0"))
     return out
+
+
+# --- Summaries -----------------------------------------------------------------------------------
+
+
+_SUMMARIES = pytest.StashKey[list]()
+
+
+@pytest.fixture
+def summary_line(request) -> Callable[[str], None]:
+    """``summary_line(text)``: print ``text`` at the end of the pytest run, whatever the capture
+    mode (the adversarial suite's tried/loaded/dead-lettered/lost line in `make test`)."""
+    lines = request.config.stash.setdefault(_SUMMARIES, [])
+    return lines.append
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    for line in config.stash.get(_SUMMARIES, []):
+        terminalreporter.write_line(line)

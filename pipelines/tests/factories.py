@@ -12,8 +12,8 @@ BASE_TS_MS = 1763769600000
 
 
 def tcp_sample(i: int, **override) -> dict:
-    rec = dict(_SS[i % len(_SS)])
-    rec.update(schema="tcp_sample/1", ts_ms=BASE_TS_MS + i, pop="tyo1", host=f"edge-tyo1-{i % 8:02d}",
+    rec = {"schema": "tcp_sample/1", **_SS[i % len(_SS)]}  # schema first, as the collector writes it
+    rec.update(ts_ms=BASE_TS_MS + i, pop="tyo1", host=f"edge-tyo1-{i % 8:02d}",
                kernel="6.1.0-18-amd64", arm="control" if i % 2 else "bbr2", rollout_id="r1",
                sock_id=f"s{i:08x}", state="ESTAB", sample_rate=1.0)
     rec.update(override)

@@ -12,12 +12,21 @@ Everything that needs to know a record's fields derives them from ``SCHEMAS``:
 A field is *required* when the contract's type has no ``/null``: it must be present and
 non-null. Optional fields may be absent or null. Unknown extra fields are allowed (the contract
 says new optional fields may be added) and ignored by the loader.
+
+Every record is also held to rules a JSON reader would otherwise bend (``CONTRACTS.md``,
+"Rules"): integers within their field's width (``INT_RANGES``: nothing wraps), finite floats,
+no duplicate member names (:func:`strict_loads`), and a ``peer_prefix`` that is a network
+(``a.b.c.0/24`` or a /48), never a host address. ``constraints(schema)`` is the one list of
+row rules, both as landing-table constraints and as the loader's per-row classification.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 Kind = Literal["int", "uint", "float", "string", "bool", "string_array"]
@@ -28,6 +37,14 @@ class Field:
     name: str
     kind: Kind
     required: bool = True
+    bits: int = 64  # integers: the width of the raw column that stores it (uint32 -> UInt32)
+
+    @cached_property
+    def int_range(self) -> tuple[int, int]:
+        """The values an integer field may take: what its raw column holds exactly."""
+        if self.kind == "uint":
+            return 0, (1 << self.bits) - 1
+        return -(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1
 
     @property
     def clickhouse_type(self) -> str:
@@ -66,12 +83,16 @@ class Schema:
 
 
 def _f(spec: str) -> tuple[Field, ...]:
-    """Parse compact lines ``name kind`` / ``name kind?`` (``?`` = may be null or absent)."""
+    """Parse compact lines ``name kind`` / ``name kind?`` (``?`` = may be null or absent). An
+    integer kind may name its width (``uint32``: stored as UInt32; default 64)."""
     out = []
     for line in spec.strip().splitlines():
         name, kind = line.split()
         optional = kind.endswith("?")
-        out.append(Field(name, kind.rstrip("?"), required=not optional))  # type: ignore[arg-type]
+        kind = kind.rstrip("?")
+        m = re.fullmatch(r"(u?int)(8|16|32|64)", kind)
+        bits = int(m.group(2)) if m else 64
+        out.append(Field(name, m.group(1) if m else kind, required=not optional, bits=bits))  # type: ignore[arg-type]
     return tuple(out)
 
 
@@ -89,24 +110,24 @@ TCP_SAMPLE = Schema(
         arm string
         rollout_id string
         cc string
-        cc_version int?
+        cc_version uint8?
         sock_id string
         peer_prefix string
-        local_port uint
+        local_port uint16
         state string
-        rtt_us uint
-        rttvar_us uint
-        min_rtt_us uint
-        rto_ms uint?
-        mss uint
-        cwnd uint
-        ssthresh uint?
-        unacked uint
-        sacked uint
-        lost uint
-        retrans_out uint
-        total_retrans uint
-        reordering uint?
+        rtt_us uint32
+        rttvar_us uint32
+        min_rtt_us uint32
+        rto_ms uint32?
+        mss uint32
+        cwnd uint32
+        ssthresh uint32?
+        unacked uint32
+        sacked uint32
+        lost uint32
+        retrans_out uint32
+        total_retrans uint32
+        reordering uint32?
         bytes_sent uint
         bytes_acked uint
         bytes_retrans uint
@@ -127,11 +148,11 @@ TCP_SAMPLE = Schema(
         recv_q_bytes uint
         snd_wnd uint
         rcv_space uint
-        lastsnd_ms uint?
-        lastrcv_ms uint?
-        lastack_ms uint?
+        lastsnd_ms uint32?
+        lastrcv_ms uint32?
+        lastack_ms uint32?
         bbr_bw_bps uint?
-        bbr_min_rtt_us uint?
+        bbr_min_rtt_us uint32?
         bbr_pacing_gain float?
         bbr_cwnd_gain float?
         total_rto uint?
@@ -222,16 +243,16 @@ HTTP_REQUEST = Schema(
         cc string
         peer_prefix string?
         conn_serial uint
-        conn_requests uint
+        conn_requests uint32
         method string
-        status uint
+        status uint16
         bytes_sent uint
         body_bytes_sent uint
         request_time_ms float
-        tcpinfo_rtt_us uint?
-        tcpinfo_rttvar_us uint?
-        tcpinfo_snd_cwnd uint?
-        tcpinfo_rcv_space uint?
+        tcpinfo_rtt_us uint32?
+        tcpinfo_rttvar_us uint32?
+        tcpinfo_snd_cwnd uint32?
+        tcpinfo_rcv_space uint32?
         sample_rate float
         ts_source string?
         """
@@ -301,6 +322,79 @@ AUDIT_FIELDS = (
 )
 
 
+# The width of each integer kind as read (landing Int64/UInt64): a value outside is refused,
+# never wrapped (ClickHouse's JSON reader wraps silently: 2^64+1 -> 1, so the loader reads digit
+# runs this long in Python). A field stored narrower (``uint32``) has a landing constraint too.
+INT_RANGES: dict[str, tuple[int, int]] = {"int": (-(1 << 63), (1 << 63) - 1), "uint": (0, (1 << 64) - 1)}
+# The shortest digit run that may leave an integer range: 2^63 has 19 digits.
+WIDE_INT_DIGITS = 19
+
+# peer_prefix as the collector writes it (collectors/anon): an IPv4 /24 "a.b.c.0/24" in
+# dotted decimal without leading zeros, or an IPv6 /48 in RFC 5952 form (lower-case hex, the
+# zero tail compressed: "2001:db8:85a3::/48", "2001:db8::/48", "::/48"). One regex, both
+# engines (Python ``re`` and ClickHouse's RE2 read it alike).
+_OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_HEXTET = "(0|[1-9a-f][0-9a-f]{0,3})"
+_HEXTET_NZ = "([1-9a-f][0-9a-f]{0,3})"
+PEER_PREFIX_RE = (f"^({_OCTET}\\.{_OCTET}\\.{_OCTET}\\.0/24"
+                  f"|({_HEXTET}:{_HEXTET}:{_HEXTET_NZ}|{_HEXTET}:{_HEXTET_NZ}|{_HEXTET_NZ})?::/48)$")
+_PEER_PREFIX = re.compile(PEER_PREFIX_RE)
+_sql_regex = PEER_PREFIX_RE.replace("\\", "\\\\")  # inside a SQL string literal
+
+
+def peer_prefix_ok(value: str) -> bool:
+    return _PEER_PREFIX.fullmatch(value) is not None
+
+
+def rollout_id_problem(rollout_id: Any) -> str | None:
+    """Why ``rollout_id`` cannot name a rollout's directory (``$CCAB_DATA_DIR/rollouts/<id>/``,
+    ``reports/<id>/``), or None. A rollout id is a single path component: 1–128 bytes of
+    printable characters, no ``/`` or ``\\``, no whitespace, and not ``.`` or ``..``."""
+    if not isinstance(rollout_id, str):
+        return f"must be a string, got {type(rollout_id).__name__}"
+    if not rollout_id:
+        return "must be non-empty"
+    if rollout_id in (".", ".."):
+        return f"must not be {rollout_id!r} (it names a directory, not a rollout)"
+    if len(rollout_id.encode("utf-8", "surrogatepass")) > 128:
+        return "must be at most 128 bytes"
+    bad = [c for c in rollout_id if c in "/\\" or c.isspace() or not c.isprintable()]
+    if bad:
+        return f"must be one path component without '/', '\\', spaces or control characters, got {rollout_id!r:.80}"
+    return None
+
+
+class DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise DuplicateKey(f"duplicate key {k!r}")
+            seen.add(k)
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def strict_loads(data: bytes | str) -> Any:
+    """Decode one JSON value strictly: UTF-8, no duplicate member names at any depth (readers
+    disagree on which one wins), no NaN/Infinity, integers exact. Raises ``ValueError``
+    (``DuplicateKey`` for a repeated name) with a short reason."""
+    if isinstance(data, (bytes, bytearray)):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"not UTF-8 (byte {exc.start})") from None
+    return json.loads(data, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+
+
 # --------------------------------------------------------------------------- Python validation
 
 
@@ -310,9 +404,10 @@ def _kind_ok(kind: Kind, value: Any) -> bool:
     if kind in ("int", "uint"):
         if isinstance(value, bool) or not isinstance(value, int):
             return False
-        return kind == "int" or value >= 0
+        lo, hi = INT_RANGES[kind]  # the field's own width is checked by validate()
+        return lo <= value <= hi
     if kind == "float":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if kind == "string":
         return isinstance(value, str)
     if kind == "string_array":
@@ -346,9 +441,26 @@ def validate(record: Any, schema: Schema | None = None) -> list[str]:
             continue
         if not _kind_ok(f.kind, value):
             errors.append(f"field {f.name}: expected {f.kind}, got {type(value).__name__} {value!r:.40}")
+        elif f.kind in INT_RANGES and not f.int_range[0] <= value <= f.int_range[1]:
+            errors.append(f"field {f.name}: integer out of range {f.int_range[0]}..{f.int_range[1]}")
     if schema is AGENT_STATUS and record.get("state") not in AGENT_STATES and "state" in record:
         errors.append(f"field state: must be one of {', '.join(AGENT_STATES)}")
+    prefix = record.get("peer_prefix")
+    if isinstance(prefix, str) and schema in (TCP_SAMPLE, HTTP_REQUEST) and not peer_prefix_ok(prefix):
+        errors.append(f"field peer_prefix: not a /24 or /48 network, got {prefix!r:.60}")
     return errors
+
+
+def int_range_errors(record: dict, schema: Schema) -> list[str]:
+    """Integer fields of ``record`` outside their kind's width (the loader's careful path)."""
+    out = []
+    for f in schema.fields:
+        v = record.get(f.name)
+        if f.kind in INT_RANGES and isinstance(v, int) and not isinstance(v, bool):
+            lo, hi = f.int_range
+            if not lo <= v <= hi:
+                out.append(f"field {f.name}: integer out of range {lo}..{hi}")
+    return out
 
 
 def canonical_json(record: dict) -> bytes:
@@ -368,19 +480,37 @@ def _landing_columns(schema: Schema) -> list[str]:
     return cols
 
 
-def _landing_constraints(schema: Schema) -> list[str]:
-    """Constraint names are the reason the loader records: ``schema_mismatch``,
+def constraints(schema: Schema) -> list[tuple[str, str]]:
+    """The row rules of a landing table as ``(name, ClickHouse boolean expression)``, in the
+    order they are reported. Names are the reason the loader records: ``schema_mismatch``,
     ``required__<field>``, ``invalid__<field>``."""
-    out = [f"    CONSTRAINT schema_mismatch CHECK schema = '{schema.name}'"]
+    out = [("schema_mismatch", f"schema = '{schema.name}'")]
     for f in schema.fields:
         if f.required and f.name != "schema" and f.kind != "string_array":
-            out.append(f"    CONSTRAINT required__{f.name} CHECK isNotNull({f.name})")
+            out.append((f"required__{f.name}", f"isNotNull({f.name})"))
+    for f in schema.fields:
+        if f.kind in INT_RANGES and f.int_range != INT_RANGES[f.kind]:  # wider ones: the loader's digit check
+            lo, hi = f.int_range
+            out.append((f"range__{f.name}", f"isNull({f.name}) OR {f.name} BETWEEN {lo} AND {hi}"))
+        if f.kind == "float":
+            out.append((f"invalid__{f.name}", f"isNull({f.name}) OR isFinite({f.name})"))
+    if any(f.name == "peer_prefix" for f in schema.fields):
+        out.append(("invalid__peer_prefix", f"isNull(peer_prefix) OR match(peer_prefix, '{_sql_regex}')"))
     if schema is AGENT_STATUS:
         states = ", ".join(f"'{s}'" for s in AGENT_STATES)
-        out.append(f"    CONSTRAINT invalid__state CHECK state IN ({states})")
+        out.append(("invalid__state", f"state IN ({states})"))
     for f in AUDIT_FIELDS:
-        out.append(f"    CONSTRAINT required__{f.name} CHECK isNotNull({f.name})")
+        out.append((f"required__{f.name}", f"isNotNull({f.name})"))
     return out
+
+
+def input_structure(schema: Schema) -> str:
+    """The landing table's columns as a ``file()``/``format()`` structure string."""
+    return ", ".join(c.strip() for c in _landing_columns(schema))
+
+
+def _landing_constraints(schema: Schema) -> list[str]:
+    return [f"    CONSTRAINT {name} CHECK {expr}" for name, expr in constraints(schema)]
 
 
 def _mv_select(schema: Schema) -> str:
@@ -423,4 +553,6 @@ def reason_from_constraint(constraint: str) -> str:
         return f"missing required field {field}"
     if kind == "invalid":
         return f"invalid value for field {field}"
+    if kind == "range":
+        return f"field {field}: integer out of range"
     return f"constraint {constraint} violated"

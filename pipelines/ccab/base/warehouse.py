@@ -44,14 +44,32 @@ def _error_from(exc: Exception, sql: str) -> WarehouseError:
     return WarehouseError(f"{text.strip()}\n  in statement: {head}", int(m.group(1)) if m else 0)
 
 
-def _array_literal(values) -> str:
-    """A list as the text of a ClickHouse array parameter (chdb takes parameters as text;
-    clickhouse-connect formats lists itself)."""
-    def one(v):
-        if isinstance(v, str):
-            return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
-        return str(v)
-    return "[" + ",".join(one(v) for v in values) + "]"
+# ClickHouse reads a query parameter's value as *escaped* text (the TSV escaping): a backslash
+# starts an escape sequence, so a raw ``\x`` in a value is an error and ``\t`` would become a
+# tab. Every string that carries data is escaped here, once, for both engines.
+_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0", "\b": "\\b",
+            "\f": "\\f", "'": "\\'"}
+_ESCAPE_RE = re.compile("[\\\\\t\n\r\0\b\f']")
+
+
+def escape_param(value: str) -> str:
+    """``value`` in ClickHouse's escaped-text form: reads back as exactly ``value``."""
+    return _ESCAPE_RE.sub(lambda m: _ESCAPES[m.group(0)], value)
+
+
+def _param_text(value: Any) -> str:
+    """A parameter value as the text chdb hands to ClickHouse (chdb takes parameters as text;
+    clickhouse-connect formats them itself, with the same escaping)."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, str):
+        return escape_param(value)
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join("NULL" if v is None else "'" + escape_param(v) + "'" if isinstance(v, str)
+                              else _param_text(v) for v in value) + "]"
+    return str(value)
 
 
 @dataclass
@@ -76,6 +94,12 @@ class Warehouse(Protocol):
     def command(self, sql: str, params: dict | None = None, settings: dict | None = None) -> None: ...
 
     def insert_raw(self, table: str, data: bytes, fmt: str = "JSONEachRow", settings: dict | None = None) -> None: ...
+
+    def query_input(self, sql: str, data: bytes, fmt: str, structure: str,
+                    settings: dict | None = None) -> QueryResult:
+        """Run ``sql`` where ``{input}`` names ``data`` read as ``fmt`` with ``structure`` (the
+        loader classifies a rejected batch's rows this way, in one pass)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -116,7 +140,7 @@ class ChdbWarehouse:
 
     def _run(self, sql: str, fmt: str = "CSV", params: dict | None = None):
         if params:
-            params = {k: _array_literal(v) if isinstance(v, (list, tuple)) else v for k, v in params.items()}
+            params = {k: _param_text(v) for k, v in params.items()}
         try:
             return self._session.query(sql, fmt, params=params or None)
         except Exception as exc:
@@ -149,6 +173,18 @@ class ChdbWarehouse:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
             self._run(f"INSERT INTO {table} SELECT * FROM file('{path}', {fmt}){_settings_clause(settings)}")
+        finally:
+            os.unlink(path)
+
+    def query_input(self, sql: str, data: bytes, fmt: str, structure: str,
+                    settings: dict | None = None) -> QueryResult:
+        if "'" in structure:
+            raise ValueError("structure must not contain quotes")
+        fd, path = tempfile.mkstemp(prefix="ccab-input-", suffix=".data", dir=_TMP_DIR)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            return self.query(sql.replace("{input}", f"file('{path}', {fmt}, '{structure}')"), settings=settings)
         finally:
             os.unlink(path)
 
@@ -209,6 +245,18 @@ class ServerWarehouse:
             self._client.raw_insert(table, insert_block=data, settings=settings, fmt=fmt)
         except Exception as exc:
             raise _error_from(exc, f"INSERT INTO {table}") from exc
+
+    def query_input(self, sql: str, data: bytes, fmt: str, structure: str,
+                    settings: dict | None = None) -> QueryResult:
+        from clickhouse_connect.driver.external import ExternalData
+
+        ext = ExternalData(file_name="ccab_input", data=data, fmt=fmt, structure=structure)
+        try:
+            r = self._client.query(sql.replace("{input}", "ccab_input"), settings=settings, external_data=ext)
+        except Exception as exc:
+            raise _error_from(exc, sql) from exc
+        return QueryResult(list(r.column_names), [tuple(x) for x in r.result_rows],
+                           [t.name for t in r.column_types])
 
     def close(self) -> None:
         self._client.close()

@@ -51,6 +51,12 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if t_from and t_to and t_from >= t_to:
         return _fail("--from must be before --to")
+    if args.out is None:
+        from ccab.base.contracts import rollout_id_problem
+
+        problem = rollout_id_problem(args.rollout)
+        if problem:
+            return _fail(f"--rollout {args.rollout!r:.80} cannot name a report folder: {problem}; pass --out DIR")
     try:
         with warehouse() as wh:
             res = build_report(wh, args.rollout, args.out, args.pop, t_from, t_to)

@@ -15,22 +15,19 @@ Exactly-once, without transactions:
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-from ccab.base.contracts import SCHEMA_BY_TOPIC, SCHEMAS, Schema, validate
+from ccab.base.contracts import SCHEMA_BY_TOPIC, SCHEMAS, Schema
 from ccab.base.warehouse import Warehouse
 from ccab.ingest.batch import (DEFAULT_MAX_RECORD_BYTES, MAX_BATCH_BYTES, MAX_BATCH_ROWS, Batch, BatchResult,
-                               BatchWriter, Record)
+                               BatchWriter, Record, record_schema)
 
 log = logging.getLogger("ccab.ingest.loader")
 
 DEFAULT_GROUP = "ccab-loader"
-_SCHEMA_RE = re.compile(rb'"schema"\s*:\s*"([^"\\]{1,64})"')
 
 
 # --------------------------------------------------------------------------- metrics
@@ -97,7 +94,8 @@ def load_files(wh: Warehouse, paths: list[Path], max_record_bytes: int = DEFAULT
                batch_rows: int = 50_000, progress: bool = False, metrics: LoaderMetrics | None = None) -> LoadReport:
     """Load JSONL replay files through the same validation and insert path as the loader.
 
-    Each line's schema comes from its ``schema`` field; positions are ``file:<name>``/0/line number,
+    Each line's schema is its top-level ``schema`` member (:func:`ccab.ingest.batch.record_schema`,
+    the same definition the Kafka path checks against its topic); positions are ``file:<name>``/0/line number,
     so loading the same file twice inserts nothing the second time (same dedup tokens).
     """
     writer = BatchWriter(wh, max_record_bytes)
@@ -129,17 +127,18 @@ def load_files(wh: Warehouse, paths: list[Path], max_record_bytes: int = DEFAULT
                     total += 1
                     if task is not None:
                         prog.advance(task, len(line))
-                    m = _SCHEMA_RE.search(line, 0, 4096)
-                    name = m.group(1).decode() if m else None
+                    if not line.strip():
+                        continue  # blank lines are not records
+                    body = line.rstrip(b"\r\n")
+                    name, why = record_schema(body)
                     if name not in SCHEMAS:
-                        if not line.strip():
-                            continue  # blank lines are not records
-                        unknown.append((Record(line, topic, 0, lineno), unroutable_reason(line, name)))
+                        unknown.append((Record(body, topic, 0, lineno),
+                                        why or f"unknown schema {name!r:.80}"))
                         continue
                     batch = pending.get(name)
                     if batch is None:
                         batch = pending[name] = Batch(topic, [], [], [], hash_content=True)
-                    batch.payloads.append(line.rstrip(b"\r\n"))
+                    batch.payloads.append(body)
                     batch.partitions.append(0)
                     batch.offsets.append(lineno)
                     pending_bytes[name] += len(line)
@@ -152,18 +151,6 @@ def load_files(wh: Warehouse, paths: list[Path], max_record_bytes: int = DEFAULT
                 for _, why in unknown:
                     dead[why] += 1
     return LoadReport(len(paths), total, dict(inserted), dict(dead))
-
-
-def unroutable_reason(line: bytes, schema_name: str | None) -> str:
-    """Why a replay line has no known schema (rare path: decoding it here is fine)."""
-    if schema_name is not None:
-        return f"unknown schema {schema_name!r}"
-    try:
-        value = orjson.loads(line.strip())
-    except orjson.JSONDecodeError as exc:
-        return f"bad JSON: {str(exc).split(':')[0]}"
-    errors = validate(value)
-    return errors[0] if errors else "unknown schema"
 
 
 def _progress(enabled: bool, total_bytes: int):

@@ -86,10 +86,9 @@ FROM (SELECT ts_ms FROM tcp_samples WHERE rollout_id = {rollout:String}
 """
 
 
-def _arr(xs) -> str:
-    """An array query parameter as ClickHouse text (chdb takes parameters as strings)."""
-    return "[" + ",".join(str(int(x)) if isinstance(x, int) else "'" + str(x).replace("\\", "\\\\").replace("'", "\\'") + "'"
-                          for x in xs) + "]"
+def _arr(xs) -> list:
+    """An array query parameter (the warehouse formats and escapes it)."""
+    return [int(x) if isinstance(x, int) else str(x) for x in xs]
 
 
 def counts(wh, rollout: str) -> dict:

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ccab.base.config import settings
+from ccab.base.contracts import rollout_id_problem
 from ccab.base.vocabulary import get as get_metric
 from ccab.base.warehouse import Warehouse
 from ccab.judge.model import HIGHER_IS_WORSE
@@ -73,7 +74,11 @@ class ReportResult:
 
 
 def default_out_dir(rollout_id: str) -> Path:
-    """``$CCAB_DATA_DIR/reports/<rollout_id>/`` — where the alerts' ``report_url`` points."""
+    """``$CCAB_DATA_DIR/reports/<rollout_id>/`` — where the alerts' ``report_url`` points.
+    ``ValueError`` for an id that is not one path component (``..``, ``/``, NUL)."""
+    problem = rollout_id_problem(rollout_id)
+    if problem:
+        raise ValueError(f"rollout id {rollout_id!r:.80} cannot name a report folder: {problem}; pass --out DIR")
 
     return settings().data_dir / "reports" / rollout_id
 

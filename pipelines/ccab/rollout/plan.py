@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ccab.base.contracts import rollout_id_problem
 from ccab.base.vocabulary import JUDGED_METRICS, SEVERITIES, statistics_of
 from ccab.judge.model import BREAKER_METRICS, Breaker, Guardrail
 
@@ -230,8 +231,8 @@ def plan_from_dict(raw: Any, source: str = "plan", base_dir: Path | None = None)
     r.unknown(raw, top, "")
     pre_period_hours = r.get(raw, "pre_period_hours", "", int, 168, lo=24)
     rollout_id = r.get(raw, "rollout_id", "", str)
-    if isinstance(rollout_id, str) and (not rollout_id or any(c in rollout_id for c in "/ \t\n")):
-        errors.append(f"rollout_id: must be non-empty without '/' or spaces, got {rollout_id!r}")
+    if isinstance(rollout_id, str) and rollout_id_problem(rollout_id):
+        errors.append(f"rollout_id: {rollout_id_problem(rollout_id)}")
     description = r.get(raw, "description", "", str, "")
     pops_raw = r.seq(raw, "pops", "")
     pops = []

@@ -31,6 +31,7 @@ from typing import Any, Iterator, Literal
 
 from ccab.base import atomicfile
 from ccab.base.config import settings
+from ccab.base.contracts import rollout_id_problem
 
 STATE_VERSION = 1
 
@@ -146,6 +147,11 @@ class Store:
 
     @classmethod
     def for_rollout(cls, rollout_id: str, data_dir: Path | None = None) -> "Store":
+        """The rollout's directory; ``StateError`` for an id that is not one path component
+        (``..``, ``.``, slashes, NUL): nothing is ever written into the data dir itself or outside it."""
+        problem = rollout_id_problem(rollout_id)
+        if problem:
+            raise StateError(f"rollout id {rollout_id!r:.80}: {problem}")
         return cls(rollouts_dir(data_dir) / rollout_id)
 
     @property

@@ -149,11 +149,14 @@ def test_precheck_rejects_what_cannot_be_a_record(payload, reason):
 
 
 def test_fast_and_slow_preparation_paths_agree(warehouse):
+    from ccab.base.contracts import TCP_SAMPLE
     from ccab.ingest.batch import precheck
 
-    payloads = [b'{"a":1}', b' {"b":2}', b'{}', b'{"c":\n3}', b'nope', b'{"d":4}']
+    good = line(tcp_sample(1))
+    reordered = json.dumps({"ts_ms": 1, **tcp_sample(2)}, separators=(",", ":")).encode()
+    payloads = [good, b" " + good, good.replace(b',"ts_ms"', b',\n"ts_ms"'), b"nope", reordered, line(tcp_sample(3))]
     batch = Batch("t", payloads, [0, 1, 0, 1, 0, 1], [10, 11, 12, 13, 14, 15])
-    lines, kept, dead = BatchWriter(warehouse)._prepare(batch)
+    lines, kept, dead = BatchWriter(warehouse)._prepare(TCP_SAMPLE, batch)
     expected = [precheck(batch.record(i), 1 << 20) for i in range(len(payloads))]
     assert lines == [ln for ln, why in expected if why is None]
-    assert kept == [0, 1, 2, 3, 5] and [why for _, why in dead] == ["bad JSON: not a JSON object"]
+    assert kept == [0, 1, 2, 4, 5] and [why for _, why in dead] == ["bad JSON: not a JSON object"]

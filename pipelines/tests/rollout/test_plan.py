@@ -58,3 +58,31 @@ def test_malformed_yaml_file(tmp_path):
     f.write_text("rollout_id: x\narms: [\n")
     with pytest.raises(PlanError, match="not valid YAML: line"):
         load_plan(f)
+
+
+@pytest.mark.parametrize("rollout_id", ["..", ".", "a/b", "../x", "a\0b", "a\\b", "", "x" * 129, " r1", "r\n1"])
+def test_a_rollout_id_that_is_not_one_path_component_is_refused_naming_the_field(rollout_id):
+    """Before: ``..`` and ``.`` passed, and the rollout's state, audit log and lock went into
+    $CCAB_DATA_DIR itself."""
+    with pytest.raises(PlanError) as exc:
+        plan_from_dict(base_plan(rollout_id=rollout_id))
+    assert "rollout_id:" in str(exc.value)
+
+
+@pytest.mark.parametrize("rollout_id", ["..", ".", "a/b", "/etc", "a\0b"])
+def test_no_rollout_store_outside_its_own_directory(tmp_path, rollout_id):
+    from ccab.rollout.state import StateError, Store
+
+    with pytest.raises(StateError):
+        Store.for_rollout(rollout_id, tmp_path)
+    assert Store.for_rollout("tyo1-bbr-canary", tmp_path).dir.parent.parent == tmp_path
+
+
+@pytest.mark.parametrize("rollout_id", ["..", ".", "a/../..", "bs\\x"])
+def test_ccab_report_refuses_a_rollout_id_that_would_leave_the_reports_folder(warehouse_env, capsys, rollout_id):
+    from ccab import cli
+
+    assert cli.main(["report", "--rollout", rollout_id]) == 2
+    err = capsys.readouterr().err
+    assert "--rollout" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (warehouse_env / "index.html").exists()
