@@ -155,8 +155,8 @@ TCP_SAMPLE = Schema(
         bbr_min_rtt_us uint32?
         bbr_pacing_gain float?
         bbr_cwnd_gain float?
-        total_rto uint?
-        total_rto_recoveries uint?
+        total_rto uint32?
+        total_rto_recoveries uint32?
         total_rto_time_ms uint?
         sample_rate float
         """
@@ -177,26 +177,26 @@ TCP_CONN = Schema(
         arm string
         rollout_id string
         cc string
-        cc_version int?
+        cc_version uint8?
         cc_source string
         sock_id string
         peer_prefix string
-        local_port uint
+        local_port uint16
         duration_ms uint?
         seen_duration_ms uint?
-        rtt_us uint?
-        rttvar_us uint?
-        min_rtt_us uint?
-        rto_ms uint?
-        mss uint?
-        cwnd uint?
-        ssthresh uint?
-        unacked uint?
-        sacked uint?
-        lost uint?
-        retrans_out uint?
-        total_retrans uint?
-        reordering uint?
+        rtt_us uint32?
+        rttvar_us uint32?
+        min_rtt_us uint32?
+        rto_ms uint32?
+        mss uint32?
+        cwnd uint32?
+        ssthresh uint32?
+        unacked uint32?
+        sacked uint32?
+        lost uint32?
+        retrans_out uint32?
+        total_retrans uint32?
+        reordering uint32?
         bytes_sent uint?
         bytes_acked uint?
         bytes_retrans uint?
@@ -216,11 +216,11 @@ TCP_CONN = Schema(
         notsent_bytes uint?
         snd_wnd uint?
         rcv_space uint?
-        dsack_dups uint?
-        reord_seen uint?
-        rcv_ooopack uint?
-        total_rto uint?
-        total_rto_recoveries uint?
+        dsack_dups uint32?
+        reord_seen uint32?
+        rcv_ooopack uint32?
+        total_rto uint32?
+        total_rto_recoveries uint32?
         total_rto_time_ms uint?
         sample_rate float
         """

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
+from ccab.base import contracts
 from ccab.base import schema as migrate
 from ccab.base.warehouse import WarehouseError, split_statements
 
-TABLES = {"tcp_samples", "http_requests", "assignments", "agent_status", "dead_letters"}
+TABLES = {"tcp_samples", "tcp_conns", "http_requests", "assignments", "agent_status", "dead_letters"}
 
 
 def test_split_statements_respects_quotes_and_comments():
@@ -57,7 +58,7 @@ def test_cluster_ddl_makes_replicated_locals_and_distributed_tables():
     assert "Distributed('ccab', currentDatabase(), dead_letters_local, cityHash64(_topic, _partition))" in text
     # materialized views write to the shard-local tables
     mvs = [s for s in stmts if s.startswith("CREATE MATERIALIZED VIEW")]
-    assert len(mvs) == 4 and all(re.search(r"TO \w+_local AS", s) and s.rstrip().endswith("_landing_local") for s in mvs)
+    assert len(mvs) == len(contracts.SCHEMAS) and all(re.search(r"TO \w+_local AS", s) and s.rstrip().endswith("_landing_local") for s in mvs)
     # nothing single-node is left behind
     assert not re.search(r"ENGINE = MergeTree\b", text)
 
