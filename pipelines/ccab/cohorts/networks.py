@@ -262,6 +262,7 @@ def lookup(wh: Warehouse, prefixes: list[str]) -> list[tuple[str, str, str, int,
 
 def status(wh: Warehouse, hours: int = 24) -> dict:
     """The dictionary's state, the last load, and how many recent client prefixes are unknown."""
+    wh.query(f"SELECT dictHas('{DICT}', toIPv6('::'))")  # a new session loads dictionaries lazily
     d = wh.query(f"SELECT status, element_count, toString(last_successful_update_time), last_exception "
                  f"FROM system.dictionaries WHERE database = currentDatabase() AND name = '{DICT}'").rows
     last = wh.query("SELECT toString(loaded_at), source, format, networks, ipv4, ipv6, skipped FROM network_loads "

@@ -50,7 +50,7 @@ def test_mobile_queueing_delay_bbr_vs_cubic_is_flagged(canary, warehouse_env, ca
         assert wh.query("SELECT count() FROM cohort_hourly WHERE segment = 'asn:other' OR "
                         "match(segment, '^asn:[0-9]+$')").scalar() > 0
         report = judge_window(wh, START, END, "tyo1-bbr-canary", guardrails=guardrails, write=False)
-    results = [r for j in report.judgements for r in j.results]
+    results = [r for j in report.rollouts for r in j.results]
 
     def one(arm, metric, stat, segment, role):
         hits = [r for r in results if (r.treatment_arm, r.metric, r.statistic, r.segment, r.role)
