@@ -271,7 +271,11 @@ def segment_results(wh, pop, rollout, start, end, guardrails, arm, control_arm, 
     networks = tuple(data.segments_present(wh, pop, rollout, start, end, NETWORK_SEGMENT_FAMILIES))
     for s in networks:
         cache[s] = data.host_rows(wh, pop, rollout, s, start, end, sorted(needed), arms)
+    done: set[tuple[str, str]] = set()
     for g in guardrails:
+        if (g.metric, g.statistic) in done:  # one family per metric x statistic, whatever the
+            continue                         # guardrails' own segments
+        done.add((g.metric, g.statistic))
         family = []
         for s in _segments_for(g.metric) + tuple(f"kernel:{k}" for k in kernels) + networks:
             rows = cache[s].get(g.metric)
