@@ -46,6 +46,10 @@ $ccab query "SELECT arm, any(cc) AS cc, uniqExact(host) AS hosts, uniqExact(sock
                     round(quantileExact(0.5)(retrans_pct) * 100, 2) AS median_retrans_pct_per_sample
              FROM tcp_samples GROUP BY arm ORDER BY arm"
 
+banner "Client networks: the simulation's prefix metadata (CIDR -> ASN, country, access type)"
+$ccab networks load "$out/networks.csv"
+$ccab networks lookup "$(sed -n 3p "$out/networks.csv" | cut -d, -f1)" 203.0.113.0/24
+
 banner "Cohorts: ccab_cohorts_hourly through Airflow (dag.test), then ccab_compare and the daily report"
 read -r from to day_end < <($ccab query --format csv "SELECT formatDateTime(toStartOfHour(min(ts)), '%Y-%m-%dT%H:00Z'),
   formatDateTime(toStartOfHour(max(ts)) + INTERVAL 1 HOUR, '%Y-%m-%dT%H:00Z'),
@@ -56,6 +60,18 @@ $ccab dags test ccab_daily_report --from "$day_end" --to "${day_end%00:00Z}01:00
 reports="$CCAB_DATA_DIR/reports/${from%%T*}"
 echo "heatmaps, PDFs, CDFs and summary.md:"
 find "$reports" -maxdepth 3 -mindepth 2 -type d | sed 's/^/  /'
+
+banner "Mobile vs fixed: queueing delay (srtt - min RTT) and goodput per access type x arm"
+tf="${from/T/ }"; tf="${tf%Z}:00"; tt="${to/T/ }"; tt="${tt%Z}:00"
+$ccab query "SELECT q.segment AS segment, q.arm AS arm, q.cc AS cc, q.n AS connections,
+                    round(q.p50 / 1e3, 1) AS queue_delay_ms_p50, round(q.p90 / 1e3, 1) AS queue_delay_ms_p90,
+                    round(g.p50 / 1e6, 2) AS goodput_mbps_p50
+             FROM cohort_quantiles(pop = '', rollout_id = '', metric = 'queue_delay_us', segment = 'access:%',
+                                   t_from = '$tf', t_to = '$tt') AS q
+             LEFT JOIN cohort_quantiles(pop = '', rollout_id = '', metric = 'goodput_bps', segment = 'access:%',
+                                        t_from = '$tf', t_to = '$tt') AS g ON g.segment = q.segment AND g.arm = q.arm
+             WHERE q.segment IN ('access:mobile', 'access:fixed') ORDER BY segment, arm"
+$ccab networks status | head -20
 
 banner "Judge (ran inside ccab_compare): the verdict per arm and the alerts, as on-call reads them"
 $ccab verdicts

@@ -126,20 +126,29 @@ def _key(d: dict, segment: str, metric: str) -> tuple:
             segment, metric)
 
 
-def expected_rollup(tcp: list[dict], http: list[dict], bulk_min: int = MIB, closes: list[dict] = ()
-                    ) -> dict[tuple, Stats]:
-    """cohort_hourly as the spec defines it, keyed like :func:`actual_rollup`."""
+UNKNOWN_NETWORK = ("access:unknown", "country:unknown", "asn:unknown")
+
+
+def expected_rollup(tcp: list[dict], http: list[dict], bulk_min: int = MIB, closes: list[dict] = (),
+                    network_of=lambda prefix: UNKNOWN_NETWORK) -> dict[tuple, Stats]:
+    """cohort_hourly as the spec defines it, keyed like :func:`actual_rollup`. ``network_of``: a
+    peer prefix's (access, country, asn) segments (default: no networks loaded, all unknown)."""
     out: dict[tuple, Stats] = defaultdict(Stats)
     conns = connections(tcp, bulk_min, closes)
     for c in conns:
-        segments = ["all", c["rtt_class"]] + (["bulk"] if c["is_bulk"] else [])
+        segments = ["all", c["rtt_class"]] + (["bulk"] if c["is_bulk"] else []) + list(network_of(c["peer_prefix"]))
+        rtt, mn = c["rtt_us"], c["min_rtt_us"]
+        queue = rtt - mn if rtt is not None and mn is not None and rtt >= mn else None
         values = [("retrans_pct", c["retrans_pct"], c["bytes_retrans"], c["bytes_sent"]),
                   ("inflight_bytes", c["inflight_bytes"], 0, 0), ("rtt_us", c["rtt_us"], 0, 0),
                   ("min_rtt_us", c["min_rtt_us"], 0, 0), ("bbr_min_rtt_us", c["bbr_min_rtt_us"], 0, 0),
                   ("delivery_rate_bps", c["delivery_rate_bps"], 0, 0),
                   ("rwnd_limited_pct", c["rwnd_limited_pct"], c["rwnd_limited_ms"], c["busy_ms"]),
                   ("sndbuf_limited_pct", c["sndbuf_limited_pct"], c["sndbuf_limited_ms"], c["busy_ms"]),
-                  ("rto_count", c["rto_count"], 0, 0)]
+                  ("rto_count", c["rto_count"], 0, 0),
+                  ("queue_delay_us", queue, 0, 0),
+                  ("queue_delay_pct", 100 * queue / rtt if queue is not None and rtt else None,
+                   queue or 0, rtt or 0)]
         for seg in segments:
             for metric, value, num, den in values:
                 out[_key(c, seg, metric)].add(metric, value, num, den, c["weight"])
@@ -164,7 +173,8 @@ def expected_rollup(tcp: list[dict], http: list[dict], bulk_min: int = MIB, clos
         value = r["body_bytes_sent"] * 8 / (rt / 1000) if rt > 0 else None
         size = ("size:<4MiB" if r["body_bytes_sent"] < 4 * MIB else
                 "size:4-16MiB" if r["body_bytes_sent"] < 16 * MIB else "size:16MiB+")
-        for seg in ("all", classes.get((hour, r["pop"], r["peer_prefix"]), "rtt:unknown"), size):
+        for seg in ("all", classes.get((hour, r["pop"], r["peer_prefix"]), "rtt:unknown"), size,
+                    *network_of(r["peer_prefix"])):
             out[_key(d, seg, "goodput_bps")].add("goodput_bps", value, r["body_bytes_sent"] * 8, rt / 1000,
                                                  1 / r["sample_rate"])
     return dict(out)

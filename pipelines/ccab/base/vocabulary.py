@@ -91,6 +91,16 @@ METRICS: tuple[Metric, ...] = (
            "retransmission timeouts of the connection (tcpi_total_rto, kernel >= 6.7; missing on older "
            "kernels and from ss text): the tail that hurts users most",
            label="RTO timeouts per connection"),
+    Metric("queue_delay_us", "connection", "ms", 1000,
+           "self-inflicted delay: rtt_us - min_rtt_us (srtt above the path's minimum RTT), an "
+           "estimate of the standing queue the flow sees at its bottleneck (its own and its "
+           "neighbours' data); missing when either RTT is",
+           label="queueing delay (srtt - min RTT)"),
+    Metric("queue_delay_pct", "connection", "%", 1,
+           "queueing delay's share of the RTT: 100 x (rtt_us - min_rtt_us) / rtt_us; the ratio "
+           "of sums is the share of all RTT time spent queueing",
+           ratio=("queue_delay_us", "rtt_us"), ratio_scale=100,
+           label="queueing share of the RTT"),
     Metric("inflight_bytes_per_sample", "sample", "KiB", 1024,
            "bytes in flight in every tcp sample (snapshot-weighted: long flows weigh more)",
            label="bytes in flight (per sample)"),
@@ -111,6 +121,11 @@ PAIRS: tuple[str, ...] = ("rtt_us:retrans_pct", "rtt_us:inflight_bytes")
 RTT_CLASSES: tuple[str, ...] = ("rtt:0-20ms", "rtt:20-50ms", "rtt:50-100ms", "rtt:100-200ms", "rtt:200ms+",
                                 "rtt:unknown")
 SIZE_CLASSES: tuple[str, ...] = ("size:<4MiB", "size:4-16MiB", "size:16MiB+")
+#: client-network segments (cohorts/networks.py): access type (fixed list), country ('country:JP')
+#: and ASN ('asn:<n>', 'asn:other') families, found in the rollups by prefix
+ACCESS_SEGMENTS: tuple[str, ...] = ("access:mobile", "access:fixed", "access:satellite", "access:hosting",
+                                    "access:unknown")
+NETWORK_SEGMENT_FAMILIES: tuple[str, ...] = ("access:", "country:", "asn:")
 
 
 def get(name: str) -> Metric:
@@ -132,6 +147,8 @@ HIGHER_IS_WORSE: dict[str, bool] = {
     "rwnd_limited_pct": True,
     "sndbuf_limited_pct": True,
     "rto_count": True,
+    "queue_delay_us": True,
+    "queue_delay_pct": True,
     "delivery_rate_bps": False,
     "goodput_bps": False,
 }

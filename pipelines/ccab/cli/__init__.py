@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "ccab.cli.lab",         # ccab lab run|analyze|report
     "ccab.cli.dashboards",  # ccab dashboards build|check
     "ccab.cli.report",      # ccab report
+    "ccab.cli.networks",    # ccab networks load|rank|status|lookup
 ]
 
 

@@ -36,7 +36,11 @@ def register(sub) -> None:
         k.add_argument("--pop", default="", help="one PoP (default: all)")
         k.add_argument("--rollout", default="", metavar="ID", help="one rollout (default: all)")
         k.add_argument("--segment", default="all",
-                       help="segment: all, bulk (connections >= 1 MiB), rtt:0-20ms ... (default: all)")
+                       help="segment: all, bulk (connections >= 1 MiB), rtt:0-20ms, size:4-16MiB, the client's "
+                            "network access:mobile|fixed|satellite|hosting|unknown, country:JP, asn:<n>|other "
+                            "(ccab networks load) ... (default: all)")
+        k.add_argument("--arm", action="append", default=[], metavar="ARM",
+                       help="only this arm (repeat for several; default: every arm)")
         k.add_argument("--out", type=Path, required=True, metavar="PNG", help="output file")
         if kind == "heatmap":
             k.add_argument("--pair", default=PAIRS[0], choices=PAIRS, help="x:y metrics (default: %(default)s)")
@@ -73,15 +77,16 @@ def run(args: argparse.Namespace) -> int:
                     return _fail("the cohort rollups are empty: run `ccab analyze --from ISO --to ISO` first", 1)
                 t_from, t_to = t_from or span[0], t_to or span[1]
             sel = data.Selection(t_from, t_to, args.pop, args.rollout, args.segment)
+            keep = (lambda rs: [r for r in rs if r["arm"] in args.arm]) if args.arm else (lambda rs: rs)
             if args.plot_kind == "heatmap":
-                rows = data.heatmap_rows(wh, sel, args.pair, args.bins_per_octave)
+                rows = keep(data.heatmap_rows(wh, sel, args.pair, args.bins_per_octave))
                 fig = render.heatmap_figure(rows, args.pair, f"{args.pair} per connection\n{sel.label()}",
                                             args.bins_per_octave)
             elif args.plot_kind == "pdf":
-                rows = data.pdf_rows(wh, sel, args.metric, args.bins_per_octave)
+                rows = keep(data.pdf_rows(wh, sel, args.metric, args.bins_per_octave))
                 fig = render.pdf_figure(rows, args.metric, f"PDF of {args.metric}\n{sel.label()}", args.bins_per_octave)
             else:
-                rows = data.cdf_rows(wh, sel, args.metric)
+                rows = keep(data.cdf_rows(wh, sel, args.metric))
                 fig = render.cdf_figure(rows, args.metric, f"CDF of {args.metric}\n{sel.label()}")
     except WarehouseError as exc:
         return _fail(str(exc), 1)

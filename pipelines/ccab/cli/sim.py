@@ -20,6 +20,7 @@ host weights); records carry the contract units (_us, _ms, _bytes, _bps).
 outputs in --out DIR:
   ccab.tcp.v1.jsonl, ccab.http.v1.jsonl   tcp_sample/1 and http_request/1 records (unless --to-kafka)
   truth.json                              planted effects, host and prefix parameters, realised stats
+  networks.csv                            synthetic prefix metadata (ccab networks load networks.csv)
   ss/<host>/<tick_ts_ms>.txt              with --raw: `ss -tinHOe state established` snapshots
   nginx/<host>/access.log                 with --raw: nginx lines in the ccab JSON log_format
 
@@ -111,6 +112,20 @@ def run(args: argparse.Namespace) -> int:
     return simulate(sc, args)
 
 
+def _write_networks(sc, world, path: Path) -> None:
+    """The synthetic prefix metadata of the run's client prefixes (`ccab networks load` reads it)."""
+    import csv
+
+    from ccab.sim.population import prefix_metadata_rows
+
+    tmp = path.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["network", "asn", "as_name", "country", "access"])
+        w.writerows(prefix_metadata_rows(sc, world.prefixes))
+    tmp.replace(path)
+
+
 def simulate(sc, args: argparse.Namespace) -> int:
     from ccab.sim.generator import HTTP_TOPIC, TCP_TOPIC, iter_chunks, records
     from ccab.sim.sinks import JsonlSink, KafkaSink, RawWriter, SinkError, TeeSink
@@ -178,6 +193,7 @@ def simulate(sc, args: argparse.Namespace) -> int:
     tmp = out / "truth.json.tmp"
     tmp.write_text(json.dumps(truth, indent=1) + "\n")
     tmp.replace(out / "truth.json")
+    _write_networks(sc, world, out / "networks.csv")
     if args.plot:
         from ccab.sim.plot import plot_pdfs
 

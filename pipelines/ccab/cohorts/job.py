@@ -51,6 +51,9 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("connection_metrics.sql", "cohort_hourly_stage"),
     ("sample_metrics.sql", "cohort_hourly_stage"),
     ("request_metrics.sql", "cohort_hourly_stage"),
+    # segments by the client's network (access type, country, ASN): cohorts/networks.py
+    ("network_metrics.sql", "cohort_hourly_stage"),
+    ("network_request_metrics.sql", "cohort_hourly_stage"),
     ("heatmap.sql", "cohort_heatmap_hourly_stage"),
 )
 

@@ -32,6 +32,7 @@ METRICS = [
     ("delivery_rate_bps", "delivery rate per connection (Mbit/s)", 1e6, "Mbits"),
     ("goodput_bps", "goodput per bulk request (Mbit/s)", 1e6, "Mbits"),
     ("rwnd_limited_pct", "receive-window-limited time %", 1, "percent"),
+    ("queue_delay_us", "queueing delay per connection, srtt - min RTT (ms)", 1000, "ms"),
 ]
 _SCALE = "multiIf(" + ", ".join(f"{sql_value('metric')} = '{m}', {d}" for m, _, d, _ in METRICS[1:] if d != 1) + ", 1)"
 
@@ -62,7 +63,11 @@ SELECT kernel FROM (
     ]
     if metric:
         v.append(custom_variable("metric", "Metric", [(m, label) for m, label, _, _ in METRICS], "retrans_pct"))
-        v.append(custom_variable("segment", "Segment", [("all", "all connections"), ("bulk", "bulk (>= 1 MiB)")], "all"))
+        # every segment the rollups hold: all, bulk, rtt:*, size:*, and the client's network
+        # (access:mobile|fixed|..., country:JP, asn:<n>|other|unknown); 'all' first (the default)
+        v.append(query_variable("segment", "Segment", f"""
+SELECT segment FROM (SELECT DISTINCT segment FROM cohort_hourly WHERE {POP} AND {ROLLOUT})
+ORDER BY segment != 'all', segment != 'bulk', segment"""))
     return v
 
 

@@ -10,7 +10,8 @@ arm against the control arm:
    (:mod:`ccab.judge.sequential`) — a page regression means ``rollback``, a ticket one ``halt``;
 4. informational effects of every judged metric × statistic plus a whole-distribution shift
    test per metric, two-sided, Benjamini–Hochberg over the arm's family;
-5. heterogeneity of each guardrail on pre-treatment segments (client RTT class, response size),
+5. heterogeneity of each guardrail on pre-treatment segments (client RTT class, response size,
+   client access type / country / ASN),
    BH within the guardrail's family;
 6. the decision: ``rollback`` (a page guardrail regressed or a breaker tripped), ``halt`` (a ticket
    guardrail regressed, or — at the last planned look — a guardrail could not be shown within its
@@ -30,7 +31,7 @@ from typing import Callable, Iterable
 import numpy as np
 from ccab.base.chtime import parse_sql_time, utc_hour
 from ccab.base.config import settings
-from ccab.base.vocabulary import RTT_CLASSES, SIZE_CLASSES
+from ccab.base.vocabulary import NETWORK_SEGMENT_FAMILIES, RTT_CLASSES, SIZE_CLASSES
 from ccab.base.vocabulary import get as get_metric
 from ccab.base.warehouse import Warehouse
 from ccab.cohorts.summaries import rollouts_in
@@ -178,15 +179,23 @@ def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: d
     bands = data.prefix_speed_bands(wh, pop, pre_start, pre_end) if pre_end > pre_start else {}
     speed_rows = data.host_goodput_by_band(wh, pop, rollout, start, end, bands)
     minutes = data.retrans_by_minute(wh, pop, rollout, start, end) if breakers else []
+    seg_rows: dict[str, dict] = {}
     for arm in treatments:
         seed = f"{pop}/{rollout}/{arm}/{control_arm}/{start:%Y%m%d%H}-{end:%Y%m%d%H}"
         results: list[Result] = []
         arrays = {m: data.host_arrays(rows, arm, control_arm) for m, rows in all_rows.items()}
-        # guardrails
+        # guardrails (a guardrail restricted to a segment reads that segment's rows)
         for g in guardrails:
-            arr = arrays.get(g.metric)
+            if g.segment == "all":
+                arr = arrays.get(g.metric)
+            else:
+                if g.segment not in seg_rows:
+                    seg_rows[g.segment] = data.host_rows(wh, pop, rollout, g.segment, start, end,
+                                                         list(JUDGED_METRICS), arms)
+                rows = seg_rows[g.segment].get(g.metric)
+                arr = data.host_arrays(rows, arm, control_arm) if rows else None
             if arr is None:
-                results.append(_missing(arm, control_arm, g.metric, g.statistic, "all", "guardrail", g.severity))
+                results.append(_missing(arm, control_arm, g.metric, g.statistic, g.segment, "guardrail", g.severity))
                 continue
             results.append(guardrail_result(arr, g, arm, control_arm, alpha_look, seed,
                                             pre=_pre_for(pre_arrays, g.metric)))
@@ -320,12 +329,12 @@ def guardrail_result(arr: HostArrays, g: Guardrail, arm: str, control_arm: str, 
     (non-inferior); the interval shown is the one-sided (1 − 2α_look) two-sided equivalent."""
     worse = "greater" if g.higher_is_worse else "less"
     better = "less" if g.higher_is_worse else "greater"
-    key = f"{seed}/{g.metric}/{g.statistic}/guardrail"
+    key = f"{seed}/{g.metric}/{g.statistic}/guardrail" + ("" if g.segment == "all" else f"/{g.segment}")
     ci_level = 1 - 2 * alpha_look
     margin = g.margin if g.higher_is_worse else -g.margin
     regress = effect_of(arr, g.metric, g.statistic, alternative=worse, null_ratio=g.null_ratio, margin=margin,
                         seed_key=key, ci_level=ci_level, pre=pre)
-    r = _result(regress, arm, control_arm, g.metric, g.statistic, "all", "guardrail", g.severity)
+    r = _result(regress, arm, control_arm, g.metric, g.statistic, g.segment, "guardrail", g.severity)
     r.alpha_look, r.margin = alpha_look, g.margin
     if regress.error or not math.isfinite(regress.p_value):
         r.outcome = "inconclusive"
@@ -345,8 +354,9 @@ def guardrail_result(arr: HostArrays, g: Guardrail, arm: str, control_arm: str, 
 def segment_results(wh, pop, rollout, start, end, guardrails, arm, control_arm, arms, seed) -> list[Result]:
     """Each guardrail's effect per pre-treatment segment, two-sided, BH within the guardrail.
 
-    Segments: the client prefix's RTT class, the response size class (request metrics), and the
-    host's kernel — only kernels both arms run on at least 2 hosts each, and only when the two
+    Segments: the client prefix's RTT class, the response size class (request metrics), the
+    client's network (``access:*``, ``country:*``, ``asn:*`` from the prefix-networks dictionary,
+    those present in the window's rollups), and the host's kernel — only kernels both arms run on at least 2 hosts each, and only when the two
     arms' hosts run more than one kernel (a kernel that differs *by arm* is part of the
     treatment, not a pre-treatment attribute)."""
     out: list[Result] = []
@@ -359,9 +369,17 @@ def segment_results(wh, pop, rollout, start, end, guardrails, arm, control_arm, 
         if len(in_pair) > 1 else []
     for k in kernels:
         cache[f"kernel:{k}"] = data.host_rows(wh, pop, rollout, "all", start, end, sorted(needed), arms, kernel=k)
+    # the client's network (access type, country, ASN top-N): the families present in the rollups
+    networks = tuple(data.segments_present(wh, pop, rollout, start, end, NETWORK_SEGMENT_FAMILIES))
+    for s in networks:
+        cache[s] = data.host_rows(wh, pop, rollout, s, start, end, sorted(needed), arms)
+    done: set[tuple[str, str]] = set()
     for g in guardrails:
+        if (g.metric, g.statistic) in done:  # one family per metric x statistic, whatever the
+            continue                         # guardrails' own segments
+        done.add((g.metric, g.statistic))
         family = []
-        for s in _segments_for(g.metric) + tuple(f"kernel:{k}" for k in kernels):
+        for s in _segments_for(g.metric) + tuple(f"kernel:{k}" for k in kernels) + networks:
             rows = cache[s].get(g.metric)
             if not rows:
                 continue

@@ -140,6 +140,19 @@ def first_assignment_ms(wh: Warehouse, pop: str, rollout_id: str) -> int | None:
     return int(lo) if cnt else None
 
 
+def segments_present(wh: Warehouse, pop: str, rollout_id: str, start: datetime, end: datetime,
+                     families: tuple[str, ...]) -> list[str]:
+    """Segments of the window's rollups whose name starts with one of ``families`` (sorted)."""
+    res = wh.query("""SELECT DISTINCT segment FROM cohort_hourly
+                      WHERE pop = {pop:String} AND rollout_id = {rollout:String}
+                        AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
+                        AND arrayExists(f -> startsWith(segment, f), {fams:Array(String)})
+                      ORDER BY segment""",
+                   params={"pop": pop, "rollout": rollout_id, "a": sql_time(start), "b": sql_time(end),
+                           "fams": list(families)})
+    return [r[0] for r in res.rows]
+
+
 def host_arrays(rows: list[HostRow], treatment_arm: str, control_arm: str) -> HostArrays:
     """Stack the two arms' host rows into :class:`HostArrays` (hosts with no value dropped)."""
     rows = [r for r in rows if r.arm in (treatment_arm, control_arm) and r.n > 0]

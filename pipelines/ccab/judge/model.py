@@ -6,14 +6,18 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from ccab.base.vocabulary import (HIGHER_IS_WORSE, JUDGED_METRICS, QUANTILES, SEVERITIES, SHARE_ABOVE, Severity,
-                                  check_statistic, statistics_of)
+from ccab.base.vocabulary import (HIGHER_IS_WORSE, JUDGED_METRICS, NETWORK_SEGMENT_FAMILIES, QUANTILES, SEVERITIES,
+                                  SHARE_ABOVE, Severity, check_statistic, statistics_of)
 
 __all__ = ["HIGHER_IS_WORSE", "JUDGED_METRICS", "QUANTILES", "SEVERITIES", "SHARE_ABOVE", "Severity",
            "check_statistic", "statistics_of", "Decision", "Guardrail", "Breaker", "RolloutOptions", "DEFAULT_PRE_PERIOD_HOURS", "MIN_PRE_PERIOD_HOURS", "Result",
            "GateCheck", "BreakerTrip", "Verdict", "RolloutJudgement", "DEFAULT_GUARDRAILS", "DEFAULT_BREAKERS"]
 
 Decision = Literal["rollback", "halt", "continue", "pass", "no_decision", "inconclusive_by_design"]
+
+
+#: segment families a guardrail may be restricted to (all pre-treatment)
+GUARDRAIL_SEGMENT_FAMILIES: tuple[str, ...] = ("rtt:", "size:", "bulk") + NETWORK_SEGMENT_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,9 @@ class Guardrail:
     statistic: str
     margin: float
     severity: Severity = "page"
+    #: judge the guardrail on one pre-treatment segment only ('access:mobile': "BBR must not add
+    #: queueing delay on mobile"); 'all' = the whole cohort
+    segment: str = "all"
 
     # ``share_above:50`` is compared on the absolute scale (shares of rare events are often 0 in
     # control): its margin is in share units, 0.002 = 0.2 percentage points of connections.
@@ -45,6 +52,9 @@ class Guardrail:
         if not self.higher_is_worse and self.margin >= 1:
             raise ValueError(f"guardrail {self.metric} {self.statistic}: a lower-is-worse metric cannot get "
                              f"more than 100% worse; margin must be < 1, got {self.margin}")
+        if self.segment != "all" and not self.segment.startswith(GUARDRAIL_SEGMENT_FAMILIES):
+            raise ValueError(f"guardrail {self.metric} {self.statistic}: segment must be 'all' or start with "
+                             f"{', '.join(GUARDRAIL_SEGMENT_FAMILIES)}, got {self.segment!r}")
         if self.severity not in SEVERITIES:
             raise ValueError(f"guardrail {self.metric} {self.statistic}: severity must be one of "
                              f"{', '.join(SEVERITIES)}, got {self.severity!r}")
@@ -62,7 +72,8 @@ class Guardrail:
     def label(self) -> str:
         sign = "+" if self.higher_is_worse else "-"
         m = f"{100 * self.margin:.2f} pp" if self.statistic == SHARE_ABOVE else f"{self.margin:.0%}"
-        return f"{self.metric} {self.statistic} (margin {sign}{m}, {self.severity})"
+        where = "" if self.segment == "all" else f" on {self.segment}"
+        return f"{self.metric} {self.statistic}{where} (margin {sign}{m}, {self.severity})"
 
 
 #: metrics a circuit breaker can watch (per-minute sums in tcp_samples)

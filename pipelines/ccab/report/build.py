@@ -290,7 +290,9 @@ def _guardrails_section(d: ReportData) -> h.Section:
         return h.Section("Guardrails", h.para("Not judged.", "muted"), "guardrails")
     rows = [r for r in d.results if r["role"] == "guardrail"]
     bad = sum(1 for r in rows if r["outcome"] == "regression")
-    body = _effects_table(rows) if rows else h.para("No guardrails were declared.", "muted")
+    # a guardrail restricted to a segment (e.g. queue_delay_us on access:mobile) shows its segment
+    body = _effects_table(rows, with_segment=any(r["segment"] != "all" for r in rows)) if rows \
+        else h.para("No guardrails were declared.", "muted")
     return h.Section("Guardrails", body, "guardrails",
                      f"Declared before the rollout and tested one-sided against their margin (how much worse is "
                      f"tolerated): regression = the whole interval is beyond the margin; non-inferior = the "

@@ -336,7 +336,7 @@ def plan_from_dict(raw: Any, source: str = "plan", base_dir: Path | None = None)
     for i, g in enumerate(r.seq(raw, "guardrails", "", required=False)):
         p = f"guardrails[{i}]"
         g = r.mapping(g, p)
-        r.unknown(g, ("metric", "statistic", "margin", "severity"), p)
+        r.unknown(g, ("metric", "statistic", "margin", "severity", "segment"), p)
         metric = r.get(g, "metric", p, str, choices=JUDGED_METRICS)
         stat = r.get(g, "statistic", p, str)
         if metric is not None and stat is not None and stat not in statistics_of(metric):
@@ -345,11 +345,12 @@ def plan_from_dict(raw: Any, source: str = "plan", base_dir: Path | None = None)
             stat = None
         margin = r.get(g, "margin", p, float, lo=0, lo_open=True)
         sev = r.get(g, "severity", p, str, "page", choices=SEVERITIES)
-        if None not in (metric, stat, margin, sev):
+        seg = r.get(g, "segment", p, str, "all")
+        if None not in (metric, stat, margin, sev, seg):
             try:
-                guardrails.append(Guardrail(metric, stat, margin, sev))
+                guardrails.append(Guardrail(metric, stat, margin, sev, seg))
             except ValueError as exc:
-                errors.append(f"{p}.margin: {exc}")
+                errors.append(f"{p}.{'segment' if 'segment must' in str(exc) else 'margin'}: {exc}")
     breakers = []
     for i, b in enumerate(r.seq(raw, "breakers", "", required=False)):
         p = f"breakers[{i}]"

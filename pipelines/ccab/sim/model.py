@@ -24,6 +24,44 @@ LOSS_FADE_EXPONENT = 4.0
 #: CUBIC multiplicative decrease (RFC 8312 beta_cubic).
 CUBIC_BETA = 0.7
 
+# Mobile (cellular) access paths, on top of their class's medians (Verizon's LTE drive test,
+# Netdev 2.1: throughput varies with signal and handovers; deep per-user buffers):
+#: extra log-scale SD of a connection's bandwidth (the link rate changes with signal quality)
+MOBILE_BANDWIDTH_SIGMA = 0.5
+#: extra log-scale SD of a connection's base RTT (scheduling, radio state)
+MOBILE_RTT_SIGMA = 0.25
+#: mean handovers per connection (Poisson); each adds a burst of loss
+MOBILE_HANDOVERS_MEAN = 0.6
+#: retransmitted share added per handover (a burst of a few packets of a transfer)
+MOBILE_HANDOVER_LOSS = 0.004
+#: RTT variance of a mobile path relative to a fixed one with the same queue
+MOBILE_RTTVAR_FACTOR = 1.8
+
+
+def mobile_paths(paths: Paths, rng: np.random.Generator) -> tuple[Paths, np.ndarray]:
+    """Mobile paths get variable bandwidth, more variable RTT and handover loss bursts; their
+    random loss arrives in bursts too (retransmitted alike, but one loss event per burst).
+
+    Returns the new paths and the handover count per connection (0 off mobile paths)."""
+    n = len(paths.bandwidth_bps)
+    mobile = paths.mobile if paths.mobile is not None else np.zeros(n, dtype=bool)
+    bw = paths.bandwidth_bps * np.exp(MOBILE_BANDWIDTH_SIGMA * rng.standard_normal(n))
+    rtt = paths.rtt0_s * np.exp(MOBILE_RTT_SIGMA * rng.standard_normal(n))
+    handovers = np.where(mobile, rng.poisson(MOBILE_HANDOVERS_MEAN, n), 0)
+    return Paths(
+        bandwidth_bps=np.where(mobile, np.clip(bw, 0.25e6, 2e9), paths.bandwidth_bps),
+        rtt0_s=np.where(mobile, np.clip(rtt, 0.5e-3, 1.0), paths.rtt0_s),
+        buffer_bdp=paths.buffer_bdp,
+        # the radio link layer (HARQ/RLC) recovers isolated losses: what a TCP sender on a cellular
+        # path sees comes in bursts (handovers, resets), one congestion event per burst
+        random_loss=np.where(mobile, 0.0, paths.random_loss),
+        congestion_loss=paths.congestion_loss,
+        rwnd_bytes=paths.rwnd_bytes,
+        mss_bytes=paths.mss_bytes,
+        mobile=mobile,
+        burst_loss=np.where(mobile, np.minimum(paths.random_loss + handovers * MOBILE_HANDOVER_LOSS, 0.15), 0.0),
+    ), handovers
+
 
 @dataclass(frozen=True)
 class Paths:
@@ -36,6 +74,8 @@ class Paths:
     congestion_loss: np.ndarray  # loss a Cubic sender meets at the bottleneck (fraction)
     rwnd_bytes: np.ndarray  # client's maximum receive window
     mss_bytes: np.ndarray
+    mobile: np.ndarray | None = None  # bool: a cellular access path (None = none are)
+    burst_loss: np.ndarray | None = None  # loss in bursts (handovers): retransmitted, one event per burst
 
 
 @dataclass(frozen=True)
@@ -54,6 +94,7 @@ class Knobs:
     queue_cap_bdp: np.ndarray
     inflight_gain: np.ndarray
     cwnd_headroom: np.ndarray
+    deep_buffer_fill: np.ndarray
 
     @staticmethod
     def gather(models: list[CCModel], arm_idx: np.ndarray) -> "Knobs":
@@ -74,6 +115,7 @@ class Knobs:
             queue_cap_bdp=col(lambda m: m.queue_cap_bdp),
             inflight_gain=col(lambda m: m.inflight_gain),
             cwnd_headroom=col(lambda m: m.cwnd_headroom),
+            deep_buffer_fill=col(lambda m: m.deep_buffer_fill),
         )
 
 
@@ -165,7 +207,8 @@ def retrans_fraction(paths: Paths, knobs: Knobs, mult: np.ndarray, rng: np.rando
     b = paths.buffer_bdp
     buf_factor = np.clip(b ** -0.3, 0.5, 2.0)
     shallow = knobs.shallow_buffer_retrans_pct / 100.0 * np.clip(1.0 - b, 0.0, 1.0) ** 1.5
-    r = (paths.random_loss + paths.congestion_loss * knobs.retrans_scale * buf_factor + shallow) * mult
+    burst = paths.burst_loss if paths.burst_loss is not None else 0.0
+    r = (paths.random_loss + burst + paths.congestion_loss * knobs.retrans_scale * buf_factor + shallow) * mult
     tail = rng.random(len(b)) < knobs.high_loss_tail_share
     lo, hi = knobs.high_loss_tail_lo_pct / 100.0, knobs.high_loss_tail_hi_pct / 100.0
     r = np.where(tail, lo + (hi - lo) * rng.random(len(b)), r)
@@ -209,18 +252,23 @@ def connection_outcomes(paths: Paths, knobs: Knobs, mult: Multipliers, sndbuf_ma
     bw = paths.bandwidth_bps
     mss = paths.mss_bytes
 
-    # standing queue and RTTs
-    q = knobs.queue_fill * np.minimum(b, knobs.queue_cap_bdp) * np.exp(0.3 * rng.standard_normal(n))
+    # standing queue and RTTs; on mobile paths a loss-based sender fills the deep buffer
+    scatter = np.exp(0.3 * rng.standard_normal(n))
+    q = knobs.queue_fill * np.minimum(b, knobs.queue_cap_bdp) * scatter
+    mobile = paths.mobile if paths.mobile is not None else np.zeros(n, dtype=bool)
+    q = np.where(mobile, np.maximum(q, np.minimum(knobs.deep_buffer_fill * b * scatter, b)), q)
     srtt = rtt0 * (1.0 + q) * mult.rtt
     min_rtt = np.minimum(rtt0 * (1.0 + 0.02 * np.abs(rng.standard_normal(n))), srtt)
     rttvar = srtt * (0.04 + 0.35 * q / (1.0 + q)) * np.exp(0.4 * rng.standard_normal(n))
+    rttvar = np.where(mobile, rttvar * MOBILE_RTTVAR_FACTOR, rttvar)
 
     # retransmissions
     r, tail = retrans_fraction(paths, knobs, mult.retrans, rng)
 
     # throughput while busy
     buf_factor = np.clip(b ** -0.3, 0.5, 2.0)
-    p_event = paths.random_loss + paths.congestion_loss * buf_factor / CONGESTION_BURST_PKTS
+    burst = paths.burst_loss if paths.burst_loss is not None else 0.0
+    p_event = paths.random_loss + (paths.congestion_loss * buf_factor + burst) / CONGESTION_BURST_PKTS
     u_loss = np.minimum(1.0, lossbased_rate_bps(rtt0, p_event, mss) / bw) * shallow_buffer_utilization(b)
     w = loss_weight(knobs, bw)
     util = w * u_loss + (1.0 - w) * knobs.utilization

@@ -45,6 +45,16 @@ class Prefixes:
     popularity: np.ndarray  # weight within its class
     class_members: tuple[np.ndarray, ...]  # prefix indices per class
     class_cum: tuple[np.ndarray, ...]  # cumulative popularity per class (ends at 1)
+    access: np.ndarray | None = None  # object: the class's access type
+    country: np.ndarray | None = None  # object: ISO country code
+    asn: np.ndarray | None = None  # int: the synthetic network's ASN
+    as_name: np.ndarray | None = None  # object
+
+    @property
+    def mobile(self) -> np.ndarray:
+        if self.access is None:
+            return np.zeros(len(self.label), dtype=bool)
+        return self.access == "mobile"
 
 
 def draw_prefixes(sc: Scenario, rng: np.random.Generator) -> Prefixes:
@@ -106,8 +116,66 @@ def draw_prefixes(sc: Scenario, rng: np.random.Generator) -> Prefixes:
         popularity[idx] = w / w.sum() if len(idx) else w
         members.append(idx)
         cums.append(np.cumsum(popularity[idx]) if len(idx) else np.zeros(0))
+    access, country, asn, as_name = _networks(sc, class_idx)
     return Prefixes(label, head, ipv6, class_idx, bw, rtt, buf, lz, lp, popularity,
-                    tuple(members), tuple(cums))
+                    tuple(members), tuple(cums), access, country, asn, as_name)
+
+
+#: networks (ASNs) per class and country in the synthetic prefix metadata
+ASNS_PER_GROUP = 3
+#: share of prefixes the synthetic metadata leaves out (they look up as 'unknown')
+UNLISTED_SHARE = 0.03
+_RNG_NETWORKS = 0x4E455453  # "NETS": its own stream, so prefixes and hosts draw as before
+
+
+def _asn_number(k: int) -> int:
+    """Documentation ASNs (RFC 5398): 64496-64511, then 65536-65551, then private 4200000000+."""
+    if k < 16:
+        return 64496 + k
+    if k < 32:
+        return 65536 + k - 16
+    return 4_200_000_000 + k
+
+
+def _networks(sc: Scenario, class_idx: np.ndarray):
+    """Access type, country and a synthetic ASN per prefix: each (class, country) has
+    ``ASNS_PER_GROUP`` networks of Zipf-like sizes (one big carrier, smaller ones)."""
+    rng = np.random.default_rng(np.random.SeedSequence([sc.seed, _RNG_NETWORKS]))
+    n = len(class_idx)
+    access = np.empty(n, dtype=object)
+    country = np.empty(n, dtype=object)
+    asn = np.zeros(n, dtype=np.int64)
+    as_name = np.empty(n, dtype=object)
+    k = 0
+    for ci, c in enumerate(sc.clients.classes):
+        idx = np.flatnonzero(class_idx == ci)
+        access[idx] = c.access_type
+        cc = np.array(c.countries, dtype=object)[rng.integers(len(c.countries), size=len(idx))]
+        country[idx] = cc
+        for code in c.countries:
+            members = idx[cc == code]
+            w = 1.0 / np.arange(1, ASNS_PER_GROUP + 1)
+            pick = rng.choice(ASNS_PER_GROUP, size=len(members), p=w / w.sum())
+            for j in range(ASNS_PER_GROUP):
+                asn[members[pick == j]] = _asn_number(k + j)
+                as_name[members[pick == j]] = f"SIM-{c.access_type.upper()}-{code}-{j + 1} ({c.name})"
+            k += ASNS_PER_GROUP
+    return access, country, asn, as_name
+
+
+def prefix_metadata_rows(sc: Scenario, prefixes: Prefixes) -> list[tuple[str, int, str, str, str]]:
+    """The synthetic prefix metadata of a scenario: (network, asn, as_name, country, access).
+
+    One row per client prefix except a seeded ``UNLISTED_SHARE`` (unknown to the lookup), plus a
+    covering 198.18.0.0/15 'hosting' aggregate that the per-prefix rows inside it override
+    (longest prefix wins) and that catches the unlisted prefixes inside it."""
+    rng = np.random.default_rng(np.random.SeedSequence([sc.seed, _RNG_NETWORKS, 1]))
+    listed = rng.random(len(prefixes.label)) >= UNLISTED_SHARE
+    rows = [("198.18.0.0/15", _asn_number(200), "SIM-HOSTING-AGGREGATE", "JP", "hosting")]
+    for i in np.flatnonzero(listed):
+        rows.append((str(prefixes.label[i]), int(prefixes.asn[i]), str(prefixes.as_name[i]),
+                     str(prefixes.country[i]), str(prefixes.access[i])))
+    return rows
 
 
 @dataclass(frozen=True)

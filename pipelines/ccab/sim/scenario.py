@@ -114,6 +114,24 @@ class ClientClass:
     buffer_bdp: Dist = _opt(lambda: _ln(1.0, 0.8, 0.05, 20.0), "bottleneck buffer, in BDPs")
     random_loss: RandomLoss = _opt(RandomLoss)
     ipv6_share: float = _num(0.3, ge=0, le=1)
+    #: access type (mobile|fixed|satellite|hosting); '' = 'mobile' when the name says so, else
+    #: 'fixed'. Mobile paths get variable bandwidth, handover loss bursts and more variable RTT
+    #: (sim/model.py ``mobile_paths``), and loss-based senders fill their deep buffers.
+    access: str = ""
+    #: countries of the class's prefixes in the synthetic prefix metadata (drawn uniformly)
+    countries: tuple[str, ...] = ("JP",)
+
+    @property
+    def access_type(self) -> str:
+        return self.access or ("mobile" if "mobile" in self.name else "fixed")
+
+    def _check(self, path: str) -> list[str]:
+        out = []
+        if self.access not in ("", "mobile", "fixed", "satellite", "hosting"):
+            out.append(f"{path}.access: one of mobile, fixed, satellite, hosting (got {self.access!r})")
+        if not self.countries or any(len(c) != 2 or not c.isalpha() or not c.isupper() for c in self.countries):
+            out.append(f"{path}.countries: ISO 3166 alpha-2 codes like JP (got {list(self.countries)})")
+        return out
 
 
 @dataclass(frozen=True)
@@ -128,13 +146,18 @@ class WithinPrefix:
 def _default_classes() -> tuple[ClientClass, ...]:
     return (
         ClientClass("metro-fixed", 0.40, _ln(8.0, 0.35, 2.0, 40.0), _ln(80.0, 0.9, 2.0, 1000.0),
-                    _ln(1.2, 0.8, 0.05, 20.0), RandomLoss(0.85, _ln(0.05, 1.0, 0.001, 5.0)), 0.35),
+                    _ln(1.2, 0.8, 0.05, 20.0), RandomLoss(0.85, _ln(0.05, 1.0, 0.001, 5.0)), 0.35,
+                    "fixed", ("JP",)),
+        # cellular: deep per-user buffers (several BDPs, no AQM), slow and variable links
         ClientClass("mobile", 0.30, _ln(45.0, 0.4, 12.0, 300.0), _ln(6.0, 0.9, 0.5, 200.0),
-                    _ln(3.0, 0.9, 0.1, 20.0), RandomLoss(0.35, _ln(0.4, 1.0, 0.001, 10.0)), 0.5),
+                    _ln(4.0, 0.5, 1.5, 20.0), RandomLoss(0.35, _ln(0.4, 1.0, 0.001, 10.0)), 0.5,
+                    "mobile", ("JP",)),
         ClientClass("asia-regional", 0.18, _ln(70.0, 0.3, 25.0, 200.0), _ln(25.0, 1.0, 0.5, 1000.0),
-                    _ln(0.8, 0.8, 0.05, 20.0), RandomLoss(0.7, _ln(0.2, 1.0, 0.001, 10.0)), 0.25),
+                    _ln(0.8, 0.8, 0.05, 20.0), RandomLoss(0.7, _ln(0.2, 1.0, 0.001, 10.0)), 0.25,
+                    "fixed", ("KR", "TW", "HK", "SG")),
         ClientClass("overseas", 0.12, _ln(150.0, 0.25, 80.0, 300.0), _ln(15.0, 1.0, 0.5, 1000.0),
-                    _ln(0.5, 0.8, 0.05, 20.0), RandomLoss(0.6, _ln(0.3, 1.0, 0.001, 10.0)), 0.25),
+                    _ln(0.5, 0.8, 0.05, 20.0), RandomLoss(0.6, _ln(0.3, 1.0, 0.001, 10.0)), 0.25,
+                    "fixed", ("US", "DE", "GB")),
     )
 
 
@@ -273,6 +296,10 @@ class CCModel:
     queue_cap_bdp: float = _num(1.0, ge=0)
     inflight_gain: float = _num(1.0, ge=0.5, le=5)
     cwnd_headroom: float = _num(1.05, ge=1)
+    #: share of a deep, drop-free (cellular) buffer the sender keeps full on mobile paths: a
+    #: loss-based sender grows until the buffer overflows (Verizon's LTE drives: Cubic fills it),
+    #: a model-based one paces at the bottleneck rate and keeps its usual queue (0)
+    deep_buffer_fill: float = _num(0.0, ge=0, le=1)
 
     def _check(self, path: str) -> list[str]:
         lo, hi = self.high_loss_tail_pct
@@ -283,9 +310,9 @@ class CCModel:
 
 DEFAULT_CC_MODELS: dict[str, CCModel] = {
     "cubic": CCModel(loss_sensitivity=1.0, retrans_scale=1.0, queue_fill=0.2, queue_cap_bdp=2.0,
-                     inflight_gain=1.2, cwnd_headroom=1.6),
+                     inflight_gain=1.2, cwnd_headroom=1.6, deep_buffer_fill=0.8),
     "reno": CCModel(loss_sensitivity=1.0, retrans_scale=0.9, queue_fill=0.2, queue_cap_bdp=2.0,
-                    inflight_gain=0.95, cwnd_headroom=1.05),
+                    inflight_gain=0.95, cwnd_headroom=1.05, deep_buffer_fill=0.8),
     "bbr": CCModel(utilization=0.96, loss_sensitivity=0.0, retrans_scale=4.0,
                    shallow_buffer_retrans_pct=6.0, queue_fill=0.85, queue_cap_bdp=1.0,
                    inflight_gain=2.0, cwnd_headroom=1.02),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from ccab.sim.dists import draw, jitter
-from ccab.sim.model import Outcomes, Paths, transfer_time_s
+from ccab.sim.model import Outcomes, Paths, mobile_paths, transfer_time_s
 from ccab.sim.population import HostTable, Prefixes
 from ccab.sim.scenario import Scenario
 
@@ -112,9 +112,11 @@ def draw_connections(sc: Scenario, prefixes: Prefixes, hosts: HostTable, counts:
     m = rng.random(n)
     mss = np.where(v6, np.where(m < 0.9, 1428, 1368), np.where(m < 0.88, 1448, np.where(m < 0.96, 1388, 1360)))
     paths = Paths(bandwidth_bps=bw_mbps * 1e6, rtt0_s=rtt0_ms / 1e3, buffer_bdp=buf, random_loss=rloss,
-                  congestion_loss=closs, rwnd_bytes=rwnd, mss_bytes=mss.astype(np.float64))
+                  congestion_loss=closs, rwnd_bytes=rwnd, mss_bytes=mss.astype(np.float64),
+                  mobile=prefixes.mobile[prefix])
     wscale = rng.choice(np.array([6, 7, 8, 9, 10]), size=n, p=[0.05, 0.35, 0.2, 0.1, 0.3])
     port = (1024 + (sock_hash >> np.uint64(8)) % np.uint64(64511)).astype(np.int64)
+    paths, _ = mobile_paths(paths, rng)
     return Connections(t0, host, hosts.arm_idx[host], serial, sock_hash, prefix, cls, paths, wscale, port)
 
 

@@ -49,7 +49,7 @@ def wh(warehouse, sim_dir):
 def test_every_view_file_is_one_documented_query():
     files = view_files()
     assert set(files) == {"cohort_quantiles", "cohort_pdf", "cohort_cdf", "cohort_heatmap",
-                          "cohort_goodput_by_rtt_class"}
+                          "cohort_goodput_by_rtt_class", "cohort_network_pdf", "cohort_asn_table"}
     for name, path in files.items():
         text = path.read_text()
         body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))

@@ -109,26 +109,46 @@ def test_bbr2_high_loss_tail(canary):
     assert shares["bbr2"] > 2 * shares["bbr1"]
 
 
+FIXED = ["metro-fixed", "asia-regional", "overseas"]  # the Dropbox shapes are fixed-line clients
+
+
+def _fixed(c: dict, r: dict) -> bool:
+    return c["prefixes"][r["peer_prefix"]]["class"] in FIXED
+
+
 def test_inflight_ordering(canary):
     """One value per connection (median of its busy samples) to avoid length bias."""
-    med = {}
+    med, med_fixed = {}, {}
     for arm in ("control", "bbr1", "bbr2"):
-        per_conn = [np.median(canary["active"][sid]) for sid, r in canary["bulk"].items()
+        per_conn = [(np.median(canary["active"][sid]), _fixed(canary, r)) for sid, r in canary["bulk"].items()
                     if r["arm"] == arm and canary["active"].get(sid)]
         assert len(per_conn) > 500
-        med[arm] = np.median(per_conn)
+        med[arm] = np.median([v for v, _ in per_conn])
+        med_fixed[arm] = np.median([v for v, f in per_conn if f])
     assert med["bbr1"] > med["control"] > med["bbr2"]
     within(med["bbr1"] / med["bbr2"], configured(canary, "inflight_bytes_p50", "bbr1", "bbr2"), "bbr1/bbr2")
-    within(med["control"] / med["bbr2"], configured(canary, "inflight_bytes_p50", "control", "bbr2"), "cubic/bbr2")
+    within(med_fixed["control"] / med_fixed["bbr2"],
+           configured(canary, "inflight_bytes_p50", "control", "bbr2", classes=FIXED), "cubic/bbr2 (fixed)")
 
 
 def test_bbr1_queues_on_deep_buffers(canary):
     def rtt(arm):
-        return np.median([r["rtt_us"] for r in canary["bulk"].values() if r["arm"] == arm and
+        return np.median([r["rtt_us"] for r in canary["bulk"].values() if r["arm"] == arm and _fixed(canary, r) and
                           canary["prefixes"][r["peer_prefix"]]["buffer_bdp"] >= 2.0])
     within(rtt("bbr1") / rtt("control"),
-           configured(canary, "rtt_ms_p50", "bbr1", "control", buffer_bdp=[2.0, 100.0]), "bbr1/cubic RTT, deep")
+           configured(canary, "rtt_ms_p50", "bbr1", "control", classes=FIXED, buffer_bdp=[2.0, 100.0]),
+           "bbr1/cubic RTT, deep fixed-line buffers")
     assert rtt("bbr2") < rtt("control")
+
+
+def test_mobile_cubic_fills_the_buffer_bbr_does_not(canary):
+    """Verizon's LTE pattern from the records: on mobile prefixes Cubic's queueing delay
+    (srtt - min RTT) is several times BBR's, at similar goodput."""
+    def queue_ms(arm):
+        return np.median([(r["rtt_us"] - r["min_rtt_us"]) / 1e3 for r in canary["bulk"].values()
+                          if r["arm"] == arm and canary["prefixes"][r["peer_prefix"]]["class"] == "mobile"])
+    for arm in ("bbr1", "bbr2"):
+        assert queue_ms("control") > 3 * queue_ms(arm), (arm, queue_ms("control"), queue_ms(arm))
 
 
 def test_goodput_by_client_speed(canary):

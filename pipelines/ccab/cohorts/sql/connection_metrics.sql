@@ -8,7 +8,9 @@
 -- tcpi_min_rtt, every cc), bbr_min_rtt_us (BBR's own mrtt, BBR sockets only: never compare it
 -- with min_rtt_us), delivery_rate_bps, rwnd_limited_pct and sndbuf_limited_pct
 -- (100 x *_limited_ms / busy_ms), rto_count (RTO timeouts of the connection, tcpi_total_rto,
--- kernel >= 6.7; missing elsewhere).
+-- kernel >= 6.7; missing elsewhere), queue_delay_us (rtt_us - min_rtt_us: the standing queue the
+-- flow sees; missing when either is) and queue_delay_pct (its share of the RTT; ratio of sums =
+-- queueing time / RTT time).
 -- Bins: floor(log2(value) * 128) for value > 0; zeros only in n_zero (see 0003_cohort_rollups.sql).
 -- How: one aggregation at the finest split (cohort x metric x RTT class x bulk), then the
 -- segments are merged from it with GROUPING SETS (exact: every column is a sum or a sumMap).
@@ -19,7 +21,9 @@
 WITH
 connections AS (
     SELECT *,
-           cityHash64(pop, rollout_id, arm, kernel, cc, cc_version, host)       AS cohort_id
+           cityHash64(pop, rollout_id, arm, kernel, cc, cc_version, host)       AS cohort_id,
+           -- self-inflicted delay: srtt above the path's minimum = the standing queue the flow sees
+           if(rtt_us >= min_rtt_us, toFloat64(rtt_us) - toFloat64(min_rtt_us), NULL) AS queue_delay_us
     FROM cohort_connections_stage
     WHERE hour = {hour_start:DateTime('UTC')}
 ),
@@ -36,7 +40,10 @@ metric_values AS (
         ('delivery_rate_bps',  CAST(delivery_rate_bps  AS Nullable(Float64)), 0., 0.),
         ('rwnd_limited_pct',   CAST(rwnd_limited_pct   AS Nullable(Float64)), toFloat64(rwnd_limited_ms),   toFloat64(busy_ms)),
         ('sndbuf_limited_pct', CAST(sndbuf_limited_pct AS Nullable(Float64)), toFloat64(sndbuf_limited_ms), toFloat64(busy_ms)),
-        ('rto_count',          CAST(rto_count          AS Nullable(Float64)), 0., 0.)
+        ('rto_count',          CAST(rto_count          AS Nullable(Float64)), 0., 0.),
+        ('queue_delay_us',     queue_delay_us,                                 0., 0.),
+        ('queue_delay_pct',    if(rtt_us > 0, 100 * queue_delay_us / rtt_us, NULL),
+                               ifNull(queue_delay_us, 0.),                     toFloat64(ifNull(rtt_us, 0)))
     ] AS m
 ),
 classified AS (

@@ -1,0 +1,119 @@
+"""``ccab networks load|rank|status|lookup``: who the clients are (prefix metadata)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ccab.base.errors import UserError
+
+EPILOG = """\
+file formats (--format auto tells them apart by the first line):
+  ccab         CSV header network,asn,as_name,country,access   (access: mobile|fixed|satellite|hosting|unknown)
+  maxmind-asn  GeoLite2-ASN-Blocks CSV network,autonomous_system_number,autonomous_system_organization
+  iptoasn      IPtoASN TSV range_start range_end as_number country_code as_description
+
+A load replaces every network at once without downtime (queries running meanwhile see the old or
+the new table, never a mix). Prefixes that no network contains are 'unknown', never dropped.
+
+examples:
+  ccab sim canary-tyo1 --out .ccab/sim/canary && ccab networks load .ccab/sim/canary/networks.csv
+  ccab networks load ip2asn-v4.tsv --format iptoasn --default-access fixed
+  ccab networks rank --top 20          # the ASNs with a segment of their own (the rest: asn:other)
+  ccab networks lookup 100.64.3.0/24 2001:db8:1a2b::/48
+  ccab networks status
+"""
+
+
+def _load(args) -> int:
+    from ccab.cohorts import networks
+    from ccab.pipeline import open_warehouse
+
+    try:
+        parsed = networks.read_file(args.file, args.format, args.default_access)
+    except networks.NetworksError as exc:
+        raise UserError(str(exc)) from exc
+    if not parsed.networks:
+        raise UserError(f"no usable networks in {args.file} ({parsed.skipped} rows skipped: "
+                        f"{'; '.join(parsed.skipped_examples) or 'empty file'}); check --format")
+    with open_warehouse() as wh:
+        held = networks.load(wh, parsed.networks, str(args.file), parsed.format, parsed.skipped)
+        ranked = networks.rank_asns(wh, args.top) if args.top else []
+    print(f"loaded {held:,} networks from {args.file} ({parsed.format}); {parsed.skipped} rows skipped"
+          + (f" ({'; '.join(parsed.skipped_examples)})" if parsed.skipped else ""))
+    if args.top:
+        print(f"ranked {len(ranked)} ASN(s) by connections: {', '.join(str(a) for a, _ in ranked) or 'none (no data)'}")
+    return 0
+
+
+def _rank(args) -> int:
+    from ccab.cohorts import networks
+    from ccab.pipeline import open_warehouse
+
+    try:
+        with open_warehouse() as wh:
+            rows = networks.rank_asns(wh, args.top, args.days)
+    except networks.NetworksError as exc:
+        raise UserError(str(exc)) from exc
+    for i, (asn, conns) in enumerate(rows, start=1):
+        print(f"{i:3d}  AS{asn:<12d} {conns:>12,} connections")
+    if not rows:
+        print("no connection matched a known ASN: load networks first (ccab networks load FILE)")
+    return 0
+
+
+def _status(args) -> int:
+    from ccab.cohorts import networks
+    from ccab.pipeline import open_warehouse
+
+    with open_warehouse() as wh:
+        st = networks.status(wh, args.hours)
+    print(json.dumps(st, indent=1, default=str))
+    return 0
+
+
+def _lookup(args) -> int:
+    from ccab.cohorts import networks
+    from ccab.pipeline import open_warehouse
+
+    with open_warehouse() as wh:
+        for prefix, access, country, asn, name in networks.lookup(wh, args.prefixes):
+            print(f"{prefix:<24} {access:<10} {country or '-':<3} AS{asn:<11d} {name}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("networks", help="client prefix metadata: ASN, country, access type",
+                       description="Load and inspect the prefix metadata that segments clients by network "
+                                   "(access type, country, ASN) in the rollups, the judge and the views.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = p.add_subparsers(dest="networks_command", metavar="ACTION")
+    q = s.add_parser("load", help="replace the networks with a file's (no downtime)",
+                     description="Replace the networks with those of FILE (atomic swap, dictionary reload).",
+                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("file", type=Path, help="CSV/TSV file of networks")
+    q.add_argument("--format", default="auto", choices=("auto", "ccab", "maxmind-asn", "iptoasn"),
+                   help="file layout (default: detect from the first line)")
+    q.add_argument("--default-access", default="unknown",
+                   choices=("mobile", "fixed", "satellite", "hosting", "unknown"),
+                   help="access type of rows that do not say (MaxMind/IPtoASN files never do)")
+    q.add_argument("--top", type=int, default=20, metavar="N",
+                   help="then rank the top N ASNs by connections (0: keep the current ranking; default 20)")
+    q.set_defaults(func=_load)
+    q = s.add_parser("rank", help="pick the top-N ASNs by connections (their own segments)",
+                     description="Rank ASNs by connections in the raw rows' newest days; the top N get "
+                                 "segments 'asn:<n>' in later rollups, the others 'asn:other'.")
+    q.add_argument("--top", type=int, default=20, metavar="N", help="how many ASNs (default 20)")
+    q.add_argument("--days", type=int, default=7, help="look-back in days of raw rows (default 7)")
+    q.set_defaults(func=_rank)
+    q = s.add_parser("status", help="dictionary state, last load, unknown prefixes",
+                     description="The dictionary's state, the last load, and recent client prefixes by "
+                                 "access type ('unknown': no network contains them).")
+    q.add_argument("--hours", type=int, default=24, help="recent prefixes: the rollups' newest N hours (default 24)")
+    q.set_defaults(func=_status)
+    q = s.add_parser("lookup", help="look prefixes up", description="Print each prefix's access type, "
+                     "country, ASN and AS name as the rollups see them.")
+    q.add_argument("prefixes", nargs="+", help="peer prefixes, e.g. 100.64.3.0/24 2001:db8:1a2b::/48")
+    q.set_defaults(func=_lookup)
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])

@@ -1,0 +1,282 @@
+"""Client networks: prefix metadata (CIDR -> ASN, AS name, country, access type) behind an
+IP-trie dictionary, looked up on ``peer_prefix`` (docs/cohorts/networks.md).
+
+* :func:`parse` reads a file in one of :data:`FORMATS` (ccab CSV, MaxMind GeoLite2-ASN-style CSV,
+  IPtoASN-style TSV ranges) into canonical :class:`Network` rows; bad rows are counted, not fatal.
+* :func:`load` swaps the networks in without downtime: fill ``prefix_networks_next``, ``EXCHANGE
+  TABLES`` (atomic), ``SYSTEM RELOAD DICTIONARY`` (the new trie is built beside the old one).
+* :func:`rank_asns` picks the top-N ASNs by connections: they get segments of their own, every
+  other known ASN is ``asn:other``.
+* :data:`ACCESS_SQL` & co. are the SQL expressions every query uses to look a prefix up: one
+  definition, so the rollup, the views and the dashboards agree. A prefix no network contains is
+  ``unknown`` (counted in :func:`status`), never dropped.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import ipaddress
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from ccab.base.warehouse import Warehouse
+
+ACCESS_TYPES: tuple[str, ...] = ("mobile", "fixed", "satellite", "hosting", "unknown")
+FORMATS: tuple[str, ...] = ("auto", "ccab", "maxmind-asn", "iptoasn")
+DICT = "prefix_networks_dict"
+TABLE = "prefix_networks"
+
+#: the dictionary key of a peer_prefix column: the prefix's first address as IPv6 (IPv4 mapped).
+#: Unparsable text becomes '::' (matched by no network unless one loads ::/0).
+def key_sql(col: str = "peer_prefix") -> str:
+    return f"toIPv6OrDefault(splitByChar('/', {col})[1])"
+
+
+def access_sql(col: str = "peer_prefix") -> str:
+    """SQL: the prefix's access type ('unknown' when no network contains it)."""
+    return f"dictGetOrDefault('{DICT}', 'access', {key_sql(col)}, 'unknown')"
+
+
+def country_sql(col: str = "peer_prefix") -> str:
+    """SQL: the prefix's country code, '' when unknown."""
+    return f"dictGetOrDefault('{DICT}', 'country', {key_sql(col)}, '')"
+
+
+def asn_sql(col: str = "peer_prefix") -> str:
+    """SQL: the prefix's ASN, 0 when unknown."""
+    return f"dictGetOrDefault('{DICT}', 'asn', {key_sql(col)}, toUInt32(0))"
+
+
+def segments_sql(col: str = "peer_prefix") -> str:
+    """SQL: the tuple (access segment, country segment, ASN segment) of a prefix."""
+    return (f"tuple(concat('access:', {access_sql(col)}), "
+            f"concat('country:', if({country_sql(col)} = '', 'unknown', {country_sql(col)})), "
+            f"multiIf({asn_sql(col)} = 0, 'asn:unknown', "
+            f"{asn_sql(col)} IN (SELECT asn FROM network_asn_rank), concat('asn:', toString({asn_sql(col)})), "
+            f"'asn:other'))")
+
+
+class NetworksError(ValueError):
+    """A networks file or command is unusable; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Network:
+    network: str  # canonical CIDR
+    asn: int
+    as_name: str
+    country: str
+    access: str
+
+
+@dataclass
+class Parsed:
+    networks: list[Network] = field(default_factory=list)
+    skipped: int = 0
+    skipped_examples: list[str] = field(default_factory=list)
+    format: str = ""
+
+    def skip(self, line_no: int, why: str) -> None:
+        self.skipped += 1
+        if len(self.skipped_examples) < 5:
+            self.skipped_examples.append(f"line {line_no}: {why}")
+
+
+def _asn(text: str) -> int:
+    t = (text or "").strip().upper()
+    if t.startswith("AS"):
+        t = t[2:]
+    if not t:
+        return 0
+    v = int(t)
+    if not 0 <= v < 2**32:
+        raise ValueError(f"ASN {text!r} out of range")
+    return v
+
+
+def _country(text: str) -> str:
+    t = (text or "").strip().upper()
+    if t in ("", "NONE", "ZZ", "-", "--"):
+        return ""
+    if len(t) != 2 or not t.isalpha():
+        raise ValueError(f"country {text!r} is not an ISO 3166 alpha-2 code")
+    return t
+
+
+def _access(text: str) -> str:
+    t = (text or "").strip().lower() or "unknown"
+    if t not in ACCESS_TYPES:
+        raise ValueError(f"access type {text!r} is not one of {'|'.join(ACCESS_TYPES)}")
+    return t
+
+
+def _cidr(text: str) -> str:
+    return str(ipaddress.ip_network(text.strip(), strict=False))
+
+
+def detect_format(first_line: str) -> str:
+    """The format of a file from its first line."""
+    head = first_line.strip().lower()
+    if head.startswith("network,") and "autonomous_system_number" in head:
+        return "maxmind-asn"
+    if head.startswith("network,") or head.startswith("cidr,"):
+        return "ccab"
+    if "\t" in first_line:
+        return "iptoasn"
+    raise NetworksError("cannot tell the file's format from its first line; pass --format "
+                        f"({'|'.join(FORMATS[1:])})")
+
+
+def parse(text: str, fmt: str = "auto", default_access: str = "unknown") -> Parsed:
+    """Networks from the text of a file.
+
+    Formats
+    -------
+    ccab : CSV with a header ``network,asn,as_name,country,access`` (only ``network`` required).
+    maxmind-asn : MaxMind GeoLite2-ASN-Blocks CSV ``network,autonomous_system_number,
+        autonomous_system_organization`` (no country or access: ``default_access``).
+    iptoasn : IPtoASN TSV ``range_start range_end as_number country_code as_description``; each
+        range becomes the fewest CIDRs that cover it exactly; ASN 0 rows ("Not routed") skipped.
+    """
+    if fmt not in FORMATS:
+        raise NetworksError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    default_access = _access(default_access)
+    lines = text.splitlines()
+    if not lines:
+        return Parsed(format=fmt)
+    if fmt == "auto":
+        fmt = detect_format(lines[0])
+    out = Parsed(format=fmt)
+    if fmt == "iptoasn":
+        for i, line in enumerate(lines, start=1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            parts = line.rstrip("\n").split("\t")
+            try:
+                if len(parts) < 5:
+                    raise ValueError(f"{len(parts)} fields, want 5")
+                asn = _asn(parts[2])
+                if asn == 0:
+                    out.skip(i, "not routed (ASN 0)")
+                    continue
+                lo, hi = ipaddress.ip_address(parts[0].strip()), ipaddress.ip_address(parts[1].strip())
+                cc = _country(parts[3])
+                for net in ipaddress.summarize_address_range(lo, hi):
+                    out.networks.append(Network(str(net), asn, parts[4].strip(), cc, default_access))
+            except ValueError as exc:
+                out.skip(i, str(exc))
+        return out
+    reader = csv.DictReader(io.StringIO(text))
+    for i, row in enumerate(reader, start=2):
+        try:
+            if fmt == "maxmind-asn":
+                out.networks.append(Network(_cidr(row["network"]), _asn(row.get("autonomous_system_number", "")),
+                                            (row.get("autonomous_system_organization") or "").strip(), "",
+                                            default_access))
+            else:
+                net = row.get("network") or row.get("cidr") or ""
+                out.networks.append(Network(_cidr(net), _asn(row.get("asn", "")), (row.get("as_name") or "").strip(),
+                                            _country(row.get("country", "")),
+                                            _access(row.get("access") or default_access)))
+        except (ValueError, TypeError, KeyError) as exc:
+            out.skip(i, str(exc))
+    return out
+
+
+def read_file(path: Path, fmt: str = "auto", default_access: str = "unknown") -> Parsed:
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise NetworksError(f"cannot read {path}: {exc.strerror}") from exc
+    return parse(text, fmt, default_access)
+
+
+def write_csv(networks: Iterable[Network], path: Path) -> None:
+    """A ccab-format CSV (what the simulator writes for its prefixes)."""
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["network", "asn", "as_name", "country", "access"])
+        for n in networks:
+            w.writerow([n.network, n.asn, n.as_name, n.country, n.access])
+
+
+def load(wh: Warehouse, networks: list[Network], source: str, fmt: str, skipped: int = 0) -> int:
+    """Replace the networks without downtime; returns how many the dictionary now holds.
+
+    Duplicated CIDRs keep their last row (a file's later line wins)."""
+    unique = {n.network: n for n in networks}
+    wh.command("TRUNCATE TABLE prefix_networks_next")
+    if unique:
+        data = b"\n".join(json.dumps(n.__dict__).encode() for n in unique.values())
+        wh.insert_raw("prefix_networks_next", data)
+    wh.command("EXCHANGE TABLES prefix_networks AND prefix_networks_next")
+    wh.command(f"SYSTEM RELOAD DICTIONARY {DICT}")
+    wh.command("TRUNCATE TABLE prefix_networks_next")
+    v6 = sum(1 for k in unique if ":" in k)
+    wh.command("INSERT INTO network_loads (loaded_at, source, format, networks, ipv4, ipv6, skipped) "
+               "SELECT now(), {s:String}, {f:String}, {n:UInt64}, {v4:UInt64}, {v6:UInt64}, {sk:UInt64}",
+               params={"s": source, "f": fmt, "n": len(unique), "v4": len(unique) - v6, "v6": v6, "sk": skipped})
+    return int(wh.query(f"SELECT element_count FROM system.dictionaries WHERE database = currentDatabase() "
+                        f"AND name = '{DICT}'").scalar() or 0)
+
+
+def rank_asns(wh: Warehouse, top: int = 20, days: int = 7) -> list[tuple[int, int]]:
+    """Top ``top`` ASNs by connections over the raw rows' newest ``days`` days -> ``network_asn_rank``.
+
+    Connections are counted once each (close records and polled sockets, by host x sock_id),
+    pooled over the arms: the ranking must not depend on the treatment."""
+    if top < 1:
+        raise NetworksError(f"--top must be >= 1, got {top}")
+    sql = f"""
+        WITH conns AS (
+            SELECT host, sock_id, any(peer_prefix) AS peer_prefix FROM (
+                SELECT host, sock_id, peer_prefix, ts FROM tcp_samples
+                WHERE ts >= (SELECT max(ts) FROM tcp_samples) - INTERVAL {int(days)} DAY
+                UNION ALL
+                SELECT host, sock_id, peer_prefix, ts FROM tcp_conns
+                WHERE ts >= (SELECT max(ts) FROM tcp_conns) - INTERVAL {int(days)} DAY)
+            GROUP BY host, sock_id)
+        SELECT {asn_sql()} AS a, count() AS c FROM conns WHERE a != 0
+        GROUP BY a ORDER BY c DESC, a LIMIT {int(top)}"""
+    rows = [(int(a), int(c)) for a, c in wh.query(sql).rows]
+    wh.command("TRUNCATE TABLE network_asn_rank_next")
+    if rows:
+        data = b"\n".join(json.dumps({"asn": a, "rank": i, "connections": c}).encode()
+                          for i, (a, c) in enumerate(rows, start=1))
+        wh.insert_raw("network_asn_rank_next", data)
+    wh.command("EXCHANGE TABLES network_asn_rank AND network_asn_rank_next")
+    wh.command("TRUNCATE TABLE network_asn_rank_next")
+    return rows
+
+
+def lookup(wh: Warehouse, prefixes: list[str]) -> list[tuple[str, str, str, int, str]]:
+    """(prefix, access, country, asn, as_name) of each prefix, through the dictionary."""
+    res = wh.query(f"""SELECT p, {access_sql('p')}, {country_sql('p')}, {asn_sql('p')},
+                              dictGetOrDefault('{DICT}', 'as_name', {key_sql('p')}, '')
+                       FROM (SELECT arrayJoin({{ps:Array(String)}}) AS p)""", params={"ps": list(prefixes)})
+    return [(r[0], r[1], r[2], int(r[3]), r[4]) for r in res.rows]
+
+
+def status(wh: Warehouse, hours: int = 24) -> dict:
+    """The dictionary's state, the last load, and how many recent client prefixes are unknown."""
+    wh.query(f"SELECT dictHas('{DICT}', toIPv6('::'))")  # a new session loads dictionaries lazily
+    d = wh.query(f"SELECT status, element_count, toString(last_successful_update_time), last_exception "
+                 f"FROM system.dictionaries WHERE database = currentDatabase() AND name = '{DICT}'").rows
+    last = wh.query("SELECT toString(loaded_at), source, format, networks, ipv4, ipv6, skipped FROM network_loads "
+                    "ORDER BY loaded_at DESC LIMIT 1").rows
+    seen = wh.query(f"""SELECT {access_sql()} AS access, uniqExact(peer_prefix), sum(samples)
+                        FROM cohort_prefix_hourly
+                        WHERE hour >= (SELECT max(hour) FROM cohort_prefix_hourly) - INTERVAL {int(hours)} HOUR
+                        GROUP BY access ORDER BY access""").rows
+    out = {
+        "dictionary": dict(zip(["status", "networks", "updated", "error"], d[0])) if d else None,
+        "last_load": dict(zip(["loaded_at", "source", "format", "networks", "ipv4", "ipv6", "skipped"], last[0]))
+        if last else None,
+        "recent_prefixes_by_access": {a: {"prefixes": int(p), "samples": int(s)} for a, p, s in seen},
+    }
+    top = wh.query("SELECT asn, rank, connections FROM network_asn_rank ORDER BY rank").rows
+    out["ranked_asns"] = [int(r[0]) for r in top]
+    return out

@@ -1,0 +1,55 @@
+-- cohort_network_pdf: one metric's PDF and CDF per client-network segment x arm (e.g. every access
+-- type x cc: segment = 'access:%'; countries: 'country:%'; ASNs: 'asn:%'), over a window.
+-- Grain: one row per segment x arm x bin (bins_per_octave bins per factor of 2), plus one row per
+-- segment x arm for the exact zeros (bin = -2147483648, value_lo = value_hi = 0).
+-- share = values in the bin / all values of the segment x arm (zeros included); cdf = running
+-- sum of share up to value_hi; density_per_decade = share / log10(value_hi / value_lo).
+-- Segments come from the prefix-networks dictionary at rollup time (cohorts/networks.py).
+-- Parameters: pop, rollout_id ('' = all), metric, segment (LIKE pattern), t_from, t_to (DateTime,
+--             UTC), bins_per_octave (UInt8, a power of two <= 128).
+WITH
+cohort_rows AS (
+    SELECT segment, arm, cc, n, n_zero, hist
+    FROM cohort_hourly
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND metric = {metric:String}
+      AND segment LIKE {segment:String}
+      AND hour >= {t_from:DateTime('UTC')}
+      AND hour < {t_to:DateTime('UTC')}
+      AND throwIf(128 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be a power of two <= 128') = 0
+),
+per_arm AS (
+    SELECT segment, arm,
+           arrayStringConcat(arraySort(groupUniqArray(cc)), '+')              AS ccs,
+           sum(n)                                                            AS n_values,
+           sum(n_zero)                                                       AS n_zero_values,
+           sumMap(hist)                                                      AS merged_hist
+    FROM cohort_rows
+    GROUP BY segment, arm
+),
+binned AS (
+    SELECT segment, arm, ccs, n_values,
+           toInt32(floor(b.1 * {bins_per_octave:UInt8} / 128))               AS bin,
+           sum(b.2)                                                          AS bin_values
+    FROM per_arm
+    ARRAY JOIN arrayZip(mapKeys(merged_hist), mapValues(merged_hist)) AS b
+    GROUP BY segment, arm, ccs, n_values, bin
+    UNION ALL
+    SELECT segment, arm, ccs, n_values, toInt32(-2147483648) AS bin, n_zero_values AS bin_values
+    FROM per_arm
+    WHERE n_zero_values > 0
+)
+SELECT segment,
+       arm,
+       ccs                                                                   AS cc,
+       bin,
+       if(bin = -2147483648, 0., exp2(bin / {bins_per_octave:UInt8}))        AS value_lo,
+       if(bin = -2147483648, 0., exp2((bin + 1) / {bins_per_octave:UInt8}))  AS value_hi,
+       bin_values                                                            AS values,
+       bin_values / n_values                                                 AS share,
+       sum(bin_values) OVER (PARTITION BY segment, arm ORDER BY bin
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) / n_values AS cdf,
+       if(bin = -2147483648, NULL, share / log10(value_hi / value_lo))       AS density_per_decade
+FROM binned
+ORDER BY segment, arm, bin
