@@ -219,6 +219,8 @@ def run_dags_test(args: argparse.Namespace) -> int:
         start, end = parse_time(args.t_from, "--from"), parse_time(args.t_to, "--to")
     except ValueError as exc:
         return _fail("dags test", str(exc))
+    if end <= start:
+        return _fail("dags test", f"--to ({args.t_to}) must be after --from ({args.t_from})")
     airflow_local.configure()
     log = (lambda _m: None) if args.json else print
     found: dict[str, list] = {}
@@ -245,4 +247,12 @@ def run_dags_test(args: argparse.Namespace) -> int:
     else:
         for r in runs:
             print(f"{r.dag_id} [{r.start:%Y-%m-%d %H:%M}, {r.end:%Y-%m-%d %H:%M}) {r.state} ({r.seconds:.1f}s)")
-    return 1 if not runs or any(r.state != "success" for r in runs) else 0
+    if not runs:
+        return _fail("dags test", f"no data interval of {', '.join(args.dag_ids)} ends in ({args.t_from}, {args.t_to}]: "
+                                  "widen the window (ccab dags test ... --dry-run lists the intervals)", 1)
+    failed = [r for r in runs if r.state != "success"]
+    if failed:
+        return _fail("dags test", f"{len(failed)} of {len(runs)} run(s) did not succeed "
+                                  f"(first: {failed[0].dag_id} [{failed[0].start:%Y-%m-%d %H:%M}) {failed[0].state}); "
+                                  "the task logs are above", 1)
+    return 0
