@@ -99,6 +99,12 @@ def run_analyze(args: argparse.Namespace) -> int:
     judge_options = {"control_arm": args.control, "look": args.look, "looks_planned": args.looks,
                      "notify_url": args.notify or settings().alert_webhook_url}
     progress = None if args.no_progress or args.json else _progress()
+    if progress is not None and not sys.stderr.isatty():  # a log: plain lines, never a bar
+        from ccab.base.progress import Progress
+
+        progress, plain = None, Progress("analyze", unit="cohort hours")
+    else:
+        plain = None
     try:
         with warehouse() as wh:
             task = None
@@ -107,6 +113,9 @@ def run_analyze(args: argparse.Namespace) -> int:
                 task = progress.add_task("cohort hours", total=None)
 
             def on_hour(res, done, total):
+                if plain is not None:
+                    plain.total = total
+                    plain.advance(done - plain.done, note=f"{res.hour:%m-%d %H}:00 {res.reason}")
                 if progress:
                     progress.update(task, completed=done, total=total,
                                     description=f"cohort hours ({res.hour:%m-%d %H}:00 {res.reason})")
@@ -190,10 +199,11 @@ def _print_summary(report, compared, rows: list[dict]) -> None:
 
 
 def _progress():
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), transient=True)
+                    TimeElapsedColumn(), transient=True, console=Console(stderr=True))
 
 
 def run_dags_list(args: argparse.Namespace) -> int:

@@ -177,7 +177,7 @@ def print_verdicts(report) -> None:
             print(f"    (gate {g.gate} skipped: {g.detail})")
     alerts = [a for a in report.alerts if a.severity in ("page", "ticket")]
     infos = len(report.alerts) - len(alerts)
-    print(f"alerts: {len(alerts)} page/ticket, {infos} info (ccab alerts --json for all)")
+    print(f"alerts: {len(alerts)} page/ticket, {infos} info (ccab alerts --severity all for all)")
     for a in alerts:
         print(f"  [{a.severity}] {a.summary}")
 
