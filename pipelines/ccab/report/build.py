@@ -270,9 +270,9 @@ def _pivot_table(results: list[dict], with_segment: bool = False) -> h.Html:
     rows = []
     for (metric, statistic, seg), per_arm in sorted(by_key.items(), key=lambda kv: (
             kv[0][0], STAT_ORDER.get(kv[0][1], 9), kv[0][2])):
-        any_r = next(iter(per_arm.values()))
-        row = [metric, statistic] + ([seg] if with_segment else []) + [
-            fmt_value(metric, statistic, any_r["value_control"])]
+        # the control's value from a comparison that has one (an arm without data has none)
+        control = next((r["value_control"] for r in per_arm.values() if _finite(r["value_control"])), None)
+        row = [metric, statistic] + ([seg] if with_segment else []) + [fmt_value(metric, statistic, control)]
         for arm in arms:
             r = per_arm.get(arm)
             if r is None:
