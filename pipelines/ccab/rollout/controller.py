@@ -345,8 +345,8 @@ class Controller:
             if st.promoted and not result.deferred and ok == n and st.status == "running":
                 st.status = "completed"
                 self._save()
-                self._audit("completed", f"every host runs {st['promoted']}", applied=ok)
-            result.messages.append(f"rollout {st['status']}" + (f" (promoted {st['promoted']})" if st.promoted else ""))
+                self._audit("completed", f"every host runs {st.promoted}", applied=ok)
+            result.messages.append(f"rollout {st.status}" + (f" (promoted {st.promoted})" if st.promoted else ""))
             return result
         stage = self._stage()
         if result.deferred:
