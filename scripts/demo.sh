@@ -7,10 +7,11 @@
 #   4. the loader consumes them into ClickHouse until caught up (ccab loader --exit-when-idle)
 #   5. the cohort rollups through Airflow (ccab dags test: dag.test() in its own process), the
 #      per-arm comparison and the daily report with heatmaps, PDFs and CDFs
-#   6. the judge's verdict per arm and the alerts (ccab verdicts, ccab alerts), the canary report
-#      (ccab report) and the Grafana dashboards (ccab dashboards build)
+#   6. the judge's verdict per arm and the alerts (ccab verdicts, ccab alerts)
 #   7. a rollout canary on the simulated PoP (scripts/demo-rollout.sh; DEMO_ROLLOUT=0 skips it):
 #      the controller rolls back the arm that breaches a guardrail and promotes the one that passes
+#   8. the canary report (ccab report, written last so it shows the look the rollout acted on) and
+#      the Grafana dashboards (ccab dashboards build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CCAB_DATA_DIR=${CCAB_DATA_DIR:-$PWD/.ccab}
@@ -75,10 +76,15 @@ $ccab networks status | head -20
 
 banner "Judge (ran inside ccab_compare): the verdict per arm and the alerts, as on-call reads them"
 $ccab verdicts
-$ccab alerts --severity page
-$ccab alerts --severity ticket
-echo "(informational findings: ccab alerts --severity info; everything as JSON: ccab alerts --json)"
+$ccab alerts   # page and ticket; the informational findings: ccab alerts --severity info
 
+if [ "${DEMO_ROLLOUT:-1}" = 1 ]; then
+  banner "Rollout: controller -> Kafka -> simulated actuator -> data -> judge -> roll back / promote"
+  scripts/demo-rollout.sh
+fi
+
+# The report comes last, so it shows the judge's newest look: after the rollout demo, the look the
+# controller acted on (bbr1 rolled back, bbr2 promoted), and the same decisions the rollout printed.
 banner "Canary report and Grafana dashboards"
 rollout=$($ccab query --format csv "SELECT argMax(rollout_id, window_end) FROM judge_verdicts FINAL" | tail -1 | tr -d '"\r')
 if [ -n "$rollout" ]; then
@@ -89,11 +95,6 @@ else
   report_html=""
 fi
 $ccab dashboards build
-
-if [ "${DEMO_ROLLOUT:-1}" = 1 ]; then
-  banner "Rollout: controller -> Kafka -> simulated actuator -> data -> judge -> roll back / promote"
-  scripts/demo-rollout.sh
-fi
 
 banner "Done"
 [ -n "$report_html" ] && echo "canary report: file://$report_html"

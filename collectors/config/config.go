@@ -161,7 +161,7 @@ func Default() Config {
 		CloseCapture: CloseCap{Enabled: true, RcvBuf: 16 << 20, BPFFilter: true, Coalesce: D(50 * time.Millisecond)},
 		SSReplay:     SSReplay{Interval: D(10 * time.Second), SampleRate: 1, SourceSampleRate: 1, State: "ESTAB"},
 		Kafka: Kafka{
-			Brokers: []string{"127.0.0.1:9092"}, TopicTCP: "ccab.tcp.v1", TopicHTTP: "ccab.http.v1", TopicConn: "ccab.tcp_conn.v1",
+			Brokers: []string{"127.0.0.1:19092"}, TopicTCP: "ccab.tcp.v1", TopicHTTP: "ccab.http.v1", TopicConn: "ccab.tcp_conn.v1",
 			ClientID: "ccab-collector", Linger: D(10 * time.Millisecond), MaxInflight: 20000,
 			StallTimeout: D(5 * time.Second), RetryBackoff: D(2 * time.Second),
 			ShutdownTimeout: D(10 * time.Second), DialTimeout: D(5 * time.Second),

@@ -7,7 +7,7 @@
 # tailer, from the beginning), stamped as that host (pop, kernel, arm and rollout_id from
 # SIM_DIR/truth.json). Extra flags go to every run, e.g.:
 #
-#   collectors/deploy/replay-sim.sh .ccab/sim/canary --output kafka --kafka-brokers 127.0.0.1:9092
+#   collectors/deploy/replay-sim.sh .ccab/sim/canary --output kafka --kafka-brokers 127.0.0.1:19092
 #   collectors/deploy/replay-sim.sh /tmp/tiny --output stdout > /tmp/tiny/collector.jsonl
 #
 # Per host it writes SIM_DIR/replay/<host>/: state.json (the rollout agent's state file:

@@ -52,7 +52,8 @@ func Dispatch(ctx context.Context, env Env, prog string, cmds []Command, args []
 			fmt.Fprintf(w, "  %-12s %s\n", c.Name, c.Summary)
 		}
 		fmt.Fprintf(w, "\nRun '%s <command> -h' for a command's flags. Every flag can also be set\n"+
-			"with an environment variable CCAB_<FLAG> (e.g. CCAB_POP, CCAB_ROLLOUT_ID).\n", prog)
+			"with an environment variable CCAB_COLLECTOR_<FLAG> (e.g. CCAB_COLLECTOR_POP,\n"+
+			"CCAB_COLLECTOR_KAFKA_BROKERS); a flag on the command line wins.\n", prog)
 	}
 	if len(args) == 0 {
 		usage(env.Stderr)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ccab-dev/ccab/collectors/config"
 	"github.com/ccab-dev/ccab/internal/testvectors"
 )
 
@@ -126,7 +127,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"parse-ss", "--sample-rate", "0"}, nil, ExitUsage, "--sample-rate 0 is not in (0, 1]"},
 		{[]string{"parse-ss", "--bogus"}, nil, ExitUsage, "flag provided but not defined"},
 		{[]string{"parse-ss", "file.txt"}, nil, ExitUsage, "unexpected arguments"},
-		{[]string{"parse-ss"}, map[string]string{"CCAB_SAMPLE_RATE": "x"}, ExitUsage, "CCAB_SAMPLE_RATE"},
+		{[]string{"parse-ss"}, map[string]string{"CCAB_COLLECTOR_SAMPLE_RATE": "x"}, ExitUsage, "CCAB_COLLECTOR_SAMPLE_RATE"},
 		{[]string{"parse-nginx"}, nil, ExitUsage, "--format or --format-name is required"},
 		{[]string{"parse-nginx", "--format", "$remote_addr"}, nil, ExitOK, `ts_source "read"`},
 		{[]string{"parse-nginx", "--format", "[$msec] [$http_user_agent] [$status] [$http_referer]"}, nil, ExitUsage, "ambiguous"},
@@ -146,11 +147,11 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-// Flags not given on the command line come from CCAB_* variables; the command line wins.
+// Flags not given on the command line come from CCAB_COLLECTOR_* variables (the one rule, as run); the command line wins.
 func TestEnvFlags(t *testing.T) {
 	in := read(t, filepath.Join(testvectors.Dir(t), "ss_tin_iproute2-6.1.txt"))
-	env, out, errb := testEnv(in, map[string]string{"CCAB_POP": "fra2", "CCAB_HOST": "from-env",
-		"CCAB_SALT": "s", "CCAB_TS_MS": "42"})
+	env, out, errb := testEnv(in, map[string]string{"CCAB_COLLECTOR_POP": "fra2", "CCAB_COLLECTOR_HOST": "from-env",
+		"CCAB_COLLECTOR_SALT": "s", "CCAB_COLLECTOR_TS_MS": "42"})
 	if got := run(env, "parse-ss", "--host", "from-flag"); got != 0 {
 		t.Fatalf("exit %d: %s", got, errb)
 	}
@@ -161,7 +162,7 @@ func TestEnvFlags(t *testing.T) {
 		}
 	}
 	if strings.Contains(errb.String(), "--salt is empty") {
-		t.Error("salt from CCAB_SALT not used")
+		t.Error("salt from CCAB_COLLECTOR_SALT not used")
 	}
 }
 
@@ -177,5 +178,18 @@ func TestDefaults(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "--salt is empty") {
 		t.Errorf("no salt warning: %s", errb)
+	}
+}
+
+// One rule for the whole binary: the offline subcommands read the same CCAB_COLLECTOR_<FLAG>
+// variables as run (config.EnvPrefix), and the usage text says so.
+func TestEnvPrefixIsTheRunConfigsPrefix(t *testing.T) {
+	if EnvPrefix != config.EnvPrefix {
+		t.Fatalf("cli.EnvPrefix %q != config.EnvPrefix %q", EnvPrefix, config.EnvPrefix)
+	}
+	env, out, _ := testEnv("", nil)
+	Dispatch(context.Background(), env, "ccab-collector", nil, []string{"--help"})
+	if !strings.Contains(out.String(), "CCAB_COLLECTOR_<FLAG>") {
+		t.Fatalf("usage does not name CCAB_COLLECTOR_<FLAG>: %s", out.String())
 	}
 }

@@ -69,8 +69,12 @@ func parseFlags(fs *flag.FlagSet, env Env, args []string) (done bool, status int
 	return false, ExitOK
 }
 
+// EnvPrefix is the one rule of ccab-collector's environment: every flag of every subcommand
+// is also CCAB_COLLECTOR_<FLAG> (run's config.EnvPrefix is the same string; a test checks it).
+const EnvPrefix = "CCAB_COLLECTOR_"
+
 func envName(flagName string) string {
-	return "CCAB_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 func usageError(w io.Writer, cmd string, err error) int {

@@ -35,7 +35,7 @@ func TestSampleOnce(t *testing.T) {
 	defer (<-accepted).Close()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 
-	env, out, errb := testEnv("", map[string]string{"CCAB_PORT": port, "CCAB_POP": "nrt1"})
+	env, out, errb := testEnv("", map[string]string{"CCAB_COLLECTOR_PORT": port, "CCAB_COLLECTOR_POP": "nrt1"})
 	status := Dispatch(context.Background(), env, "ccab-collector", []Command{Sample()},
 		[]string{"sample", "--once", "--salt", "s", "--host", "edge-1", "--arm", "bbr"})
 	if status != ExitOK {

@@ -6,8 +6,10 @@ One switch per engine, same code either way (Dagster-style resource selection):
   set (``http://user:pass@host:8123/ccab``) -> a ClickHouse server via clickhouse-connect.
 - ``CCAB_KAFKA_BROKERS`` unset -> the local single-node broker that ``ccab kafka up`` runs;
   set (``host1:9092,host2:9092``) -> that cluster; ccab starts nothing.
-- ``CCAB_DATA_DIR`` (default ``.ccab`` in the current directory): local state of the embedded
-  engines (warehouse, broker data, pid files, logs).
+- ``CCAB_DATA_DIR`` (default ``.ccab`` in the repository checkout, wherever the command runs from,
+  so a command run from another directory finds the same warehouse and broker instead of silently
+  creating an empty ``.ccab`` there): local state of the embedded engines (warehouse, broker
+  data, pid files, logs).
 - ``CCAB_KAFKA_PORT`` (default 19092): port of the local broker.
 - ``CCAB_CACHE_DIR`` (default ``~/.cache/ccab``): downloaded Kafka jars, outside the repo.
 - ``CCAB_ALERT_WEBHOOK_URL`` (default unset): where the judge POSTs page/ticket alerts
@@ -78,7 +80,7 @@ def settings() -> Settings:
     cache = env.get("CCAB_CACHE_DIR") or os.path.join(
         env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ccab"
     )
-    data_dir = Path(env.get("CCAB_DATA_DIR") or ".ccab").absolute()
+    data_dir = Path(env.get("CCAB_DATA_DIR") or REPO_ROOT / ".ccab").absolute()
     return Settings(
         data_dir=data_dir,
         cache_dir=Path(cache),

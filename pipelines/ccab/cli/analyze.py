@@ -99,6 +99,12 @@ def run_analyze(args: argparse.Namespace) -> int:
     judge_options = {"control_arm": args.control, "look": args.look, "looks_planned": args.looks,
                      "notify_url": args.notify or settings().alert_webhook_url}
     progress = None if args.no_progress or args.json else _progress()
+    if progress is not None and not sys.stderr.isatty():  # a log: plain lines, never a bar
+        from ccab.base.progress import Progress
+
+        progress, plain = None, Progress("analyze", unit="cohort hours")
+    else:
+        plain = None
     try:
         with warehouse() as wh:
             task = None
@@ -107,6 +113,9 @@ def run_analyze(args: argparse.Namespace) -> int:
                 task = progress.add_task("cohort hours", total=None)
 
             def on_hour(res, done, total):
+                if plain is not None:
+                    plain.total = total
+                    plain.advance(done - plain.done, note=f"{res.hour:%m-%d %H}:00 {res.reason}")
                 if progress:
                     progress.update(task, completed=done, total=total,
                                     description=f"cohort hours ({res.hour:%m-%d %H}:00 {res.reason})")
@@ -190,10 +199,11 @@ def _print_summary(report, compared, rows: list[dict]) -> None:
 
 
 def _progress():
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), transient=True)
+                    TimeElapsedColumn(), transient=True, console=Console(stderr=True))
 
 
 def run_dags_list(args: argparse.Namespace) -> int:
@@ -219,6 +229,8 @@ def run_dags_test(args: argparse.Namespace) -> int:
         start, end = parse_time(args.t_from, "--from"), parse_time(args.t_to, "--to")
     except ValueError as exc:
         return _fail("dags test", str(exc))
+    if end <= start:
+        return _fail("dags test", f"--to ({args.t_to}) must be after --from ({args.t_from})")
     airflow_local.configure()
     log = (lambda _m: None) if args.json else print
     found: dict[str, list] = {}
@@ -245,4 +257,12 @@ def run_dags_test(args: argparse.Namespace) -> int:
     else:
         for r in runs:
             print(f"{r.dag_id} [{r.start:%Y-%m-%d %H:%M}, {r.end:%Y-%m-%d %H:%M}) {r.state} ({r.seconds:.1f}s)")
-    return 1 if not runs or any(r.state != "success" for r in runs) else 0
+    if not runs:
+        return _fail("dags test", f"no data interval of {', '.join(args.dag_ids)} ends in ({args.t_from}, {args.t_to}]: "
+                                  "widen the window (ccab dags test ... --dry-run lists the intervals)", 1)
+    failed = [r for r in runs if r.state != "success"]
+    if failed:
+        return _fail("dags test", f"{len(failed)} of {len(runs)} run(s) did not succeed "
+                                  f"(first: {failed[0].dag_id} [{failed[0].start:%Y-%m-%d %H:%M}) {failed[0].state}); "
+                                  "the task logs are above", 1)
+    return 0

@@ -21,5 +21,7 @@ def _cmd_env(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("env", help="show which engines (embedded or server) this environment selects")
+    p = sub.add_parser("env", help="show which engines (embedded or server) this environment selects",
+                       description="Show the data dir, the jar cache and which ClickHouse and Kafka this "
+                                   "environment selects (README.md lists the CCAB_* variables). No options.")
     p.set_defaults(func=_cmd_env)

@@ -12,7 +12,8 @@ from datetime import timedelta
 
 ALERTS_EPILOG = """\
 examples:
-  ccab alerts                                   # every alert, pages first
+  ccab alerts                                   # the page and ticket alerts (what on-call acts on)
+  ccab alerts --severity all                    # also the informational findings
   ccab alerts --rollout tyo1-bbr-canary --severity page
   ccab alerts --json --rollout tyo1-bbr-canary  # the contract's fields, one JSON array
   ccab alerts --notify http://alertmanager:9093/api/v2/alerts --severity page   # (re)send to a webhook
@@ -41,7 +42,9 @@ def register(sub) -> None:
                                    "findings (info).",
                        epilog=ALERTS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("--rollout", default="", metavar="ID", help="only this rollout")
-    a.add_argument("--severity", default="", choices=["", "page", "ticket", "info"], help="only this severity")
+    a.add_argument("--severity", default=None, choices=["page", "ticket", "info", "all"],
+                   help="only this severity; all = every alert including the informational findings "
+                        "(default: page and ticket)")
     a.add_argument("--kind", action="append", default=[],
                    choices=["guardrail", "breaker", "gate", "info", "segment", "shift"], help="only these kinds")
     a.add_argument("--json", action="store_true", help="print a JSON array with the contract's fields")
@@ -52,7 +55,7 @@ def register(sub) -> None:
                        description="The newest judged window per (pop, rollout): each treatment arm's decision "
                                    "(rollback, halt, continue, pass, no_decision, inconclusive_by_design) and why.")
     v.add_argument("--rollout", default="", metavar="ID", help="only this rollout")
-    v.add_argument("--json", action="store_true")
+    v.add_argument("--json", action="store_true", help="print the verdicts as a JSON array")
     v.set_defaults(func=run_verdicts)
 
     p = sub.add_parser("power", help="hosts per arm x duration needed to detect a change",
@@ -71,21 +74,35 @@ def register(sub) -> None:
     p.add_argument("--hosts", type=int, default=None, metavar="G", help="also show the power with G hosts per arm")
     p.add_argument("--from", dest="t_from", metavar="ISO", help="history start (default: first rollup hour)")
     p.add_argument("--to", dest="t_to", metavar="ISO", help="history end (default: end of the last rollup hour)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the table as a JSON array")
     p.set_defaults(func=run_power)
 
 
 def run_alerts(args: argparse.Namespace) -> int:
+    from urllib.parse import urlsplit
+
+    from ccab.base.errors import UserError
     from ccab.base.warehouse import WarehouseError
     from ccab.judge.alerts import notify, read_alerts
     from ccab.pipeline import open_warehouse as warehouse
 
+    if args.notify:
+        url = urlsplit(args.notify)
+        if url.scheme not in ("http", "https") or not url.netloc:
+            raise UserError(f"--notify {args.notify!r} is not an http(s) URL "
+                            "(e.g. http://alertmanager:9093/api/v2/alerts)")
+    severity = args.severity or "acting"
     try:
         with warehouse() as wh:
-            alerts = read_alerts(wh, rollout_id=args.rollout, severity=args.severity, kinds=args.kind)
+            alerts = read_alerts(wh, rollout_id=args.rollout, severity="" if severity in ("all", "acting") else severity,
+                                 kinds=args.kind)
     except WarehouseError as exc:
         print(f"ccab alerts: {exc}", file=sys.stderr)
         return 1
+    hidden = 0
+    if severity == "acting":  # the default: what on-call acts on; info findings counted, not listed
+        hidden = sum(1 for a in alerts if a.severity not in ("page", "ticket"))
+        alerts = [a for a in alerts if a.severity in ("page", "ticket")]
     if args.notify:
         try:
             sent = notify(args.notify, alerts)
@@ -100,12 +117,14 @@ def run_alerts(args: argparse.Namespace) -> int:
         print(json.dumps([{k: a.as_dict()[k] for k in keys + extra} for a in alerts], indent=1))
         return 0
     if not alerts:
-        print("no alerts" + (f" for {args.rollout}" if args.rollout else ""))
-        return 0
+        print(("no page or ticket alerts" if severity == "acting" else "no alerts")
+              + (f" for {args.rollout}" if args.rollout else ""))
     for a in alerts:
         print(f"[{a.severity:6s}] {a.summary}  (action: {a.action}; id {a.alert_id})")
         if a.severity != "info":
             print(f"         {a.description}")
+    if hidden:
+        print(f"({hidden} informational finding(s) not shown: ccab alerts --severity info, or --severity all)")
     return 0
 
 
@@ -158,7 +177,7 @@ def print_verdicts(report) -> None:
             print(f"    (gate {g.gate} skipped: {g.detail})")
     alerts = [a for a in report.alerts if a.severity in ("page", "ticket")]
     infos = len(report.alerts) - len(alerts)
-    print(f"alerts: {len(alerts)} page/ticket, {infos} info (ccab alerts --json for all)")
+    print(f"alerts: {len(alerts)} page/ticket, {infos} info (ccab alerts --severity all for all)")
     for a in alerts:
         print(f"  [{a.severity}] {a.summary}")
 
@@ -167,17 +186,27 @@ def run_power(args: argparse.Namespace) -> int:
     from ccab.cli.common import parse_hour
     from ccab.cohorts.job import rollup_span
     from ccab.judge.model import check_statistic
-    from ccab.judge.power import power_table
+    from ccab.judge.power import history_hours, known_values, power_table
     from ccab.pipeline import open_warehouse as warehouse
 
     try:
         check_statistic(args.metric, args.statistic)
-        if not 0 < abs(args.mde) < 10:
-            raise ValueError(f"--mde must be a relative change such as 0.05, got {args.mde}")
+        if not 0 < abs(args.mde) < 1:
+            raise ValueError(f"--mde is a relative change below 1 (0.05 = 5 %), got {args.mde}"
+                             + (f"; for {args.mde:g} % give --mde {args.mde / 100:g}" if 1 <= abs(args.mde) < 100 else ""))
         if not 0 < args.power < 1 or not 0 < args.alpha < 0.5:
             raise ValueError("--power must be in (0, 1) and --alpha in (0, 0.5)")
     except ValueError as exc:
         print(f"ccab power: {exc}", file=sys.stderr)
+        return 2
+    try:
+        given = (parse_hour(args.t_from, "--from") if args.t_from else None,
+                 parse_hour(args.t_to, "--to") if args.t_to else None)
+    except ValueError as exc:
+        print(f"ccab power: {exc}", file=sys.stderr)
+        return 2
+    if given[0] and given[1] and given[0] >= given[1]:
+        print(f"ccab power: --from {args.t_from} is not before --to {args.t_to}", file=sys.stderr)
         return 2
     with warehouse() as wh:
         span = rollup_span(wh)
@@ -190,16 +219,26 @@ def run_power(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"ccab power: {exc}", file=sys.stderr)
             return 2
+        if start >= end:
+            print(f"ccab power: --from {start:%Y-%m-%dT%H:%MZ} is not before --to {end:%Y-%m-%dT%H:%MZ}", file=sys.stderr)
+            return 2
+        for column, value in (("pop", args.pop), ("arm", args.arm)):
+            known = known_values(wh, column) if value else []
+            if value and value not in known:
+                print(f"ccab power: --{column} {value!r} is not in the rollups (known: {', '.join(known) or 'none'})",
+                      file=sys.stderr)
+                return 2
+        hours = history_hours(wh, args.metric, start, end, args.pop, args.arm)
         rows = power_table(wh, args.metric, args.statistic, args.mde, start=start, end=end, pop=args.pop,
                            arm=args.arm, power=args.power, alpha=args.alpha,
                            alternative="larger" if args.one_sided else "two-sided", hosts_per_arm=args.hosts)
     if args.json:
         print(json.dumps([r.__dict__ for r in rows], default=lambda x: None))
         return 0
-    hours = (end - start) / timedelta(hours=1)
+    span_h = (end - start) / timedelta(hours=1)
     print(f"{args.metric} {args.statistic}: detect {args.mde:+.1%} with power {args.power:.0%} at "
-          f"alpha {args.alpha:g} ({'one' if args.one_sided else 'two'}-sided); history {hours:.0f} h "
-          f"from {start:%Y-%m-%d %H:%M} UTC{' in ' + args.pop if args.pop else ''}"
+          f"alpha {args.alpha:g} ({'one' if args.one_sided else 'two'}-sided); history {hours} h with rollups "
+          f"in {span_h:.0f} h from {start:%Y-%m-%d %H:%M} UTC{' in ' + args.pop if args.pop else ''}"
           f"{', arm ' + args.arm if args.arm else ''}")
     if not rows:
         print("not enough history: need at least 2 hosts in one window of 1 h")
@@ -215,7 +254,8 @@ def run_power(args: argparse.Namespace) -> int:
                     "> 100k" if r.hosts_per_arm_adjusted is None else str(r.hosts_per_arm_adjusted))
         print(f"{r.duration_h:>8}h {r.windows:>8} {r.hosts:>6} {r.sigma_log:>22.4f} {need:>17} {pw:>17} "
               f"{cut:>19} {need_adj:>19}")
-    print("durations the history cannot show (fewer hours than the duration) are left out; longer canaries "
+    print("durations the history cannot show (no window of that many consecutive hours with rollups) are left "
+          "out; longer canaries "
           "average out hour-to-hour noise but not the hosts' own differences — the pre-period adjustment "
           "removes the share of them a host's previous window predicts (n/a: fewer than 2 windows)")
     return 0

@@ -9,16 +9,38 @@ import sys
 from pathlib import Path
 
 from ccab.base.config import settings as current_settings
+from ccab.base.errors import UserError
+from ccab.base.progress import Progress
 from ccab.base.schema import migrate
 from ccab.base.warehouse import connect
-from ccab.ingest.loader import DEFAULT_GROUP, DEFAULT_MAX_RECORD_BYTES, Loader, LoaderMetrics, load_files, parse_topics
+from ccab.ingest.loader import (DEFAULT_GROUP, DEFAULT_MAX_RECORD_BYTES, Loader, LoaderMetrics, NoPartitions, load_files,
+                                parse_topics)
+from ccab.kafka.reach import KafkaUnreachable, check_reachable
+
+#: the loader's own /metrics port: collector 9464, agent 9465, controller 9466, lab link 9467
+#: (deploy/prometheus/README.md), so all of them can run on one host
+DEFAULT_METRICS_PORT = 9468
 
 log = logging.getLogger("ccab.loader")
 
 
-def _print_report(inserted: dict[str, int], dead: dict[str, int]) -> None:
+def _row_counts(wh) -> dict[str, int]:
+    from ccab.base.contracts import SCHEMAS
+
+    tables = sorted({s.table for s in SCHEMAS.values()})
+    return {t: int(wh.query(f"SELECT count() FROM {t}").rows[0][0]) for t in tables}
+
+
+def _print_report(inserted: dict[str, int], dead: dict[str, int], landed: dict[str, int] | None = None) -> None:
+    """Per table: the rows that really landed (the table's growth) and, when the dedup tokens
+    dropped some (a file loaded before), how many were already there."""
     for table, n in sorted(inserted.items()):
-        print(f"  {table:20s} {n:>10,} rows inserted")
+        if landed is None or table not in landed:
+            print(f"  {table:20s} {n:>10,} rows inserted")
+            continue
+        new = landed[table]
+        dup = max(0, n - new)
+        print(f"  {table:20s} {new:>10,} rows inserted" + (f" ({dup:,} already loaded: skipped as duplicates)" if dup else ""))
     if dead:
         print(f"  {'dead_letters':20s} {sum(dead.values()):>10,} records rejected:")
         for why, n in sorted(dead.items(), key=lambda kv: -kv[1]):
@@ -27,6 +49,9 @@ def _print_report(inserted: dict[str, int], dead: dict[str, int]) -> None:
 
 def _cmd_load(args) -> int:
     paths = [Path(p) for p in args.files]
+    folders = [str(p) for p in paths if p.is_dir()]
+    if folders:
+        raise UserError(f"{', '.join(folders)} is a folder: give the JSONL files in it, e.g. ccab load {folders[0]}/*.jsonl")
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         print(f"ccab load: no such file: {', '.join(missing)}", file=sys.stderr)
@@ -34,11 +59,14 @@ def _cmd_load(args) -> int:
     wh = connect()
     migrate(wh, log=lambda _m: None)  # idempotent: a fresh warehouse just works
     try:
-        report = load_files(wh, paths, max_record_bytes=args.max_record_bytes, progress=sys.stderr.isatty())
+        before = _row_counts(wh)
+        report = load_files(wh, paths, max_record_bytes=args.max_record_bytes, progress=True)
+        after = _row_counts(wh)
     finally:
         wh.close()
-    print(f"loaded {report.records:,} records from {report.files} file(s) into {current_settings().warehouse_path if not current_settings().clickhouse_url else 'ClickHouse'}:")
-    _print_report(report.inserted or {}, report.dead or {})
+    landed = {t: after[t] - before.get(t, 0) for t in after}
+    print(f"read {report.records:,} records from {report.files} file(s) into {current_settings().warehouse_path if not current_settings().clickhouse_url else 'ClickHouse'}:")
+    _print_report(report.inserted or {}, report.dead or {}, landed)
     if report.dead_total:
         print("  see: ccab query \"SELECT _topic, _offset, reason FROM dead_letters FINAL ORDER BY _offset\"")
     return 1 if args.strict and report.dead_total else 0
@@ -52,6 +80,10 @@ def _cmd_loader(args) -> int:
     except ValueError as exc:
         print(f"ccab loader: {exc}", file=sys.stderr)
         return 2
+    try:
+        check_reachable(cfg.bootstrap_servers, args.kafka_timeout, local=cfg.embedded_kafka)
+    except KafkaUnreachable as exc:
+        raise UserError(str(exc), 1) from None
     wh = connect(cfg)
     migrate(wh, log=log.info)  # idempotent: a fresh warehouse just works
     metrics = LoaderMetrics()
@@ -65,7 +97,10 @@ def _cmd_loader(args) -> int:
     signal.signal(signal.SIGINT, loader.stop)
     log.info("loading %s from %s into %s", ",".join(topics), cfg.bootstrap_servers, wh.description)
     try:
-        totals = loader.run(max_idle_s=args.exit_when_idle)
+        with Progress("loader", unit="records consumed") as progress:
+            totals = loader.run(max_idle_s=args.exit_when_idle, progress=progress)
+    except NoPartitions as exc:
+        raise UserError(str(exc), 1) from None
     finally:
         wh.close()
     print(f"loader stopped: {totals.inserted:,} rows inserted, {totals.dead_total:,} dead letters")
@@ -86,7 +121,10 @@ def register(sub) -> None:
                    help="max seconds a batch waits to fill after its first record (default: %(default)s)")
     p.add_argument("--max-record-bytes", type=int, default=DEFAULT_MAX_RECORD_BYTES,
                    help="larger records are dead-lettered as oversize (default: %(default)s)")
-    p.add_argument("--metrics-port", type=int, default=9464,
+    p.add_argument("--kafka-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="give up with a one-line error when Kafka does not answer within this many seconds "
+                        "at start (default: %(default)s)")
+    p.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT,
                    help="Prometheus /metrics on 127.0.0.1:PORT; 0 disables (default: %(default)s)")
     p.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
                    help="stop after this many seconds without records (batch jobs, demos, tests)")

@@ -14,6 +14,7 @@ examples:
   ccab plot heatmap --rollout tyo1-bbr-canary --segment bulk --out rtt-retrans.png
   ccab plot heatmap --pair rtt_us:inflight_bytes --from 2025-11-20T00:00Z --to 2025-11-21T00:00Z --out inflight.png
   ccab plot pdf --metric retrans_pct --out retrans-pdf.png
+  ccab plot pdf --metric retrans_pct --arm control --arm bbr2 --out retrans-pdf.png
   ccab plot cdf --metric goodput_bps --segment rtt:50-100ms --out goodput-cdf.png
 
 The data are the cohort rollups (run `ccab analyze` or the ccab_cohorts_hourly DAG first);
@@ -35,12 +36,14 @@ def register(sub) -> None:
         k.add_argument("--to", dest="t_to", metavar="ISO", help="window end, exclusive (UTC hour)")
         k.add_argument("--pop", default="", help="one PoP (default: all)")
         k.add_argument("--rollout", default="", metavar="ID", help="one rollout (default: all)")
+        k.add_argument("--arm", action="append", default=[], metavar="ARM",
+                       help="only this arm (repeat for several; default: every arm)")
+        k.add_argument("--kernel", default="", metavar="VERSION",
+                       help="only the arms of hosts running this kernel, e.g. 6.1.0 (default: any)")
         k.add_argument("--segment", default="all",
                        help="segment: all, bulk (connections >= 1 MiB), rtt:0-20ms, size:4-16MiB, the client's "
                             "network access:mobile|fixed|satellite|hosting|unknown, country:JP, asn:<n>|other "
                             "(ccab networks load) ... (default: all)")
-        k.add_argument("--arm", action="append", default=[], metavar="ARM",
-                       help="only this arm (repeat for several; default: every arm)")
         k.add_argument("--out", type=Path, required=True, metavar="PNG", help="output file")
         if kind == "heatmap":
             k.add_argument("--pair", default=PAIRS[0], choices=PAIRS, help="x:y metrics (default: %(default)s)")
@@ -77,19 +80,41 @@ def run(args: argparse.Namespace) -> int:
                     return _fail("the cohort rollups are empty: run `ccab analyze --from ISO --to ISO` first", 1)
                 t_from, t_to = t_from or span[0], t_to or span[1]
             sel = data.Selection(t_from, t_to, args.pop, args.rollout, args.segment)
-            keep = (lambda rs: [r for r in rs if r["arm"] in args.arm]) if args.arm else (lambda rs: rs)
+            arms = _arms(wh, args) if (args.arm or args.kernel) else None
             if args.plot_kind == "heatmap":
-                rows = keep(data.heatmap_rows(wh, sel, args.pair, args.bins_per_octave))
-                fig = render.heatmap_figure(rows, args.pair, f"{args.pair} per connection\n{sel.label()}",
-                                            args.bins_per_octave)
+                rows = _only(data.heatmap_rows(wh, sel, args.pair, args.bins_per_octave), arms)
+                if rows:
+                    fig = render.heatmap_figure(rows, args.pair, f"{args.pair} per connection\n{sel.label()}",
+                                                args.bins_per_octave)
             elif args.plot_kind == "pdf":
-                rows = keep(data.pdf_rows(wh, sel, args.metric, args.bins_per_octave))
-                fig = render.pdf_figure(rows, args.metric, f"PDF of {args.metric}\n{sel.label()}", args.bins_per_octave)
+                rows = _only(data.pdf_rows(wh, sel, args.metric, args.bins_per_octave), arms)
+                if rows:
+                    fig = render.pdf_figure(rows, args.metric, f"PDF of {args.metric}\n{sel.label()}",
+                                            args.bins_per_octave)
             else:
-                rows = keep(data.cdf_rows(wh, sel, args.metric))
-                fig = render.cdf_figure(rows, args.metric, f"CDF of {args.metric}\n{sel.label()}")
+                rows = _only(data.cdf_rows(wh, sel, args.metric), arms)
+                if rows:
+                    fig = render.cdf_figure(rows, args.metric, f"CDF of {args.metric}\n{sel.label()}")
     except WarehouseError as exc:
         return _fail(str(exc), 1)
+    if not rows:
+        return _fail(f"nothing matched the selection ({sel.label()}"
+                     + (f", arms {', '.join(sorted(arms))}" if arms else "") + "): no PNG written; check "
+                     "--from/--to, --pop, --rollout, --segment, --arm and --kernel (the data: ccab query "
+                     "\"SELECT pop, rollout_id, arm, kernel, min(hour), max(hour) FROM cohort_hourly GROUP BY ALL\")", 1)
     path = render.save_png(fig, args.out)
-    print(f"wrote {path} ({len(rows)} rows)" + ("" if rows else " — nothing matched the selection"))
+    print(f"wrote {path} ({len(rows)} rows)")
     return 0
+
+
+def _arms(wh, args) -> set[str]:
+    """The arms --arm and --kernel select (an unknown one selects nothing)."""
+    arms = set(args.arm) if args.arm else {r[0] for r in wh.query("SELECT DISTINCT arm FROM cohort_hourly").rows}
+    if args.kernel:
+        arms &= {r[0] for r in wh.query("SELECT DISTINCT arm FROM cohort_hourly WHERE kernel = {k:String}",
+                                        params={"k": args.kernel}).rows}
+    return arms
+
+
+def _only(rows: list[dict], arms: set[str] | None) -> list[dict]:
+    return rows if arms is None else [r for r in rows if r.get("arm") in arms]

@@ -4,9 +4,47 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 
+from ccab.base.config import REPO_ROOT
+from ccab.base.errors import UserError
 from ccab.base.warehouse import QueryResult, WarehouseError, connect
+
+_INTERNAL = re.compile(r"\s*SETTINGS output_format_json_quote_64bit_integers\s*=\s*0\b")
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`|--[^\n]*|/\*.*?\*/", re.S)
+
+
+def check_statement(sql: str) -> str:
+    """The one statement a user typed, or a :class:`UserError` saying why it cannot run: empty,
+    several statements, or a ``FORMAT`` clause (``--format`` chooses the output)."""
+    bare = _QUOTED.sub(" ", sql)  # literals and comments cannot end a statement
+    if not bare.strip().rstrip(";").strip():
+        raise UserError("empty statement: give one SQL statement, e.g. ccab query \"SELECT count() FROM tcp_samples\"")
+    if ";" in bare.strip().rstrip(";").rstrip():
+        raise UserError("one statement at a time: run each statement as its own ccab query")
+    if re.search(r"\bFORMAT\s+\w+\s*;?\s*$", bare, re.I):
+        raise UserError("the statement has a FORMAT clause: drop it and choose the output with --format table|csv|json")
+    return sql.strip().rstrip(";")
+
+
+def user_message(exc: WarehouseError) -> str:
+    """ClickHouse's message as one line, without the settings ccab adds to every query."""
+    text = _INTERNAL.sub("", str(exc))
+    text = " ".join(text.split())
+    text = re.sub(r"(Expected one of: )[^.]{60,}", r"\1…", text)  # ClickHouse's list of every token
+    return text if len(text) <= 400 else text[:400] + " …"
+
+
+def _objects() -> tuple[list[str], list[str]]:
+    """Tables (from sql/migrations, without the internal landing/check/stage ones) and views."""
+    tables: list[str] = []
+    for f in sorted((REPO_ROOT / "sql" / "migrations").glob("*.sql")):
+        for name in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", f.read_text()):
+            if not re.search(r"_(landing|check|stage)$", name) and name not in tables:
+                tables.append(name)
+    views = sorted(f.stem for f in (REPO_ROOT / "sql" / "views").glob("*.sql"))
+    return tables, views
 
 
 def format_table(res: QueryResult, max_rows: int | None = None) -> str:
@@ -29,17 +67,17 @@ def format_table(res: QueryResult, max_rows: int | None = None) -> str:
 
 
 def _cmd_query(args) -> int:
-    sql = sys.stdin.read() if args.sql == "-" else args.sql
+    sql = check_statement(sys.stdin.read() if args.sql == "-" else args.sql)
+    if args.max_rows < 0:
+        raise UserError("--max-rows must be 0 or more")
     try:
         wh = connect()
     except WarehouseError as exc:
-        print(f"ccab query: {exc}", file=sys.stderr)
-        return 1
+        raise UserError(user_message(exc), 1) from None
     try:
         res = wh.query(sql)
     except WarehouseError as exc:
-        print(f"ccab query: {exc}", file=sys.stderr)
-        return 1
+        raise UserError(user_message(exc), 1) from None
     finally:
         wh.close()
     if args.format == "json":
@@ -54,11 +92,14 @@ def _cmd_query(args) -> int:
 
 
 def register(sub) -> None:
+    tables, views = _objects()
     p = sub.add_parser("query", help="run SQL against the warehouse and print a table",
                        description="Run one SQL statement against the warehouse (embedded chdb or the "
-                                   "server in CCAB_CLICKHOUSE_URL). Tables: tcp_samples, http_requests, "
-                                   "assignments, agent_status, dead_letters.")
-    p.add_argument("sql", help='the statement, or "-" to read it from stdin')
-    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+                                   "server in CCAB_CLICKHOUSE_URL). Tables: " + ", ".join(tables)
+                                   + ". Parameterized views (sql/README.md): " + ", ".join(views) + ".")
+    p.add_argument("sql", help='one statement without FORMAT (use --format), or "-" to read it from stdin')
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                   help="output: an aligned table, CSV with a header row, or a JSON array of objects "
+                        "(default: %(default)s)")
     p.add_argument("--max-rows", type=int, default=200, help="rows shown in table format (default: %(default)s)")
     p.set_defaults(func=_cmd_query)

@@ -57,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
         problem = rollout_id_problem(args.rollout)
         if problem:
             return _fail(f"--rollout {args.rollout!r:.80} cannot name a report folder: {problem}; pass --out DIR")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        return _fail(f"--out {args.out} is a file: give a folder (it is created if missing)")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)  # a path that cannot be a folder: one line from ccab's error path
     try:
         with warehouse() as wh:
             res = build_report(wh, args.rollout, args.out, args.pop, t_from, t_to)

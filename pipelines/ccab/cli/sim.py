@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -134,6 +135,8 @@ def simulate(sc, args: argparse.Namespace) -> int:
     from ccab.sim.world import build_pre_world, build_world
 
     out: Path = args.out
+    if out.exists() and not out.is_dir():
+        return _fail(f"--out {out} is a file, not a folder: give a folder (it is created if missing)")
     out.mkdir(parents=True, exist_ok=True)
     for stale in [out / "truth.json", out / f"{TCP_TOPIC}.jsonl", out / f"{HTTP_TOPIC}.jsonl"]:
         stale.unlink(missing_ok=True)
@@ -142,8 +145,14 @@ def simulate(sc, args: argparse.Namespace) -> int:
     try:
         if args.to_kafka:
             from ccab.base.config import settings
+            from ccab.kafka.reach import KafkaUnreachable, check_reachable
 
-            sinks.append(KafkaSink(settings().bootstrap_servers))
+            cfg = settings()
+            try:
+                check_reachable(cfg.bootstrap_servers, local=cfg.embedded_kafka)
+            except KafkaUnreachable as exc:
+                return _fail(str(exc), 1)
+            sinks.append(KafkaSink(cfg.bootstrap_servers))
         if not args.to_kafka or args.jsonl:
             sinks.append(JsonlSink(out))
     except Exception as exc:  # noqa: BLE001 - a broken Kafka config is a user error
@@ -207,8 +216,11 @@ def simulate(sc, args: argparse.Namespace) -> int:
 
 
 def _progress(disabled: bool):
+    """A bar on a terminal; in a log file or a pipe, plain lines (see :class:`_PlainProgress`)."""
     if disabled:
         return None
+    if not sys.stderr.isatty():
+        return _PlainProgress()
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
     from rich.text import Text
@@ -221,6 +233,28 @@ def _progress(disabled: bool):
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("connections"), RateColumn(), TextColumn("{task.fields[records]:,} records"),
                     TimeElapsedColumn(), TimeRemainingColumn(), transient=False)
+
+
+class _PlainProgress:
+    """The rich bar's interface, printing a timestamped line at every 10 % instead."""
+
+    def __init__(self):
+        from ccab.base.progress import Progress
+
+        self._p = Progress("sim", unit="connections")
+
+    def add_task(self, description, total, **_fields):
+        self._p.desc, self._p.total = description, total
+        return 0
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def update(self, _task, advance=0, records=0, **_fields):
+        self._p.advance(advance, note=f"{records:,} records")
 
 
 def _report(truth: dict, total: int, n_records: int, elapsed: float, args) -> None:

@@ -168,8 +168,10 @@ def test_intervals(dag_id: str, start: datetime, end: datetime,
     # Airflow 3.3's in-process execution API pulls in starlette's test client, which warns on import
     warnings.filterwarnings("ignore", message=".*starlette.testclient.*")
     out = []
-    for s, e in intervals(dag, start, end):
-        log(f"dag.test {dag_id} [{s:%Y-%m-%d %H:%M}, {e:%Y-%m-%d %H:%M})")
+    todo = list(intervals(dag, start, end))
+    for i, (s, e) in enumerate(todo, 1):  # progress: which run of how many, with the time so far
+        log(f"{time.strftime('%H:%M:%S')} dag.test {dag_id} [{s:%Y-%m-%d %H:%M}, {e:%Y-%m-%d %H:%M}) "
+            f"run {i}/{len(todo)}" + (f", {sum(r.seconds for r in out):.0f} s so far" if out else ""))
         t0 = time.perf_counter()
         run = dag.test(logical_date=e)
         state = str(getattr(run.state, "value", run.state))

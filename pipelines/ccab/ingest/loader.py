@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ccab.base.contracts import SCHEMA_BY_TOPIC, SCHEMAS, Schema
+from ccab.base.kafkalog import librdkafka_logger
+from ccab.base.progress import Progress
 from ccab.base.warehouse import Warehouse
 from ccab.ingest.batch import (DEFAULT_MAX_RECORD_BYTES, MAX_BATCH_BYTES, MAX_BATCH_ROWS, Batch, BatchResult,
                                BatchWriter, Record, record_schema)
@@ -102,9 +104,7 @@ def load_files(wh: Warehouse, paths: list[Path], max_record_bytes: int = DEFAULT
     inserted: dict[str, int] = defaultdict(int)
     dead: dict[str, int] = defaultdict(int)
     total = 0
-    prog = _progress(progress, sum(p.stat().st_size for p in paths))
-    with prog:
-        task = prog.add_task("loading", total=sum(p.stat().st_size for p in paths)) if progress else None
+    with Progress("load", total=sum(p.stat().st_size for p in paths), unit="bytes", enabled=progress) as prog:
         for path in paths:
             topic = f"file:{path.name}"
             pending: dict[str, Batch] = {}
@@ -125,8 +125,7 @@ def load_files(wh: Warehouse, paths: list[Path], max_record_bytes: int = DEFAULT
             with path.open("rb") as fh:
                 for lineno, line in enumerate(fh, start=1):
                     total += 1
-                    if task is not None:
-                        prog.advance(task, len(line))
+                    prog.advance(len(line))
                     if not line.strip():
                         continue  # blank lines are not records
                     body = line.rstrip(b"\r\n")
@@ -153,29 +152,6 @@ def load_files(wh: Warehouse, paths: list[Path], max_record_bytes: int = DEFAULT
     return LoadReport(len(paths), total, dict(inserted), dict(dead))
 
 
-def _progress(enabled: bool, total_bytes: int):
-    from contextlib import nullcontext
-
-    if not enabled:
-        return nullcontext(_NoProgress())
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
-
-    return Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                    TransferSpeedColumn(), TimeRemainingColumn(), transient=False)
-
-
-class _NoProgress:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def add_task(self, *a, **k):
-        return None
-
-    def advance(self, *a, **k):
-        pass
 
 
 # --------------------------------------------------------------------------- Kafka loop
@@ -188,6 +164,13 @@ def warehouse_positions(wh: Warehouse, topic: str, schema: Schema) -> dict[int, 
         params={"t": topic},
     ).rows
     return {int(p): int(o) + 1 for p, o in rows}
+
+
+ASSIGN_TIMEOUT_S = 30.0
+
+
+class NoPartitions(RuntimeError):
+    """The consumer group assigned nothing in time (Kafka unreachable, or no group coordinator)."""
 
 
 class Loader:
@@ -217,11 +200,13 @@ class Loader:
             "session.timeout.ms": 10_000,
             "heartbeat.interval.ms": 1_000,
             "max.poll.interval.ms": 300_000,
+            "logger": librdkafka_logger("loader"),  # one line per distinct problem, not a FAIL per retry
             # Static membership: a restarted loader with the same id takes its partitions back at
             # once instead of waiting out the dead member's session.
             **({"group.instance.id": instance_id} if instance_id else {}),
         })
         self._stop = False
+        self._errors_seen: set[str] = set()
         self._assigned = False  # idle time counts only once the group gave us partitions
         self._last_lag_check = 0.0
         self.totals = BatchResult()
@@ -247,11 +232,16 @@ class Loader:
         consumer.assign(partitions)
         self._assigned = True
 
-    def run(self, max_idle_s: float | None = None, max_records: int | None = None) -> BatchResult:
+    def run(self, max_idle_s: float | None = None, max_records: int | None = None,
+            progress=None) -> BatchResult:
         """Consume until stopped (SIGTERM/SIGINT), or idle for ``max_idle_s`` seconds, or
-        ``max_records`` consumed (tests and the demo use the last two)."""
+        ``max_records`` consumed (tests and the demo use the last two). With ``max_idle_s``, a
+        group that assigns no partition within ``max(max_idle_s, ASSIGN_TIMEOUT_S)`` seconds
+        (the broker went away) raises :class:`NoPartitions` instead of waiting for ever.
+        ``progress`` (a :class:`ccab.base.progress.Progress`) advances by the records consumed."""
         self.consumer.subscribe(list(self.topics), on_assign=self._on_assign)
         idle_since = time.monotonic()
+        started = idle_since
         consumed = 0
         try:
             while not self._stop:
@@ -259,6 +249,10 @@ class Loader:
                 if not batch:
                     if not self._assigned:
                         idle_since = time.monotonic()
+                        if max_idle_s is not None and idle_since - started > max(max_idle_s, ASSIGN_TIMEOUT_S):
+                            raise NoPartitions(
+                                f"no partition assigned after {idle_since - started:.0f} s: Kafka is unreachable "
+                                "or the consumer group cannot form (is the broker up? ccab kafka status)")
                     elif max_idle_s is not None and time.monotonic() - idle_since > max_idle_s:
                         break
                     self._update_lag()
@@ -266,6 +260,8 @@ class Loader:
                 idle_since = time.monotonic()
                 self._write(batch)
                 consumed += len(batch)
+                if progress is not None:
+                    progress.advance(len(batch))
                 self._update_lag()
                 if max_records is not None and consumed >= max_records:
                     break
@@ -284,8 +280,9 @@ class Loader:
             for m in got:
                 err = m.error()
                 if err is not None:
-                    if err.code() != err._PARTITION_EOF:
-                        log.warning("kafka: %s", err)
+                    if err.code() != err._PARTITION_EOF and err.str() not in self._errors_seen:
+                        self._errors_seen.add(err.str())  # once per distinct error, not per retry
+                        log.warning("kafka: %s", err.str())
                     continue
                 msgs.append(m)
                 size += len(m.value() or b"")

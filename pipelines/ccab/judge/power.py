@@ -100,6 +100,14 @@ FROM (
     HAVING n > 0
 )
 WHERE w < {windows:UInt32}
+  -- only windows with data in every hour: a gap in the history (18 h without rollups between two
+  -- runs) must not pass for a 24 h window that is really a 6 h one
+  AND w IN (SELECT intDiv(toUnixTimestamp(hour) - toUnixTimestamp({a:DateTime('UTC')}), {d:UInt32} * 3600) AS w
+            FROM cohort_hourly
+            WHERE metric = {metric:String} AND segment = 'all' AND ({pop:String} = '' OR pop = {pop:String})
+              AND ({arm:String} = '' OR arm = {arm:String})
+              AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
+            GROUP BY w HAVING uniqExact(hour) = {d:UInt32})
 ORDER BY w, arm, host
 """
 
@@ -167,6 +175,24 @@ def host_window_table(wh: Warehouse, metric: str, statistic: str, duration_h: in
     for w, a, host, value in res.rows:
         groups.setdefault((w, a), {})[host] = float(value) if value is not None else math.nan
     return groups
+
+
+def history_hours(wh: Warehouse, metric: str, start: datetime, end: datetime, pop: str = "", arm: str = "") -> int:
+    """Hours with rollups of ``metric`` in ``[start, end)`` (what the history really holds)."""
+    res = wh.query(
+        """SELECT uniqExact(hour) FROM cohort_hourly
+           WHERE metric = {metric:String} AND segment = 'all' AND ({pop:String} = '' OR pop = {pop:String})
+             AND ({arm:String} = '' OR arm = {arm:String})
+             AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}""",
+        params={"metric": metric, "pop": pop, "arm": arm, "a": sql_time(start), "b": sql_time(end)})
+    return int(res.rows[0][0])
+
+
+def known_values(wh: Warehouse, column: str) -> list[str]:
+    """The PoPs (``column='pop'``) or arms (``'arm'``) the rollups hold."""
+    if column not in ("pop", "arm"):
+        raise ValueError(column)
+    return [r[0] for r in wh.query(f"SELECT DISTINCT {column} FROM cohort_hourly ORDER BY {column}").rows]
 
 
 def power_table(wh: Warehouse, metric: str, statistic: str, mde: float, *, start: datetime, end: datetime,

@@ -98,7 +98,8 @@ def fmt_value(metric: str, statistic: str, v) -> str:
         return f"{100 * v:.2f}% of conns"
     if statistic == "shift":
         return "–"
-    x = v * m.ratio_scale / m.scale if statistic == "ratio" else v / m.scale
+    # the judge stores a ratio of sums already in the metric's unit (× ratio_scale): scale once
+    x = v / m.scale
     return f"{x:,.3g} {m.unit}"
 
 
@@ -110,6 +111,23 @@ def fmt_effect(statistic: str, v) -> str:
     if statistic == "shift":
         return f"KS {v:.3f}"
     return f"{v:+.1%}"
+
+
+def ci_level(r: dict) -> float:
+    """The confidence level of the interval the judge stored: a guardrail's is the two-sided
+    equivalent of its one-sided test at the look's alpha (1 − 2α, 90 % at α = 0.05); every other
+    result's is two-sided 95 %."""
+    if r.get("role") == "guardrail" and _finite(r.get("alpha_look")):
+        return 1 - 2 * r["alpha_look"]
+    return 0.95
+
+
+def fmt_ci(r: dict) -> str:
+    """``[lo, hi] 90%``: the interval with its own level, so two intervals never share a label."""
+    if r["statistic"] == "shift" or not _finite(r["ci_low"]):
+        return "–"
+    return (f"[{fmt_effect(r['statistic'], r['ci_low'])}, {fmt_effect(r['statistic'], r['ci_high'])}] "
+            f"{100 * ci_level(r):.4g}%")
 
 
 def fmt_p(v) -> str:
@@ -221,8 +239,7 @@ def _effect_rows(results: list[dict], with_segment: bool = False) -> tuple[list,
     for r in sorted(results, key=lambda r: (r["metric"], STAT_ORDER.get(r["statistic"], 9), r["segment"],
                                             r["treatment_arm"])):
         kind = OUTCOME_KIND.get(r["outcome"], "neutral")
-        ci = ("–" if r["statistic"] == "shift" or not _finite(r["ci_low"])
-              else f"[{fmt_effect(r['statistic'], r['ci_low'])}, {fmt_effect(r['statistic'], r['ci_high'])}]")
+        ci = fmt_ci(r)
         q = r["q_value"] if r["role"] != "guardrail" else None
         row = [get_metric(r["metric"]).name, r["statistic"]]
         if with_segment:
@@ -242,7 +259,7 @@ def _effect_rows(results: list[dict], with_segment: bool = False) -> tuple[list,
 def _effects_table(results: list[dict], with_segment: bool = False) -> h.Html:
     rows, kinds = _effect_rows(results, with_segment)
     cols = ["metric", "statistic"] + (["segment"] if with_segment else []) + [
-        "arm", "control", "arm value", "effect vs control", "95% CI", "p", "q (BH) / α", "guardrail margin",
+        "arm", "control", "arm value", "effect vs control", "interval (level)", "p", "q (BH) / α", "guardrail margin",
         "outcome", "hosts (test)"]
     off = 1 if with_segment else 0
     return h.table(cols, rows, row_class=lambda i, _r: _row_kind(kinds[i]), numeric=tuple(range(3 + off, 10 + off)),
@@ -259,17 +276,16 @@ def _pivot_table(results: list[dict], with_segment: bool = False) -> h.Html:
     rows = []
     for (metric, statistic, seg), per_arm in sorted(by_key.items(), key=lambda kv: (
             kv[0][0], STAT_ORDER.get(kv[0][1], 9), kv[0][2])):
-        any_r = next(iter(per_arm.values()))
-        row = [metric, statistic] + ([seg] if with_segment else []) + [
-            fmt_value(metric, statistic, any_r["value_control"])]
+        # the control's value from a comparison that has one (an arm without data has none)
+        control = next((r["value_control"] for r in per_arm.values() if _finite(r["value_control"])), None)
+        row = [metric, statistic] + ([seg] if with_segment else []) + [fmt_value(metric, statistic, control)]
         for arm in arms:
             r = per_arm.get(arm)
             if r is None:
                 row += ["–", "–", "–", "–"]
                 continue
             kind = OUTCOME_KIND.get(r["outcome"], "neutral")
-            ci = ("" if statistic == "shift" or not _finite(r["ci_low"])
-                  else f" [{fmt_effect(statistic, r['ci_low'])}, {fmt_effect(statistic, r['ci_high'])}]")
+            ci = fmt_ci(r).replace("–", "")
             row += [fmt_value(metric, statistic, r["value_treatment"]),
                     h.Cell(h.Html(f"<strong>{h.esc(fmt_effect(statistic, r['estimate']))}</strong>"
                                   f'<span class="sub">{h.esc(ci.strip())}</span>'), f"cell-{kind}"),
@@ -279,7 +295,7 @@ def _pivot_table(results: list[dict], with_segment: bool = False) -> h.Html:
     off = 1 if with_segment else 0
     cols = ["metric", "statistic"] + (["segment"] if with_segment else []) + ["control"]
     for _arm in arms:
-        cols += ["value", "effect [95% CI]", "q (p)", "outcome"]
+        cols += ["value", "effect [interval level]", "q (p)", "outcome"]
     numeric = [2 + off] + [3 + off + 4 * i + j for i in range(len(arms)) for j in (0, 1, 2)]
     groups = [("", 2 + off), ("control", 1)] + [(f"{arm} vs control", 4) for arm in arms]
     return h.table(cols, rows, numeric=numeric, cls="effects pivot", groups=groups)
@@ -336,11 +352,19 @@ def _effects_section(d: ReportData) -> h.Section:
 def _alerts_section(d: ReportData) -> h.Section:
     if not d.judged:
         return h.Section("Alerts", h.para("Not judged.", "muted"), "alerts")
-    rows = [(h.badge(a["severity"], SEVERITY_KIND.get(a["severity"], "neutral")), a["kind"], a["treatment_arm"],
-             a["summary"], a["action"], h.Html(f"<code>{h.esc(a['alert_id'])}</code>")) for a in d.alerts]
-    kinds = [SEVERITY_KIND.get(a["severity"], "") if a["severity"] in ("page", "ticket") else "" for a in d.alerts]
-    body = h.table(("severity", "kind", "arm", "summary", "action", "alert id"), rows,
-                   row_class=lambda i, _r: _row_kind(kinds[i]) if kinds[i] else "")
+    def table(alerts: list[dict]) -> h.Html:
+        rows = [(h.badge(a["severity"], SEVERITY_KIND.get(a["severity"], "neutral")), a["kind"], a["treatment_arm"],
+                 a["summary"], a["action"], h.Html(f"<code>{h.esc(a['alert_id'])}</code>")) for a in alerts]
+        kinds = [SEVERITY_KIND.get(a["severity"], "") if a["severity"] in ("page", "ticket") else "" for a in alerts]
+        return h.table(("severity", "kind", "arm", "summary", "action", "alert id"), rows,
+                       row_class=lambda i, _r: _row_kind(kinds[i]) if kinds[i] else "")
+
+    # on-call's alerts in view; the informational findings (often > 100) folded away
+    acting = [a for a in d.alerts if a["severity"] in ("page", "ticket")]
+    info = [a for a in d.alerts if a["severity"] not in ("page", "ticket")]
+    body = table(acting) if acting else h.para("No page or ticket alert.", "muted")
+    if info:
+        body = h.join(body, h.details(f"{len(info)} informational finding(s)", table(info)))
     desc = [h.Html(f"<li><code>{h.esc(a['alert_id'])}</code> — {h.esc(a['description'])}</li>")
             for a in d.alerts if a["severity"] in ("page", "ticket")]
     if desc:

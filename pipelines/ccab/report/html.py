@@ -138,6 +138,8 @@ td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; white-spac
 tr.row-bad td { background:var(--bad-bg); } tr.row-good td { background:var(--good-bg); }
 tr.row-warn td { background:var(--warn-bg); } tr.row-info td { background:var(--info-bg); }
 tr.row-neutral td { color:var(--neutral); }
+table.hosts td:nth-child(-n+4) { white-space:nowrap; }  /* host names on one line; headers wrap instead */
+table.hosts th { white-space:normal; }
 td.cell-bad { background:var(--bad-bg); } td.cell-good { background:var(--good-bg); }
 td.cell-warn { background:var(--warn-bg); } td.cell-info { background:var(--info-bg); }
 td.cell-neutral { color:var(--neutral); }

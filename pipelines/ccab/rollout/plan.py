@@ -419,8 +419,10 @@ def _inventory(r: _Reader, inv: dict, pops: list[str], base_dir: Path | None) ->
             lines = fp.read_text().splitlines()
         except OSError as exc:
             errors.append(f"inventory.file: cannot read {fp}: {exc.strerror or exc}")
-            lines = []
-        for n, line in enumerate(lines, 1):
+            lines = None
+        if lines is not None and not any(line.split("#", 1)[0].strip() for line in lines):
+            errors.append(f"inventory.file: {fp} lists no hosts (one 'POP HOST' per line)")
+        for n, line in enumerate(lines or [], 1):
             line = line.split("#", 1)[0].strip()
             if not line:
                 continue

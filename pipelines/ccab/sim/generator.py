@@ -189,5 +189,7 @@ def records(world: World, chunk: ChunkResult) -> Iterator[tuple[str, bytes, byte
                                 (HTTP_TOPIC, chunk.http_lines, chunk.http_host)):
         it = iter(hosts.tolist())
         for blob in blobs:
-            for hh, line in zip(it, blob.split(b"\n")):
+            # the slice's lines first: zip stops on them without pulling (and losing) the next
+            # slice's first host
+            for line, hh in zip(blob.split(b"\n"), it):
                 yield topic, keys[hh], line

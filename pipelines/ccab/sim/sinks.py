@@ -11,6 +11,8 @@ import shutil
 from pathlib import Path
 from typing import IO, Iterable, Protocol
 
+from ccab.base.kafkalog import librdkafka_logger
+
 Record = tuple[str, bytes, bytes]
 
 
@@ -84,6 +86,10 @@ class KafkaSink:
             "enable.idempotence": True,
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery,
+            # a broker that goes away fails the queued records within a minute (counted, reported
+            # by close) instead of blocking the producer's full queue for ever
+            "message.timeout.ms": 60_000,
+            "logger": librdkafka_logger("sim"),
         }
         config.update(extra_config or {})
         self._producer = Producer(config)

@@ -92,7 +92,7 @@ def test_every_rule_has_a_test_that_fires_and_one_that_stays_quiet():
 def test_the_scrape_config_uses_the_components_default_ports():
     collector = re.search(r'MetricsAddr:\s+"127\.0\.0\.1:(\d+)"', (REPO / "collectors/config/config.go").read_text())
     agent = re.search(r'"metrics-addr", "127\.0\.0\.1:(\d+)"', (REPO / "rollout/cmd/ccab-agent/main.go").read_text())
-    loader = re.search(r'"--metrics-port", type=int, default=(\d+)', (REPO / "pipelines/ccab/cli/load.py").read_text())
+    loader = re.search(r'DEFAULT_METRICS_PORT = (\d+)', (REPO / "pipelines/ccab/cli/load.py").read_text())
     assert collector and agent and loader
     cfg = yaml.safe_load((PROM / "prometheus.yml").read_text())
     jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
@@ -113,3 +113,8 @@ def test_the_scrape_config_uses_the_components_default_ports():
     assert loader_targets == [f"127.0.0.1:{loader.group(1)}"]  # the loader binds 127.0.0.1 only
     controller_targets = [t for sc in jobs["ccab-controller"]["static_configs"] for t in sc["targets"]]
     assert controller_targets == ["127.0.0.1:9466"]  # the contract's port (README.md)
+    link_targets = [t for sc in jobs["ccab-link"]["static_configs"] for t in sc["targets"]]
+    # every component has its own port: two of them on one host (make demo: collector and loader)
+    # must not fight over one
+    ports = [collector.group(1), agent.group(1), loader.group(1), "9466"] + [t.rsplit(":", 1)[1] for t in link_targets]
+    assert len(ports) == len(set(ports)), ports

@@ -71,7 +71,7 @@ def webhook():
 
 def _alerts_json(capsys, *args) -> list[dict]:
     capsys.readouterr()
-    assert cli.main(["alerts", "--json", *args]) == 0
+    assert cli.main(["alerts", "--json", "--severity", "all", *args]) == 0
     return json.loads(capsys.readouterr().out)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import re
+from html.parser import HTMLParser
 import shutil
 import struct
 import subprocess
@@ -188,3 +189,203 @@ def test_window_without_a_judgement_still_shows_the_data(judged, tmp_path, capsy
     page = (tmp_path / "r" / "index.html").read_text()
     assert "has not been judged" in page and '<section id="hosts">' in page
     assert len(list((tmp_path / "r").glob("*.png"))) == 10
+
+
+# --- every number the report shows is the judge's stored number (issue #17) --------------------
+
+class _Tables(HTMLParser):
+    """Per <section id>, its tables as rows of cell texts; a ``<span class="sub">`` inside a
+    cell starts a new part (``cell = [main, sub, ...]``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sections: dict[str, list[list[list[list[str]]]]] = {}
+        self.section = ""
+        self.row = self.cell = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "section":
+            self.section = a.get("id", "")
+        elif tag == "table":
+            self.sections.setdefault(self.section, []).append([])
+        elif tag == "tr":
+            self.row = []
+        elif tag in ("td", "th") and self.row is not None:
+            self.cell = [""]
+        elif tag == "span" and "sub" in (a.get("class") or "").split() and self.cell is not None:
+            self.cell.append("")
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self.cell is not None:
+            self.row.append([" ".join(p.split()) for p in self.cell])
+            self.cell = None
+        elif tag == "tr" and self.row is not None:
+            if self.row and self.sections.get(self.section):
+                self.sections[self.section][-1].append(self.row)
+            self.row = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell[-1] += data
+
+
+_NUM = re.compile(r"[+\-−]?\d[\d,]*(?:\.\d+)?(?:e[+\-]?\d+)?")
+
+
+def _numbers(text: str) -> list[str]:
+    return _NUM.findall(text)
+
+
+def _near(token: str, want: float) -> bool:
+    """``token`` (as shown) is ``want`` rounded: within half its last digit, or 0.5 % (3 significant)."""
+    value = float(token.replace(",", "").replace("−", "-"))
+    mantissa = token.split("e")[0]
+    half = 0.5 * 10 ** -(len(mantissa.split(".")[1]) if "." in mantissa else 0)
+    if "e" in token:
+        half = abs(value) * 0.05
+    return abs(value - want) <= max(half * 1.001, 0.005 * abs(want))
+
+
+def _shown(metric: str, statistic: str, v: float) -> float | None:
+    """What a stored value is on screen, from the metric's definition (not the report's code)."""
+    from ccab.base.vocabulary import get as get_metric
+
+    if v is None or v != v:
+        return None
+    if statistic.startswith("share_above"):
+        return 100 * v  # % of connections
+    if statistic == "shift":
+        return None
+    return v / get_metric(metric).scale  # stored in the metric's own unit (ratios too)
+
+
+def _effect_shown(statistic: str, v: float) -> float:
+    return v if statistic == "shift" else 100 * v  # KS distance; % or pp
+
+
+def _check_value(cell: str, metric: str, statistic: str, v: float, what: str) -> None:
+    want = _shown(metric, statistic, v)
+    if want is None:
+        assert cell in ("–", ""), (what, cell)
+        return
+    nums = _numbers(cell)
+    assert nums and _near(nums[0], want), f"{what}: shown {cell!r}, judge stored {v} (expected ≈ {want:.4g})"
+
+
+def _check_effect(cells: list[str], r: dict, what: str) -> None:
+    """The effect, its interval with its own level, as stored."""
+    effect, interval = cells
+    st = r["statistic"]
+    if r["estimate"] is None or r["estimate"] != r["estimate"]:
+        assert effect in ("–", ""), (what, effect)
+        return
+    nums = _numbers(effect)
+    assert nums and _near(nums[0], _effect_shown(st, r["estimate"])), (what, effect, r["estimate"])
+    if st == "shift" or r["ci_low"] is None or r["ci_low"] != r["ci_low"]:
+        return
+    lo, hi, level = _numbers(interval)[:3]
+    assert _near(lo, _effect_shown(st, r["ci_low"])) and _near(hi, _effect_shown(st, r["ci_high"])), \
+        (what, interval, r["ci_low"], r["ci_high"])
+    want_level = 100 * (1 - 2 * r["alpha_look"]) if r["role"] == "guardrail" else 95
+    assert _near(level, want_level) and interval.endswith("%"), (what, interval, want_level)
+
+
+def test_every_number_in_the_effect_tables_is_the_judges_stored_result(written, judged):
+    """Guardrails, informational, shift and segment tables against `judge_results`, read back
+    from the warehouse with SQL (the report's window): values in the metric's unit (a ratio such
+    as retrans_pct is a percentage once, not ×100 twice), effects, intervals with their own
+    confidence level (a guardrail's one-sided test shows its 1 − 2α interval, never as "95 %"),
+    p and q, outcome and host counts."""
+    from ccab.base.warehouse import ChdbWarehouse
+
+    out, page, report = written
+    data_dir, _ = judged
+    wh = ChdbWarehouse(data_dir / "warehouse")
+    try:
+        results = wh.query(
+            """SELECT * FROM judge_results FINAL WHERE rollout_id = {r:String}
+               AND window_end = (SELECT max(window_end) FROM judge_verdicts FINAL WHERE rollout_id = {r:String})""",
+            params={"r": ROLLOUT}).dicts()
+    finally:
+        wh.close()
+    assert results and {r["role"] for r in results} >= {"guardrail", "info", "segment"}
+    parser = _Tables()
+    parser.feed(page)
+    sections = parser.sections
+
+    # Guardrails: one row per metric x statistic x arm
+    [guard] = sections["guardrails"]
+    header = [c[0] for c in guard[0]]
+    assert "95% CI" not in header and "interval (level)" in header
+    rows = {(r[0][0], r[1][0], r[2][0]): r for r in guard[1:]}
+    checked = 0
+    for r in (r for r in results if r["role"] == "guardrail"):
+        row = rows[(r["metric"], r["statistic"], r["treatment_arm"])]
+        what = f"guardrail {r['metric']} {r['statistic']} {r['treatment_arm']}"
+        _check_value(row[3][0], r["metric"], r["statistic"], r["value_control"], what + " control")
+        _check_value(row[4][0], r["metric"], r["statistic"], r["value_treatment"], what + " arm")
+        _check_effect([row[5][0], row[6][0]], r, what)
+        if r["p_value"] is not None and r["p_value"] == r["p_value"]:
+            assert _near(_numbers(row[7][0])[0], r["p_value"]), (what, row[7], r["p_value"])
+        assert row[10][0] == r["outcome"].replace("_", " "), (what, row[10])
+        assert _numbers(row[11][0])[:2] == [str(r["hosts_treatment"]), str(r["hosts_control"])], (what, row[11])
+        checked += 1
+
+    # Informational, shift and segment pivots: per key, the control value, then per arm
+    # (value, effect [interval], q (p), outcome)
+    pivots: dict[tuple, list[tuple[list[str], list]]] = {}
+    for table in sections["effects"]:
+        groups, header, body = table[0], [c[0] for c in table[1]], table[2:]
+        with_segment = header[2] == "segment"
+        arms = [g[0].removesuffix(" vs control") for g in groups if g[0].endswith(" vs control")]
+        off = 3 if with_segment else 2
+        for row in body:
+            key = (row[0][0], row[1][0], row[2][0] if with_segment else "all")
+            pivots.setdefault(key, []).append((arms, row, off))
+    for r in (r for r in results if r["role"] in ("info", "shift", "segment")):
+        key = (r["metric"], r["statistic"], r["segment"])
+        assert key in pivots, f"{key} ({r['role']}) is not in the report"
+        for arms, row, off in pivots[key]:
+            what = f"{r['role']} {key} {r['treatment_arm']}"
+            if r["value_control"] is not None and r["value_control"] == r["value_control"]:
+                # one control column per row: every comparison that has a control value shows it
+                _check_value(row[off][0], r["metric"], r["statistic"], r["value_control"], what + " control")
+            i = off + 1 + 4 * arms.index(r["treatment_arm"])
+            _check_value(row[i][0], r["metric"], r["statistic"], r["value_treatment"], what)
+            effect = row[i + 1]
+            _check_effect([effect[0], effect[1] if len(effect) > 1 else ""], r, what)
+            q, p = row[i + 2][0], row[i + 2][1]
+            if r["q_value"] is not None and r["q_value"] == r["q_value"]:
+                assert _near(_numbers(q)[0], r["q_value"]), (what, q, r["q_value"])
+            if r["p_value"] is not None and r["p_value"] == r["p_value"]:
+                assert _near(_numbers(p)[0], r["p_value"]), (what, p, r["p_value"])
+            assert row[i + 3][0] == r["outcome"].replace("_", " "), (what, row[i + 3])
+            checked += 1
+    assert checked >= len(results)
+
+
+def test_every_number_in_the_host_table_is_the_rollups(written, judged):
+    """Per host: connections and retransmitted % of bytes as the rollups hold them."""
+    from ccab.base.warehouse import ChdbWarehouse
+
+    out, page, _ = written
+    data_dir, _ = judged
+    wh = ChdbWarehouse(data_dir / "warehouse")
+    try:
+        want = {r["host"]: r for r in wh.query(
+            """SELECT host, sum(n) AS connections, 100 * sum(ratio_num) / sum(ratio_den) AS retrans_pct
+               FROM cohort_hourly WHERE rollout_id = {r:String} AND metric = 'retrans_pct' AND segment = 'all'
+                 AND hour >= (SELECT max(window_start) FROM judge_verdicts FINAL WHERE rollout_id = {r:String})
+                 AND hour < (SELECT max(window_end) FROM judge_verdicts FINAL WHERE rollout_id = {r:String})
+               GROUP BY host""", params={"r": ROLLOUT}).dicts()}
+    finally:
+        wh.close()
+    parser = _Tables()
+    parser.feed(page)
+    [hosts] = parser.sections["hosts"]
+    assert len(hosts) - 1 == len(want)
+    for row in hosts[1:]:
+        w = want[row[3][0]]
+        assert int(row[4][0].replace(",", "")) == w["connections"], row
+        assert _near(row[5][0], w["retrans_pct"]), (row[3][0], row[5][0], w["retrans_pct"])
