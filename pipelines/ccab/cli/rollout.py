@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -53,14 +54,14 @@ def register(sub) -> None:
 
     a = rs.add_parser("plan", help="dry run: validate a plan and show the changes of the next step",
                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    a.add_argument("plan", type=Path, metavar="PLAN.yaml")
+    a.add_argument("plan", type=Path, metavar="PLAN.yaml", help="the rollout plan (format: pipelines/ccab/rollout/README.md)")
     a.add_argument("--out", type=Path, metavar="FILE", help="write the signed records (JSONL) here (needs --key)")
-    a.add_argument("--json", action="store_true")
+    a.add_argument("--json", action="store_true", help="print the result as JSON (for scripts)")
     _add_key(a)
     a.set_defaults(func=cmd_plan)
 
     a = rs.add_parser("start", help="start a rollout: first stage's assignments to Kafka")
-    a.add_argument("plan", type=Path, metavar="PLAN.yaml")
+    a.add_argument("plan", type=Path, metavar="PLAN.yaml", help="the rollout plan (format: pipelines/ccab/rollout/README.md)")
     a.add_argument("--wait-applied", type=float, default=0.0, metavar="S",
                    help="publish batch after batch (blast radius) waiting up to S seconds for applies")
     a.add_argument("--reason", default="", help="goes to the audit log")
@@ -68,15 +69,15 @@ def register(sub) -> None:
     a.set_defaults(func=cmd_start)
 
     a = rs.add_parser("status", help="where a rollout is")
-    a.add_argument("rollout_id")
-    a.add_argument("--json", action="store_true")
+    a.add_argument("rollout_id", help="the rollout (its plan's rollout_id)")
+    a.add_argument("--json", action="store_true", help="print the result as JSON (for scripts)")
     a.add_argument("--audit", type=int, default=8, metavar="N", help="last N audit entries (default: %(default)s)")
     a.add_argument("--offline", action="store_true", help="do not read agent status from Kafka")
     _add_kafka(a)
     a.set_defaults(func=cmd_status)
 
     a = rs.add_parser("step", help="one controller tick: reconcile, publish what is due, run a look when due")
-    a.add_argument("rollout_id")
+    a.add_argument("rollout_id", help="the rollout (its plan's rollout_id)")
     a.add_argument("--from", dest="t_from", metavar="ISO", help="look window start (default: first full hour "
                                                                    "after the stage was applied)")
     a.add_argument("--to", dest="t_to", metavar="ISO", help="look window end (default: this hour)")
@@ -85,7 +86,7 @@ def register(sub) -> None:
     a.add_argument("--rollups", choices=("run", "existing"), default="run",
                    help="run: recompute the hourly cohort rollups of the look window first (default); "
                         "existing: judge the rollups as they are (the hourly DAG keeps them)")
-    a.add_argument("--json", action="store_true")
+    a.add_argument("--json", action="store_true", help="print the result as JSON (for scripts)")
     _add_key(a), _add_kafka(a)
     a.set_defaults(func=cmd_step)
 
@@ -94,8 +95,8 @@ def register(sub) -> None:
                            ("rollback", "roll an arm (--arm) or every treatment host back to control"),
                            ("resume", "resume a paused rollout or (--arm) a halted arm")):
         a = rs.add_parser(name, help=helptext)
-        a.add_argument("rollout_id")
-        a.add_argument("--arm", metavar="ARM")
+        a.add_argument("rollout_id", help="the rollout (its plan's rollout_id)")
+        a.add_argument("--arm", metavar="ARM", help="act on this treatment arm only (default: the whole rollout)")
         a.add_argument("--reason", required=True, help="why (required; goes to the audit log)")
         if name in ("halt", "rollback"):
             a.add_argument("--alert", action="append", default=[], metavar="ALERT_ID",
@@ -108,8 +109,8 @@ def register(sub) -> None:
         a.set_defaults(func=cmd_manual, action=name)
 
     a = rs.add_parser("keygen", help="write an Ed25519 key pair (seed hex + public base64)")
-    a.add_argument("--out", type=Path, required=True, metavar="DIR")
-    a.add_argument("--name", default="rollout")
+    a.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder for the key pair (created if missing)")
+    a.add_argument("--name", default="rollout", help="file name prefix: NAME_ed25519_seed.hex / NAME_ed25519_public.b64 (default: %(default)s)")
     a.set_defaults(func=cmd_keygen)
 
     from ccab.rollout import sim_actuator
@@ -369,6 +370,16 @@ def cmd_status(args) -> int:
     plan = load_state_plan(store)
     ctl = Controller(plan, store, _bus(args))
     statuses = [] if args.offline else None
+    if not args.offline:
+        from ccab.kafka.reach import KafkaUnreachable, check_reachable
+
+        cfg = settings()
+        try:  # one line instead of librdkafka's stream of FAIL lines; the saved state is still shown
+            check_reachable(cfg.bootstrap_servers, args.kafka_timeout, local=cfg.embedded_kafka)
+        except KafkaUnreachable as exc:
+            print(f"ccab rollout status: {exc}; showing the saved state only (agents' answers unknown)",
+                  file=sys.stderr)
+            statuses = []
     summary = ctl.summary(statuses)
     audit = list(store.read_audit())[-args.audit:] if args.audit else []
     if args.json:

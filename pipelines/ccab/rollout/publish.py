@@ -14,17 +14,12 @@ import json
 from typing import Callable, Iterable
 
 from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
+from ccab.base.kafkalog import librdkafka_logger
 from ccab.rollout.signing import verify
 
 
 class KafkaUnavailable(RuntimeError):
     """The broker could not be reached or did not acknowledge; the message says which step."""
-
-
-def _quiet_logger():
-    import logging
-
-    return logging.getLogger("ccab.rollout.librdkafka")
 
 
 class Publisher:
@@ -39,7 +34,7 @@ class Publisher:
             "linger.ms": 5,
             "message.timeout.ms": int(timeout_s * 1000),
             "socket.connection.setup.timeout.ms": int(min(timeout_s, 10) * 1000),
-            "logger": _quiet_logger(),
+            "logger": librdkafka_logger("rollout"),
         })
 
     def publish(self, records: Iterable[dict], on_delivered: Callable[[dict], None] | None = None) -> int:
@@ -78,7 +73,7 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 15.0) -> list[tupl
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ccab-rollout-reader", "enable.auto.commit": False,
-                  "enable.partition.eof": False, "logger": _quiet_logger(),
+                  "enable.partition.eof": False, "logger": librdkafka_logger("rollout"),
                   "socket.connection.setup.timeout.ms": int(min(timeout_s, 10) * 1000)})
     try:
         try:

@@ -153,8 +153,8 @@ def register(rs) -> None:
     a.add_argument("--exit-when-idle", type=float, metavar="S", help="exit after S seconds without records "
                                                                      "(default: run until SIGTERM)")
     a.add_argument("--dir", type=Path, help="state dir (default: $CCAB_DATA_DIR/sim-actuator)")
-    a.add_argument("--assignments-topic", metavar="TOPIC")
-    a.add_argument("--status-topic", metavar="TOPIC")
+    a.add_argument("--assignments-topic", metavar="TOPIC", help="default ccab.assignments.v1")
+    a.add_argument("--status-topic", metavar="TOPIC", help="default ccab.agent_status.v1")
     a.set_defaults(func=cmd_sim_actuator)
 
 

@@ -167,8 +167,7 @@ def test_every_subcommand_names_a_misspelled_option_in_its_own_usage(path, capsy
     assert err.splitlines()[-1].startswith(f"ccab {' '.join(path)}: error: unrecognized arguments: --no-such-option")
 
 
-# ccab rollout's options belong to the rollout controller's owners (issue 16); listed, not hidden
-HELP_EXEMPT = {"rollout"}
+HELP_EXEMPT: set[str] = set()  # every command group's options have help
 
 
 @pytest.mark.parametrize("path", [p for p, _ in LEAVES if p[0] not in HELP_EXEMPT],
