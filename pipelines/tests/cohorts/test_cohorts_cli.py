@@ -70,9 +70,12 @@ def test_plot_commands_write_pngs(loaded, tmp_path, capsys):
     assert "ccab analyze" in capsys.readouterr().err
     analyze(capsys)
     for args in (["heatmap", "--segment", "bulk"], ["heatmap", "--pair", "rtt_us:inflight_bytes"],
-                 ["pdf", "--metric", "retrans_pct"], ["cdf", "--metric", "goodput_bps", "--segment", "rtt:0-20ms"],
-                 ["pdf", "--metric", "rtt_us", "--rollout", "nothing-here"]):
+                 ["pdf", "--metric", "retrans_pct"], ["cdf", "--metric", "goodput_bps", "--segment", "rtt:0-20ms"]):
         out = tmp_path / f"{'-'.join(args)}.png"
         assert cli.main(["plot", *args, "--out", str(out)]) == 0, args
         assert out.read_bytes()[:8] == PNG and out.stat().st_size > 5000, args
-    assert "nothing matched" in capsys.readouterr().out
+    # an empty selection is an error, not an empty picture
+    capsys.readouterr()
+    empty = tmp_path / "empty.png"
+    assert cli.main(["plot", "pdf", "--metric", "rtt_us", "--rollout", "nothing-here", "--out", str(empty)]) == 1
+    assert not empty.exists() and "nothing" in capsys.readouterr().err
