@@ -224,4 +224,4 @@ def test_a_chunk_of_several_slices_loses_no_record_and_keys_each_by_its_host(tmp
         for _topic, key, line in records(world, chunk):
             assert json.loads(line)["host"] == key.decode()
             n += 1
-    assert n == len(http) + len(jsonl(out / "ccab.tcp.v1.jsonl"))
+    assert n == len(http) + len(jsonl(out / "ccab.tcp.v1.jsonl")) + len(jsonl(out / "ccab.tcp_conn.v1.jsonl"))
