@@ -4,6 +4,11 @@ One switch per engine, same code either way (Dagster-style resource selection):
 
 - ``CCAB_CLICKHOUSE_URL`` unset -> embedded chdb at ``$CCAB_DATA_DIR/warehouse``;
   set (``http://user:pass@host:8123/ccab``) -> a ClickHouse server via clickhouse-connect.
+- ``CCAB_CLICKHOUSE_SHARDS`` unset -> one node (above). ``N`` (an integer >= 1) -> N shard databases
+  ``<db>_shard0`` .. ``<db>_shard<N-1>`` on the one engine above (embedded or server): the layout the
+  tests rehearse a cluster with. ``url0,url1,...`` -> one ClickHouse server per shard, in the
+  cluster's shard order, each URL naming that shard's local database. The loader splits each batch
+  by ``cityHash64(host) % N``; ``ccab cohorts run --shard K`` runs the hourly job on shard K.
 - ``CCAB_KAFKA_BROKERS`` unset -> the local single-node broker that ``ccab kafka up`` runs;
   set (``host1:9092,host2:9092``) -> that cluster; ccab starts nothing.
 - ``CCAB_DATA_DIR`` (default ``.ccab`` in the repository checkout, wherever the command runs from,
@@ -28,6 +33,7 @@ Every ``CCAB_*`` variable is read here and nowhere else (a test checks it); Airf
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +56,15 @@ class Settings:
     agent_bin: Path = REPO_ROOT / "bin" / "ccab-agent"
     lab_agent_args: tuple[str, ...] = ()
     java_home: Path | None = None
+    #: None (one node), an int N (N shard databases on the one engine) or one URL per shard
+    clickhouse_shards: int | tuple[str, ...] | None = None
+
+    @property
+    def shard_count(self) -> int:
+        """How many shards the warehouse has (1 without a shard layout)."""
+        if self.clickhouse_shards is None:
+            return 1
+        return self.clickhouse_shards if isinstance(self.clickhouse_shards, int) else len(self.clickhouse_shards)
 
     @property
     def embedded_clickhouse(self) -> bool:
@@ -67,6 +82,24 @@ class Settings:
     def bootstrap_servers(self) -> str:
         """Kafka bootstrap servers: the configured cluster, or the local broker."""
         return self.kafka_brokers or f"127.0.0.1:{self.kafka_port}"
+
+
+def parse_shards(text: str | None) -> int | tuple[str, ...] | None:
+    """``CCAB_CLICKHOUSE_SHARDS``: unset/empty -> None, ``N`` -> N, ``url,url,...`` -> the URLs."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    if text.isdigit():
+        n = int(text)
+        if n < 1:
+            raise SystemExit(f"CCAB_CLICKHOUSE_SHARDS must be a shard count >= 1 or a list of URLs, got {text!r}")
+        return n
+    urls = tuple(u.strip() for u in text.split(","))
+    bad = [u for u in urls if not re.match(r"^https?://[^/]+", u)]
+    if bad:
+        raise SystemExit(f"CCAB_CLICKHOUSE_SHARDS: {bad[0]!r} is neither a shard count nor an http(s):// URL "
+                         "(give N, or one URL per shard: http://ch1:8123/ccab_local,http://ch2:8123/ccab_local)")
+    return urls
 
 
 def settings() -> Settings:
@@ -94,4 +127,5 @@ def settings() -> Settings:
         agent_bin=Path(env.get("CCAB_AGENT_BIN") or REPO_ROOT / "bin" / "ccab-agent"),
         lab_agent_args=tuple((env.get("CCAB_LAB_AGENT_ARGS") or "").split()),
         java_home=Path(env["JAVA_HOME"]) if env.get("JAVA_HOME") else None,
+        clickhouse_shards=parse_shards(env.get("CCAB_CLICKHOUSE_SHARDS")),
     )

@@ -119,6 +119,15 @@ def _settings_clause(settings: dict | None) -> str:
     return " SETTINGS " + ", ".join(items)
 
 
+@dataclass
+class _SharedSession:
+    """The one chdb session of a process and the database it currently USEs."""
+
+    session: Any
+    path: Path
+    current: str | None = None
+
+
 class ChdbWarehouse:
     """Embedded ClickHouse (chdb) on a directory. One process at a time may hold the path."""
 
@@ -127,22 +136,49 @@ class ChdbWarehouse:
 
         path.mkdir(parents=True, exist_ok=True)
         try:
-            self._session = chdb_session.Session(str(path))
+            session = chdb_session.Session(str(path))
         except Exception as exc:  # chdb raises plain exceptions
             raise WarehouseError(
                 f"cannot open the embedded warehouse at {path}: {exc}. Another ccab process may "
                 "hold it (only one process at a time can); stop it, or point CCAB_DATA_DIR elsewhere."
             ) from exc
+        self._shared = _SharedSession(session, path)
+        self._owner = True
+        self._use(database)
+
+    def _use(self, database: str) -> None:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", database):
+            raise ValueError(f"bad database name {database!r}")
         self.database = database
-        self.description = f"embedded chdb at {path}"
-        self._run(f"CREATE DATABASE IF NOT EXISTS {database} ENGINE = Atomic")
-        self._run(f"USE {database}")
+        self.description = f"embedded chdb at {self._shared.path}" + (
+            "" if database == DEFAULT_DATABASE else f" (database {database})")
+        try:  # before the first USE of it
+            self._shared.session.query(f"CREATE DATABASE IF NOT EXISTS {database} ENGINE = Atomic", "CSV")
+        except Exception as exc:
+            raise _error_from(exc, "CREATE DATABASE") from exc
+
+    @property
+    def _session(self):
+        return self._shared.session
+
+    def on_database(self, database: str) -> "ChdbWarehouse":
+        """The same engine (one chdb session per process) with ``database`` as the current one:
+        how one process reaches several shard databases. Closing it leaves the session open."""
+        view = object.__new__(ChdbWarehouse)
+        view._shared = self._shared
+        view._owner = False
+        view._use(database)
+        return view
 
     def _run(self, sql: str, fmt: str = "CSV", params: dict | None = None):
         if params:
             params = {k: _param_text(v) for k, v in params.items()}
+        shared = self._shared
         try:
-            return self._session.query(sql, fmt, params=params or None)
+            if shared.current != self.database:  # views on several databases share the session
+                shared.session.query(f"USE {self.database}", "CSV")
+                shared.current = self.database
+            return shared.session.query(sql, fmt, params=params or None)
         except Exception as exc:
             raise _error_from(exc, sql) from exc
 
@@ -189,8 +225,10 @@ class ChdbWarehouse:
             os.unlink(path)
 
     def close(self) -> None:
+        if not self._owner:
+            return
         try:
-            self._session.close()
+            self._shared.session.close()
         except Exception:
             pass
 
@@ -268,6 +306,42 @@ def connect(cfg: Settings | None = None) -> Warehouse:
     if cfg.clickhouse_url:
         return ServerWarehouse(cfg.clickhouse_url)
     return ChdbWarehouse(cfg.warehouse_path)
+
+
+def shard_database(database: str, shard: int) -> str:
+    """The database of shard ``shard`` in the one-engine shard layout (``CCAB_CLICKHOUSE_SHARDS=N``)."""
+    return f"{database}_shard{shard}"
+
+
+def connect_shards(cfg: Settings | None = None) -> list[Warehouse]:
+    """One connection per shard of ``CCAB_CLICKHOUSE_SHARDS``, in shard order (the shard of a row
+    is ``cityHash64(host) % len(result)``). Without a shard layout: ``[connect(cfg)]``.
+    Close them with :func:`close_all`."""
+    cfg = cfg or current_settings()
+    shards = cfg.clickhouse_shards
+    if shards is None:
+        return [connect(cfg)]
+    if isinstance(shards, tuple):
+        out: list[Warehouse] = []
+        try:
+            for url in shards:
+                out.append(ServerWarehouse(url))
+        except WarehouseError:
+            close_all(out)
+            raise
+        return out
+    if cfg.clickhouse_url:
+        parsed = urlparse(cfg.clickhouse_url)
+        base = (parsed.path or "").strip("/") or DEFAULT_DATABASE
+        return [ServerWarehouse(parsed._replace(path="/" + shard_database(base, k)).geturl()) for k in range(shards)]
+    root = ChdbWarehouse(cfg.warehouse_path, shard_database(DEFAULT_DATABASE, 0))
+    return [root] + [root.on_database(shard_database(DEFAULT_DATABASE, k)) for k in range(1, shards)]
+
+
+def close_all(warehouses: list[Warehouse]) -> None:
+    """Close shard connections (views first, the session's owner last)."""
+    for wh in reversed(warehouses):
+        wh.close()
 
 
 def split_statements(sql: str) -> Iterable[str]:

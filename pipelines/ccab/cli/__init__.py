@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "ccab.cli.env",         # ccab env
     "ccab.cli.sim",         # ccab sim
     "ccab.cli.analyze",     # ccab analyze, ccab dags list|test
+    "ccab.cli.cohorts",     # ccab cohorts run [--shard K]
     "ccab.cli.plot",        # ccab plot
     "ccab.cli.judge",       # ccab verdicts, ccab alerts, ccab power
     "ccab.cli.rollout",     # ccab rollout plan|start|status|step|promote|halt|rollback|resume|sim-actuator

@@ -12,7 +12,7 @@ from ccab.base.config import settings as current_settings
 from ccab.base.errors import UserError
 from ccab.base.progress import Progress
 from ccab.base.schema import migrate
-from ccab.base.warehouse import connect
+from ccab.base.warehouse import close_all, connect, connect_shards
 from ccab.ingest.loader import (DEFAULT_GROUP, DEFAULT_MAX_RECORD_BYTES, Loader, LoaderMetrics, NoPartitions, load_files,
                                 parse_topics)
 from ccab.kafka.reach import KafkaUnreachable, check_reachable
@@ -29,6 +29,14 @@ def _row_counts(wh) -> dict[str, int]:
 
     tables = sorted({s.table for s in SCHEMAS.values()})
     return {t: int(wh.query(f"SELECT count() FROM {t}").rows[0][0]) for t in tables}
+
+
+def _sum_counts(warehouses) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for wh in warehouses:
+        for table, n in _row_counts(wh).items():
+            out[table] = out.get(table, 0) + n
+    return out
 
 
 def _print_report(inserted: dict[str, int], dead: dict[str, int], landed: dict[str, int] | None = None) -> None:
@@ -56,14 +64,16 @@ def _cmd_load(args) -> int:
     if missing:
         print(f"ccab load: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
-    wh = connect()
-    migrate(wh, log=lambda _m: None)  # idempotent: a fresh warehouse just works
+    shards = connect_shards() if current_settings().clickhouse_shards is not None else None
+    wh = shards[0] if shards else connect()
     try:
-        before = _row_counts(wh)
-        report = load_files(wh, paths, max_record_bytes=args.max_record_bytes, progress=True)
-        after = _row_counts(wh)
+        for target in shards or [wh]:
+            migrate(target, log=lambda _m: None)  # idempotent: a fresh warehouse just works
+        before = _sum_counts(shards or [wh])
+        report = load_files(wh, paths, max_record_bytes=args.max_record_bytes, progress=True, shards=shards)
+        after = _sum_counts(shards or [wh])
     finally:
-        wh.close()
+        close_all(shards or [wh])
     landed = {t: after[t] - before.get(t, 0) for t in after}
     print(f"read {report.records:,} records from {report.files} file(s) into {current_settings().warehouse_path if not current_settings().clickhouse_url else 'ClickHouse'}:")
     _print_report(report.inserted or {}, report.dead or {}, landed)
@@ -84,25 +94,28 @@ def _cmd_loader(args) -> int:
         check_reachable(cfg.bootstrap_servers, args.kafka_timeout, local=cfg.embedded_kafka)
     except KafkaUnreachable as exc:
         raise UserError(str(exc), 1) from None
-    wh = connect(cfg)
-    migrate(wh, log=log.info)  # idempotent: a fresh warehouse just works
+    shards = connect_shards(cfg) if cfg.clickhouse_shards is not None else None
+    wh = shards[0] if shards else connect(cfg)
+    for target in shards or [wh]:
+        migrate(target, log=log.info)  # idempotent: a fresh warehouse (or shard) just works
     metrics = LoaderMetrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port)
         log.info("metrics on http://127.0.0.1:%d/metrics", args.metrics_port)
     loader = Loader(wh, cfg.bootstrap_servers, topics, group=args.group, batch_rows=args.batch_rows,
                     batch_wait_s=args.batch_wait_s, max_record_bytes=args.max_record_bytes, metrics=metrics,
-                    instance_id=args.instance_id)
+                    instance_id=args.instance_id, shards=shards)
     signal.signal(signal.SIGTERM, loader.stop)
     signal.signal(signal.SIGINT, loader.stop)
-    log.info("loading %s from %s into %s", ",".join(topics), cfg.bootstrap_servers, wh.description)
+    log.info("loading %s from %s into %s", ",".join(topics), cfg.bootstrap_servers,
+             f"{len(shards)} shards: " + ", ".join(s.description for s in shards) if shards else wh.description)
     try:
         with Progress("loader", unit="records consumed") as progress:
             totals = loader.run(max_idle_s=args.exit_when_idle, progress=progress)
     except NoPartitions as exc:
         raise UserError(str(exc), 1) from None
     finally:
-        wh.close()
+        close_all(shards or [wh])
     print(f"loader stopped: {totals.inserted:,} rows inserted, {totals.dead_total:,} dead letters")
     return 0
 

@@ -24,6 +24,7 @@ window's hours and then those stale hours of its look-back. Hours whose raw rows
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -74,16 +75,34 @@ class JobConfig:
         every hour in a look-back stale (their watermark records the filter they used).
     lookback : timedelta
         How far before a window ``run_window`` looks for hours with late data.
+    prefix_samples : str
+        Where the prefix RTT classes pool ``min_rtt_us`` from. A class is a property of the client
+        prefix across every host of the PoP, so on one shard of a cluster it must read the fleet's
+        samples (the ``Distributed`` table, or ``merge()`` over the shard databases), not the
+        shard's own: :func:`fleet_samples`. Default: this warehouse's ``tcp_samples``.
     """
 
     bulk_min_bytes: int = DEFAULT_BULK_MIN_BYTES
     lookback: timedelta = DEFAULT_LOOKBACK
+    prefix_samples: str = "tcp_samples"
 
     def __post_init__(self):
         if self.bulk_min_bytes < 0:
             raise ValueError(f"bulk_min_bytes must be >= 0, got {self.bulk_min_bytes}")
         if self.lookback < timedelta(0) or self.lookback % HOUR:
             raise ValueError(f"lookback must be a whole number of hours >= 0, got {self.lookback}")
+        if not _SAMPLES_SOURCE_RE.fullmatch(self.prefix_samples):
+            raise ValueError(f"prefix_samples must be a table name (db.table) or a merge() over shard databases, "
+                             f"got {self.prefix_samples!r}")
+
+
+_SAMPLES_SOURCE_RE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)?|merge\(REGEXP\('\^[\w\[\]\-+|()]+\$'\), '\^tcp_samples\$'\)")
+
+
+def fleet_samples(shard_databases_regexp: str) -> str:
+    """``prefix_samples`` reading ``tcp_samples`` of every database matching the regexp (the
+    one-engine shard layout; on a cluster, name the ``Distributed`` table instead)."""
+    return f"merge(REGEXP('^{shard_databases_regexp}$'), '^tcp_samples$')"
 
 
 @dataclass(frozen=True)
@@ -305,7 +324,10 @@ def rollup_hour(wh: Warehouse, hour: datetime, cfg: JobConfig | None = None, rea
             t_step = time.perf_counter()
             # optimize_on_insert=0: each step's rows are already one per key (GROUP BY output), so
             # the engine's merge-on-insert pass would only sort them again (~3x the insert time)
-            wh.command(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM (\n{read_sql(sql_file)}\n)",
+            sql = read_sql(sql_file)
+            if sql_file == "prefix_classes.sql" and cfg.prefix_samples != "tcp_samples":
+                sql = re.sub(r"\bFROM tcp_samples\b", f"FROM {cfg.prefix_samples}", sql)
+            wh.command(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM (\n{sql}\n)",
                        params=params, settings={"optimize_on_insert": 0})
             step_seconds[sql_file] = time.perf_counter() - t_step
         counts = {}

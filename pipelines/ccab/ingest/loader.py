@@ -10,6 +10,10 @@ Exactly-once, without transactions:
   committed (SIGKILL between the two) is never inserted again, whatever batch boundaries the new
   process chooses. Identical retries inside one process are also dropped by the batch's
   ``insert_deduplication_token``.
+
+With a shard layout (``shards=[...]``, ``CCAB_CLICKHOUSE_SHARDS``) each batch is split by shard
+and each part goes into its shard's tables; a partition resumes by the per-shard rule of
+:mod:`ccab.ingest.shards` (exactly once per shard).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ccab.base.progress import Progress
 from ccab.base.warehouse import Warehouse
 from ccab.ingest.batch import (DEFAULT_MAX_RECORD_BYTES, MAX_BATCH_BYTES, MAX_BATCH_ROWS, Batch, BatchResult,
                                BatchWriter, Record, record_schema)
+from ccab.ingest.shards import resume_offset, shard_numbers, split
 
 log = logging.getLogger("ccab.ingest.loader")
 
@@ -93,14 +98,18 @@ class LoadReport:
 
 
 def load_files(wh: Warehouse, paths: list[Path], max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-               batch_rows: int = 50_000, progress: bool = False, metrics: LoaderMetrics | None = None) -> LoadReport:
+               batch_rows: int = 50_000, progress: bool = False, metrics: LoaderMetrics | None = None,
+               shards: list[Warehouse] | None = None) -> LoadReport:
     """Load JSONL replay files through the same validation and insert path as the loader.
 
     Each line's schema is its top-level ``schema`` member (:func:`ccab.ingest.batch.record_schema`,
     the same definition the Kafka path checks against its topic); positions are ``file:<name>``/0/line number,
     so loading the same file twice inserts nothing the second time (same dedup tokens).
+    ``shards``: one warehouse per shard (``wh`` is then ignored): each batch is split by
+    ``cityHash64(host) % len(shards)`` as the Kafka loader does; unknown records go to shard 0.
     """
-    writer = BatchWriter(wh, max_record_bytes)
+    writers = [BatchWriter(s, max_record_bytes) for s in shards] if shards else [BatchWriter(wh, max_record_bytes)]
+    writer = writers[0]
     inserted: dict[str, int] = defaultdict(int)
     dead: dict[str, int] = defaultdict(int)
     total = 0
@@ -114,8 +123,14 @@ def load_files(wh: Warehouse, paths: list[Path], max_record_bytes: int = DEFAULT
             def flush(name: str) -> None:
                 batch = pending.pop(name, None)
                 pending_bytes.pop(name, None)
-                if batch:
-                    res = writer.write(SCHEMAS[name], batch)
+                if not batch:
+                    return
+                parts = [batch] if len(writers) == 1 else split(
+                    batch, shard_numbers(writers[0].wh, batch.payloads, len(writers)), {}, len(writers))
+                for part_writer, part in zip(writers, parts):
+                    if not part.payloads:
+                        continue
+                    res = part_writer.write(SCHEMAS[name], part)
                     inserted[SCHEMAS[name].table] += res.inserted
                     for why, n in res.dead.items():
                         dead[why] += n
@@ -179,10 +194,16 @@ class Loader:
     def __init__(self, wh: Warehouse, bootstrap: str, topics: dict[str, Schema], group: str = DEFAULT_GROUP,
                  batch_rows: int = 50_000, batch_wait_s: float = 1.0,
                  max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, metrics: LoaderMetrics | None = None,
-                 instance_id: str | None = None):
+                 instance_id: str | None = None, shards: list[Warehouse] | None = None):
+        """``shards``: one warehouse per shard in shard order (``wh`` is then ignored): batches are
+        split by ``cityHash64(host) % len(shards)``. None: the one warehouse ``wh``."""
         from confluent_kafka import Consumer
 
-        self.wh = wh
+        self.wh = shards[0] if shards else wh
+        self.shards = shards
+        self.shard_writers = [BatchWriter(s, max_record_bytes) for s in shards] if shards else []
+        # (topic, shard, partition) -> next offset after the largest that shard holds (read on assign)
+        self._floors: dict[str, dict[tuple[int, int], int]] = {}
         self.topics = topics  # topic -> the schema its records must have
         self.batch_rows = min(batch_rows, MAX_BATCH_ROWS)
         self.batch_wait_s = batch_wait_s
@@ -218,6 +239,9 @@ class Loader:
         from confluent_kafka import OFFSET_INVALID
 
         committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(partitions, timeout=30)}
+        if self.shards:
+            self._assign_sharded(consumer, partitions, committed)
+            return
         by_topic: dict[str, dict[int, int]] = {}
         for tp in partitions:
             if tp.topic not in by_topic:
@@ -229,6 +253,30 @@ class Loader:
                 log.info("resume %s[%d] at %d from the warehouse (kafka committed %s)", tp.topic, tp.partition, in_wh, kafka)
             elif kafka >= 0:
                 tp.offset = kafka
+        consumer.assign(partitions)
+        self._assigned = True
+
+    def _assign_sharded(self, consumer, partitions, committed: dict) -> None:
+        """The per-shard rule (:mod:`ccab.ingest.shards`): read each shard's next offset per
+        partition, resume at the minimum (or the committed offset, if later), and remember each
+        shard's own floor to drop re-read rows it already holds."""
+        from confluent_kafka import OFFSET_INVALID
+
+        for topic in {tp.topic for tp in partitions}:
+            per_shard = [warehouse_positions(s, topic, self.topics[topic]) for s in self.shards]
+            floors = self._floors.setdefault(topic, {})
+            for k, positions in enumerate(per_shard):
+                floors.update({(k, p): o for p, o in positions.items()})
+            for tp in partitions:
+                if tp.topic != topic:
+                    continue
+                kafka = committed.get((tp.topic, tp.partition), OFFSET_INVALID)
+                at = resume_offset(kafka, [positions.get(tp.partition) for positions in per_shard])
+                if at is not None:
+                    tp.offset = at
+                    if at != kafka:
+                        log.info("resume %s[%d] at %d from the shards (kafka committed %s)", tp.topic, tp.partition,
+                                 at, kafka)
         consumer.assign(partitions)
         self._assigned = True
 
@@ -317,7 +365,7 @@ class Loader:
             schema = self.topics[topic]
             while True:
                 try:
-                    res = self.writer.write(schema, batch)
+                    res = self._write_sharded(schema, batch) if self.shards else self.writer.write(schema, batch)
                     break
                 except Exception as exc:  # warehouse unwell: retry the same batch (same tokens)
                     self.metrics.insert_errors.inc()
@@ -330,6 +378,22 @@ class Loader:
         self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in next_offsets.items()],
                              asynchronous=False)
         self.metrics.batch_seconds.observe(time.monotonic() - start)
+
+    def _write_sharded(self, schema: Schema, batch: Batch) -> BatchResult:
+        """Each shard's part of ``batch`` into that shard (one atomic insert each). A retry after
+        a failure re-sends only the parts not yet in (the floors moved past the rest)."""
+        assert self.shards is not None
+        floors = self._floors.setdefault(batch.topic, {})
+        parts = split(batch, shard_numbers(self.shards[0], batch.payloads, len(self.shards)), floors,
+                      len(self.shards))
+        total = BatchResult()
+        for k, part in enumerate(parts):
+            if not part.payloads:
+                continue
+            total.add(self.shard_writers[k].write(schema, part))
+            for p, o in zip(part.partitions, part.offsets):  # in offset order: the last is the largest
+                floors[(k, p)] = o + 1
+        return total
 
     def _update_lag(self) -> None:
         now = time.monotonic()
