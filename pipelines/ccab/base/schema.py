@@ -129,6 +129,8 @@ def migrate(wh: Warehouse, directory: Path = MIGRATIONS_DIR, log=print) -> list[
 _ALTER_RE = re.compile(r"^ALTER TABLE (\w+)\s+(.*)$", re.S)
 _CREATE_TABLE_RE = re.compile(r"^CREATE TABLE IF NOT EXISTS (\w+)\s*\(", re.S)
 _ENGINE_RE = re.compile(r"ENGINE = (\w*MergeTree|Null)\b(\(\))?")
+_CREATE_AS_RE = re.compile(r"^CREATE TABLE IF NOT EXISTS (\w+) AS (\w+)\s*$")
+_CREATE_DICT_RE = re.compile(r"^CREATE DICTIONARY IF NOT EXISTS (\w+)\b")
 _MV_RE = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS (\w+) TO (\w+) AS(.*)FROM (\w+)\s*$", re.S)
 
 
@@ -144,12 +146,25 @@ def cluster_statements(sql: str, cluster: str = "{cluster}") -> list[str]:
     Each ``CREATE TABLE t`` becomes ``t_local`` (``ReplicatedMergeTree`` family, or ``Null`` for
     landing tables) on every node plus a ``Distributed`` ``t`` over it, so queries and inserts
     keep using ``t``. Materialized views read and write the ``_local`` tables on each shard.
+    ``CREATE TABLE x AS y`` (the cohort job's stage tables) is y's definition under the name x,
+    so x gets its own ``_local`` table and replication path (copying y's engine would copy y's
+    path); a dictionary is created on every node.
     """
     out = []
+    created: dict[str, str] = {}  # table -> its single-node CREATE statement
     for stmt in split_statements(sql):
+        same = _CREATE_AS_RE.match(stmt)
+        if same and same.group(2) in created:
+            stmt = created[same.group(2)].replace(f"CREATE TABLE IF NOT EXISTS {same.group(2)}",
+                                                  f"CREATE TABLE IF NOT EXISTS {same.group(1)}", 1)
+        d = _CREATE_DICT_RE.match(stmt)
+        if d:
+            out.append(stmt.replace(d.group(0), f"{d.group(0)} ON CLUSTER '{cluster}'", 1))
+            continue
         t = _CREATE_TABLE_RE.match(stmt)
         if t:
             name = t.group(1)
+            created[name] = stmt
             local = stmt.replace(f"CREATE TABLE IF NOT EXISTS {name}", f"CREATE TABLE IF NOT EXISTS {name}_local ON CLUSTER '{cluster}'", 1)
 
             def repl(m: re.Match) -> str:
