@@ -19,7 +19,12 @@ ROWS = [
     ("kafka", "Kafka", "a real 3-broker cluster survives a broker loss", "3",
      "test: pipelines/tests/kafka/test_kafka_cluster.py (make test; kill the partition leader under "
      "collector+loader load → 0 lost, 0 duplicated; agents+controller through a broker loss)"),
-    ("clickhouse", "ClickHouse cluster", "built and tested", "4", None),
+    ("clickhouse", "ClickHouse cluster", "built and tested", "4",
+     "tests: pipelines/tests/ingest/test_shards.py (loader on 3 shard databases of one chdb engine, "
+     "real broker, SIGKILLs mid-batch → every record once on its host's shard), "
+     "pipelines/tests/cohorts/test_cohorts_shards.py (per-shard job: union of shards = single node), "
+     "pipelines/tests/base/test_cluster_ddl.py (cluster DDL parsed by the engine); NOT tested: "
+     "Replicated engines, Keeper, Distributed reads/inserts, one server per shard"),
     ("airflow", "Airflow", "a real scheduler runs the DAGs unattended", "5", None),
     ("dashboards", "analyst queries: every panel and view, 90 days × 500 hosts", "every panel < 1 s", "6", None),
 ]

@@ -135,9 +135,14 @@ _MV_RE = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS (\w+) TO (\w+) AS(
 
 
 def _shard_key(stmt: str) -> str:
+    """Rows with a host go to its shard (what the loader splits by and the per-shard job needs);
+    rows with a source position (dead letters) by topic-partition; anything else (judge results,
+    watermarks, ...) anywhere: ``rand()``, the key needs no column."""
     if re.search(r"^\s+host\s", stmt, re.M):
         return "cityHash64(host)"
-    return "cityHash64(_topic, _partition)"
+    if re.search(r"^\s+_topic\s", stmt, re.M) and re.search(r"^\s+_partition\s", stmt, re.M):
+        return "cityHash64(_topic, _partition)"
+    return "rand()"
 
 
 def cluster_statements(sql: str, cluster: str = "{cluster}") -> list[str]:

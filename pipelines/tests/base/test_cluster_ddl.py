@@ -65,3 +65,16 @@ def test_rows_with_a_host_are_sharded_by_the_key_the_loader_splits_by(engine, cl
         assert re.search(r"Function cityHash64 \(children 1\)\n\s+ExpressionList \(children 1\)\n\s+Identifier host$",
                          ast, re.M), (name, ast)
     assert SHARD_KEY_SQL.startswith("cityHash64(JSONExtractString(line, 'host')) %")
+
+
+def test_every_sharding_key_names_columns_of_its_table(engine, cluster_ddl):
+    """A Distributed table whose key names a column its table lacks cannot be created."""
+    for stmt in cluster_ddl:
+        m = re.match(r"CREATE TABLE IF NOT EXISTS (\w+)_local ON CLUSTER '\w+'\s*\((.*)\)\s*ENGINE", stmt, re.S)
+        if not m:
+            continue
+        columns = set(re.findall(r"^\s+(\w+)\s", m.group(2), re.M))
+        dist = next(s for s in cluster_ddl if s.startswith(f"CREATE TABLE IF NOT EXISTS {m.group(1)} ON CLUSTER"))
+        key = re.search(r"_local, (.*)\)$", dist.strip()).group(1)
+        used = set(re.findall(r"\b([a-z_]\w*)\b(?!\()", key))
+        assert used <= columns, (m.group(1), key, sorted(used - columns))
