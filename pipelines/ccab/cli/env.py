@@ -13,6 +13,11 @@ def _cmd_env(args) -> int:
         print(f"clickhouse    embedded chdb at {s.warehouse_path}   (set CCAB_CLICKHOUSE_URL for a server)")
     else:
         print(f"clickhouse    server {s.clickhouse_url.split('@')[-1]}   (CCAB_CLICKHOUSE_URL)")
+    if isinstance(s.clickhouse_shards, int):
+        print(f"shards        {s.clickhouse_shards} shard databases on that engine   (CCAB_CLICKHOUSE_SHARDS)")
+    elif s.clickhouse_shards:
+        hosts = ", ".join(u.split("@")[-1] for u in s.clickhouse_shards)
+        print(f"shards        {len(s.clickhouse_shards)} servers: {hosts}   (CCAB_CLICKHOUSE_SHARDS)")
     if s.embedded_kafka:
         print(f"kafka         local broker 127.0.0.1:{s.kafka_port}, `ccab kafka up` starts it   (CCAB_KAFKA_PORT)")
     else:
