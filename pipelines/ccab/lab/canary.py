@@ -322,6 +322,9 @@ def run_case(case: str, args, work: Path) -> dict:
                    arms=Store.for_rollout(rid).load().arms,
                    audit=[{k: e.get(k) for k in ("seq", "ts_ms", "event", "reason")}
                           for e in Store.for_rollout(rid).read_audit()][-14:])
+        out["looks"] = [{"window": e.get("window"), "verdicts": [
+            {"decision": v.get("decision"), "reasons": v.get("reasons", [])} for v in e.get("verdicts", [])]}
+            for e in audit if e.get("event") == "look"]
         if fault_at and back_at:
             out["minutes_fault_to_control"] = round((back_at - fault_at) / 60, 2)
         for p in agents:
@@ -423,6 +426,11 @@ def main(argv: list[str] | None = None) -> int:
                 _say(f"   summary: {p.get('summary')}\n   runbook: {p.get('runbook')}")
         else:
             _say(f"== {case}: no page")
+        for lk in r.get("looks", []):
+            for v in lk["verdicts"]:
+                _say(f"== {case}: look on {'..'.join(lk['window'] or [])}: judge {v['decision'].upper()}")
+                for reason in v["reasons"]:
+                    _say(f"     - {reason[:400]}")
         for e in r["audit"]:
             at = time.strftime("%H:%M:%S", time.gmtime(e["ts_ms"] / 1000)) if e.get("ts_ms") else "?"
             _say(f"   [{e['seq']}] {at} {e['event']}: {(e['reason'] or '')[:400]}")

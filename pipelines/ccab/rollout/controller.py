@@ -669,9 +669,9 @@ class Controller:
             due = self.look_due_at()
             if int(end.timestamp() * 1000) < due:
                 result.messages.append(
-                    f"stage {stage.name}: applied {_iso(start)}; next look when {stage.min_duration_minutes} min of "
-                    f"data are there since {'the last look' if self._looked_this_stage() else 'then'} "
-                    f"(at {_iso(_utc(due))}; window so far {_iso(start)}..{_iso(end)})")
+                    f"stage {stage.name}: next look at {_iso(_utc(due))}, when {stage.min_duration_minutes} min of "
+                    f"data are there since {'the last look' if self._looked_this_stage() else 'its hosts applied'} "
+                    f"(window so far {_iso(start)}..{_iso(end)})")
                 return result
         start, end = window
         minutes = (end - start).total_seconds() / 60
