@@ -87,6 +87,26 @@ class _Locked:
         return call
 
 
+class _ObservedPager(AlertmanagerPager):
+    """The controller's pager, and Alertmanager's own list right after each post (API v2): the
+    page's life as on-call's tool has it, even when it fires and resolves within one controller
+    loop (the watcher thread polls every second, but the loop holds the interpreter while it runs)."""
+
+    def __init__(self, url: str, rid: str, page: dict, lock: threading.Lock):
+        super().__init__(url)
+        self.rid, self.page, self.lock = rid, page, lock
+
+    def fire(self, alerts: list[dict]) -> None:
+        super().fire(alerts)
+        with self.lock:
+            _watch_page(self.url, self.rid, self.page)
+
+    def resolve(self, alerts: list[dict]) -> None:
+        super().resolve(alerts)
+        with self.lock:
+            _watch_page(self.url, self.rid, self.page)
+
+
 def _say(msg: str) -> None:
     print(time.strftime("%H:%M:%S ") + msg, flush=True)
 
@@ -211,13 +231,15 @@ def run_case(case: str, args, work: Path) -> dict:
         out["treatment_hosts"] = sorted(treated)
 
         key = load_private_key(key_file)
+        page: dict = {}
+        page_lock = threading.Lock()
 
         def make(store: Store) -> Controller:
             p = load_state_plan(store)
             return Controller(p, store, KafkaBus(bootstrap, t_asg, t_st), key, judge=controller_judge(p),
                               set_action=record_action,
                               say=lambda m: None, breakers=controller_breakers(p), known_alerts=known_alerts(rid),
-                              pager=AlertmanagerPager(am_url), alert_payloads=alert_payloads,
+                              pager=_ObservedPager(am_url, rid, page, page_lock), alert_payloads=alert_payloads,
                               arm_done=arm_done(rid))
 
         svc = Service(rollouts_dir(), make, args.interval, say=lambda m: _say(f"{case}: controller: {m}"))
@@ -254,12 +276,12 @@ def run_case(case: str, args, work: Path) -> dict:
         fault_at = None
         back_at = None
         promoted_at = None
-        page: dict = {}
         watching = threading.Event()
 
         def watch() -> None:  # what on-call sees, polled every second
             while not watching.is_set():
-                _watch_page(am_url, rid, page)
+                with page_lock:
+                    _watch_page(am_url, rid, page)
                 watching.wait(1.0)
         watcher = threading.Thread(target=watch, daemon=True, name="am-watch")
         watcher.start()
