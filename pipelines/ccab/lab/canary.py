@@ -289,7 +289,8 @@ def run_case(case: str, args, work: Path) -> dict:
         session.stack.callback(watching.set)
         deadline = t0 + total_s
         _say(f"{case}: traffic from every host; treatment (bbr) on {', '.join(sorted(treated))}; "
-             f"{'fault after' if fault else 'no fault; watching for'} {args.baseline_minutes} min")
+             + (f"fault after {args.baseline_minutes} min" if fault else
+                f"no fault; the stage's look is due {args.look_minutes} min after its hosts applied"))
         next_tick = 0.0
         while time.time() < deadline:
             time.sleep(1.0)
