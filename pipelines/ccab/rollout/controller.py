@@ -501,6 +501,10 @@ class Controller:
             return
         st = self.st
         for a in alerts:
+            # a page fires: the stored alert is already resolved once the arm was acted on
+            # (set_action) and its payload carries endsAt, which Alertmanager would take as resolved
+            # at once; the page stays open until the arm's hosts are back on control (resolve_pages)
+            a.pop("endsAt", None)
             a.setdefault("annotations", {})["action"] = action
         known = {json.dumps(a["labels"], sort_keys=True) for a in st.pages.get(arm, [])}
         st.pages.setdefault(arm, []).extend(a for a in alerts if json.dumps(a["labels"], sort_keys=True) not in known)
