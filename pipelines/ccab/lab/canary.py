@@ -385,8 +385,8 @@ def page_life(p: dict) -> list[str]:
     """The page's life as printed: created (posted, listed), firing (its states), resolved."""
     hms = lambda t: time.strftime("%H:%M:%S", time.gmtime(t))  # noqa: E731
     out = [f"created: posted by the controller {hms(p['paged_at'])} (Alertmanager API v2)"
-           + (f"; listed by Alertmanager {hms(p['fired_at'])}, startsAt {p.get('startsAt')} (the breaker's "
-              f"first minute), updatedAt {p.get('updatedAt')}" if p.get("fired_at") else "; never listed")]
+           + (f"; listed by Alertmanager {hms(p['fired_at'])}, startsAt {p.get('startsAt')}, "
+              f"updatedAt {p.get('updatedAt')}" if p.get("fired_at") else "; never listed")]
     states = p.get("states") or []
     for i, (t, state) in enumerate(states):
         until = states[i + 1][0] if i + 1 < len(states) else p.get("resolved_at")
