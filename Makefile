@@ -25,7 +25,7 @@ test-fuzz:  ## each Go fuzz target for FUZZTIME (default 100000x executions)
 test-python:
 	@$(PY) -m pytest -q
 
-live-canary:  ## root, ~20 min, not in make test: the controller service rolls back a lossy treatment on real sockets
+live-canary:  ## root, ~30 min, not in make test: the controller service rolls back a lossy treatment and promotes a clean one on real sockets
 	scripts/live-canary.sh
 
 PROMTOOL ?= promtool

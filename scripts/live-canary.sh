@@ -2,9 +2,12 @@
 # The live canary (issue 16), as root: real edge hosts in network namespaces (nginx, ccab-collector,
 # ccab-agent), Kafka, the loader, the controller service and a real Alertmanager. The faulty case
 # makes the treatment hosts' path lossy; the controller must roll them back by itself (read back
-# from the namespaces' sysctl) and page/resolve in Alertmanager; the clean case must not trip.
-# Prints the minutes from fault onset to the last treatment host back on control.
-# Not part of `make test` (~20 min): `make live-canary`. Options: python -m ccab.lab.canary --help.
+# from the namespaces' sysctl) and page/resolve in Alertmanager; the clean case must not trip, and
+# its stage's look (due --look-minutes after the hosts applied) must promote the treatment.
+# Prints the minutes from fault onset to the last treatment host back on control, the page's life in
+# Alertmanager (created, firing, resolved) and the clean case's promotion (every host on bbr).
+# Not part of `make test` (~30 min; `--case clean` or `--case faulty` for one): `make live-canary`.
+# Options: python -m ccab.lab.canary --help. Output of a run: docs/rollout/live-canary.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Callable, Iterable, Iterator
 
 from ccab.base import schema
+from ccab.base.chtime import covering_hours
 from ccab.base.contracts import rollout_id_problem
 from ccab.base.warehouse import Warehouse, connect
 from ccab.cohorts.job import JobConfig, run_window
@@ -94,14 +95,23 @@ def analyze_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: st
 
 
 def controller_judge(plan: Plan, run_rollups: bool = True) -> Callable[[datetime, datetime, int, int], list]:
-    """The rollout controller's judge: ``judge(start, end, look, looks_planned) -> verdicts`` — the
-    window's rollups (unless already computed), then :func:`analyze_window` with the plan's options."""
+    """The rollout controller's judge: ``judge(start, end, look, looks_planned) -> verdicts``.
+
+    The window may be minutes (a stage's look is due ``min_duration_minutes`` after its hosts
+    applied, not at whole hours): the judge reads the hourly rollups of the hours that cover it
+    (:func:`ccab.base.chtime.covering_hours`), the current hour as far as it is loaded. Those hours'
+    rollups are recomputed first when their raw rows changed since they were computed (the cohort
+    job's fingerprint: the current hour is stale as soon as the loader lands more rows), then
+    :func:`analyze_window` runs with the plan's options. A record carries the arm its host ran, so
+    rows from before this rollout carry no arm of it; rows of an earlier stage of the same rollout in
+    the covering hours are in (each on the arm it ran)."""
 
     def judge(start: datetime, end: datetime, look: int, looks_planned: int) -> list:
+        h0, h1 = covering_hours(start, end)
         with open_warehouse() as wh:
             if run_rollups:
-                run_window(wh, start, end, JobConfig(), lookback=False)
-            analysis = analyze_window(wh, start, end, plan.rollout_id, control_arm=plan.control_arm,
+                run_window(wh, h0, h1, JobConfig(), recompute_requested=False, lookback=False)
+            analysis = analyze_window(wh, h0, h1, plan.rollout_id, control_arm=plan.control_arm,
                                       guardrails=plan.guardrails, breakers=plan.breakers or None,
                                       look=look, looks_planned=looks_planned)
         return list(analysis.judgement.verdicts)

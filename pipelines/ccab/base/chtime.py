@@ -35,6 +35,22 @@ def hours_between(start: datetime, end: datetime) -> list[datetime]:
     return out
 
 
+def covering_hours(start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """The whole UTC hours that cover ``[start, end)``: ``start`` floored and ``end`` ceiled to the
+    hour (a window already on hour boundaries is returned unchanged; naive means UTC)."""
+    def floor(v: datetime) -> datetime:
+        v = (v if v.tzinfo else v.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+        return datetime(v.year, v.month, v.day, v.hour, tzinfo=timezone.utc)
+
+    lo, hi = floor(start), floor(end)
+    end_utc = (end if end.tzinfo else end.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    if hi < end_utc:
+        hi += HOUR
+    if hi < lo:
+        raise ValueError(f"window end {end.isoformat()} is before its start {start.isoformat()}")
+    return lo, hi
+
+
 def sql_time(value: datetime) -> str:
     """A UTC datetime as ClickHouse reads a ``DateTime('UTC')`` parameter."""
     return value.astimezone(timezone.utc).strftime(CH_TIME_FORMAT)

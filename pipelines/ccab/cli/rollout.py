@@ -78,14 +78,16 @@ def register(sub) -> None:
 
     a = rs.add_parser("step", help="one controller tick: reconcile, publish what is due, run a look when due")
     a.add_argument("rollout_id", help="the rollout (its plan's rollout_id)")
-    a.add_argument("--from", dest="t_from", metavar="ISO", help="look window start (default: first full hour "
-                                                                   "after the stage was applied)")
-    a.add_argument("--to", dest="t_to", metavar="ISO", help="look window end (default: this hour)")
+    a.add_argument("--from", dest="t_from", metavar="ISO", help="look window start, on an hour (default: the "
+                                                                   "first whole minute after the stage was applied)")
+    a.add_argument("--to", dest="t_to", metavar="ISO", help="look window end, on an hour (default: this minute; "
+                                                               "the look runs once min_duration_minutes are there)")
     a.add_argument("--wait-applied", type=float, default=0.0, metavar="S",
                    help="wait up to S seconds for hosts to report applied (batch after batch)")
     a.add_argument("--rollups", choices=("run", "existing"), default="run",
-                   help="run: recompute the hourly cohort rollups of the look window first (default); "
-                        "existing: judge the rollups as they are (the hourly DAG keeps them)")
+                   help="run: recompute the hourly cohort rollups of the hours covering the look window "
+                        "first, those whose raw rows changed (default); existing: judge the rollups as they "
+                        "are (the hourly DAG keeps them)")
     a.add_argument("--json", action="store_true", help="print the result as JSON (for scripts)")
     _add_key(a), _add_kafka(a)
     a.set_defaults(func=cmd_step)
@@ -120,7 +122,7 @@ def register(sub) -> None:
     c = sub.add_parser("controller", help="the rollout controller service: drives every active rollout",
                        description="Long-running rollout controller: every --interval it reconciles every active "
                                    "rollout (publishes what is due within the blast radius, circuit breakers every "
-                                   "minute on the freshest per-minute data, looks when a new whole hour is there, "
+                                   "minute on the freshest per-minute data, looks when min_duration_minutes of data are there, "
                                    "pages and resolves in Alertmanager). Run two for safety: one is the leader "
                                    "(flock + fencing token under $CCAB_DATA_DIR/rollouts), the other stands by.",
                        epilog=CONTROLLER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -134,7 +136,8 @@ def register(sub) -> None:
                    help="Alertmanager base URL for pages (default: from $CCAB_ALERT_WEBHOOK_URL; none: no pages)")
     a.add_argument("--once", action="store_true", help="one loop, then exit (cron, tests)")
     a.add_argument("--rollups", choices=("run", "existing"), default="run",
-                   help="run: recompute the look window's hourly rollups first (default); existing: the DAG does")
+                   help="run: recompute the stale hourly rollups of the hours covering the look window first "
+                        "(default); existing: the DAG does")
     _add_key(a), _add_kafka(a)
     a.set_defaults(func=cmd_controller_run)
 

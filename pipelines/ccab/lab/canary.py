@@ -1,7 +1,7 @@
 """The live canary (issue 16, ``scripts/live-canary.sh``): a rollout driven by the controller
 service on real sockets, end to end.
 
-Per case: four edge hosts in network namespaces behind the lab's router (tbf bottleneck), each
+Per case: eight edge hosts in network namespaces behind the lab's router (tbf bottleneck), each
 with nginx, a real ``ccab-collector`` (nginx log + tcp_info → Kafka) and a real ``ccab-agent``
 (signed assignments from Kafka → the namespace's ``net.ipv4.tcp_congestion_control``); a client
 namespace downloading from every host (consecutive 20 s streams, so new connections pick up the
@@ -9,13 +9,17 @@ current algorithm); the production loader (Kafka → embedded warehouse); the co
 (:class:`ccab.rollout.service.Service`, wired exactly as ``ccab controller run``) with a real
 Alertmanager (Debian's ``prometheus-alertmanager``) as its pager.
 
-The plan: control = cubic, treatment = bbr, two hosts each, circuit breaker retransmits > 3× control
-for ``--breaker-minutes`` minutes. ``faulty``: after a baseline, nftables on the router drops a
-share of the treatment hosts' packets — their retransmits explode — and the controller must roll
-the treatment back by itself: the script reads the sysctl in the namespaces until every treatment
-host runs cubic again and prints the minutes from fault onset, and the page's life in Alertmanager.
-``clean``: the same plan without the fault runs as long: no breaker trips, no page, the treatment
-stays.
+The plan: control = cubic, treatment = bbr, four hosts each (a host-permutation test needs 4 + 4
+hosts to reach α = 0.05), one stage whose look is due ``--look-minutes`` after its hosts applied,
+a page guardrail on the retransmitted share (+25 %), circuit breaker retransmits > 3× control for
+``--breaker-minutes`` minutes. Every host's path loses ``--base-loss-pct`` of its packets (a real
+path is never loss-free, and a retransmit ratio of 0 / 0 cannot be judged). ``faulty``: after a
+baseline, nftables on the router drops a further share of the treatment hosts' packets — their
+retransmits explode — and the controller must roll the treatment back by itself: the script reads
+the sysctl in the namespaces until every treatment host runs cubic again and prints the minutes
+from fault onset, and the page's life in Alertmanager. ``clean``: the same plan without the fault:
+no breaker trips, no page; the stage's look passes and the controller promotes bbr — the script
+reads the sysctl until every host runs bbr.
 
 The embedded warehouse (chdb) can be held by one process only, so this one process runs the loader
 and the controller service loop one after the other (every ``--interval`` seconds) instead of two
@@ -53,7 +57,7 @@ from ccab.rollout.service import AlertmanagerPager, Service
 from ccab.rollout.signing import keygen, load_private_key
 from ccab.rollout.state import Store, rollouts_dir
 
-HOSTS = ("h1", "h2", "h3", "h4")
+HOSTS = tuple(f"h{i}" for i in range(1, 9))
 AM_CONFIG = """route:
   receiver: pager
   group_by: [rollout, pop, arm]
@@ -81,6 +85,26 @@ class _Locked:
             with self._lock:
                 return attr(*a, **k)
         return call
+
+
+class _ObservedPager(AlertmanagerPager):
+    """The controller's pager, and Alertmanager's own list right after each post (API v2): the
+    page's life as on-call's tool has it, even when it fires and resolves within one controller
+    loop (the watcher thread polls every second, but the loop holds the interpreter while it runs)."""
+
+    def __init__(self, url: str, rid: str, page: dict, lock: threading.Lock):
+        super().__init__(url)
+        self.rid, self.page, self.lock = rid, page, lock
+
+    def fire(self, alerts: list[dict]) -> None:
+        super().fire(alerts)
+        with self.lock:
+            _watch_page(self.url, self.rid, self.page)
+
+    def resolve(self, alerts: list[dict]) -> None:
+        super().resolve(alerts)
+        with self.lock:
+            _watch_page(self.url, self.rid, self.page)
 
 
 def _say(msg: str) -> None:
@@ -124,13 +148,14 @@ def _client_plan(topo: Topology, duration_s: float, t0: float) -> dict:
     return {"t0": t0, "seed": 1, "flows": flows}
 
 
-def _plan(rid: str, hosts: dict[str, str], breaker_minutes: int) -> dict:
+def _plan(rid: str, hosts: dict[str, str], breaker_minutes: int, look_minutes: int) -> dict:
     return {
         "rollout_id": rid, "pops": ["lab"], "inventory": {"hosts": {"lab": list(hosts.values())}},
         "arms": [{"name": "control", "cc": "cubic"}, {"name": "bbr", "cc": "bbr"}],
         "control_arm": "control", "design": {"seed": 16},
-        "stages": [{"name": "canary", "hosts": 2, "min_duration_minutes": 60, "looks": 1, "min_applied": 1.0}],
-        "limits": {"max_hosts_per_pop_per_step": 2, "min_control_hosts": 2},
+        "stages": [{"name": "canary", "hosts": len(hosts) // 2, "min_duration_minutes": look_minutes, "looks": 1,
+                    "min_applied": 1.0}],
+        "limits": {"max_hosts_per_pop_per_step": len(hosts) // 2, "min_control_hosts": len(hosts) // 2},
         "guardrails": [{"metric": "retrans_pct", "statistic": "ratio", "margin": 0.25, "severity": "page"}],
         "breakers": [{"metric": "retrans_pct", "ratio": 3, "minutes": breaker_minutes}],
         "policy": {"rollback": "rollback_arm", "halt": "halt_arm"},
@@ -192,7 +217,7 @@ def run_case(case: str, args, work: Path) -> dict:
 
         env = dict(os.environ, CCAB_ROLLOUT_KEY=str(key_file))
         plan_file = work / "plan.yaml"
-        plan_file.write_text(yaml.safe_dump(_plan(rid, names, args.breaker_minutes)))
+        plan_file.write_text(yaml.safe_dump(_plan(rid, names, args.breaker_minutes, args.look_minutes)))
         # the operator starts the rollout with the CLI; from then on only the service acts
         res = subprocess.run([sys.executable, "-m", "ccab.cli", "rollout", "start", str(plan_file),
                               "--assignments-topic", t_asg, "--status-topic", t_st, "--wait-applied", "60",
@@ -206,13 +231,15 @@ def run_case(case: str, args, work: Path) -> dict:
         out["treatment_hosts"] = sorted(treated)
 
         key = load_private_key(key_file)
+        page: dict = {}
+        page_lock = threading.Lock()
 
         def make(store: Store) -> Controller:
             p = load_state_plan(store)
             return Controller(p, store, KafkaBus(bootstrap, t_asg, t_st), key, judge=controller_judge(p),
                               set_action=record_action,
                               say=lambda m: None, breakers=controller_breakers(p), known_alerts=known_alerts(rid),
-                              pager=AlertmanagerPager(am_url), alert_payloads=alert_payloads,
+                              pager=_ObservedPager(am_url, rid, page, page_lock), alert_payloads=alert_payloads,
                               arm_done=arm_done(rid))
 
         svc = Service(rollouts_dir(), make, args.interval, say=lambda m: _say(f"{case}: controller: {m}"))
@@ -230,6 +257,15 @@ def run_case(case: str, args, work: Path) -> dict:
         session.stack.callback(loader.stop)
 
         total_s = (args.baseline_minutes + args.fault_minutes) * 60
+        if not fault:  # long enough for the stage's look, the promotion and the agents
+            total_s = max(total_s, (args.look_minutes + 5) * 60)
+        if args.base_loss_pct > 0:  # every host's path: the same small random loss on both arms
+            ips = ", ".join(topo.host_ip[label] for label in HOSTS)
+            in_ns(topo.router, "nft", "-f", "-", input=(
+                f"table inet ccabbase {{\n chain lossy {{\n  type filter hook forward priority 0; policy accept;\n"
+                f"  ip saddr {{ {ips} }} numgen random mod 100000 < {int(round(args.base_loss_pct * 1000))} "
+                f"counter drop\n }}\n}}\n"))
+            _say(f"{case}: {args.base_loss_pct}% of every host's packets dropped on the router (base loss)")
         t0 = time.time() + 2
         (work / "client.json").write_text(json.dumps(_client_plan(topo, total_s, t0)))
         client = subprocess.Popen(["ip", "netns", "exec", topo.client, sys.executable, "-m", "ccab.lab.client",
@@ -239,12 +275,13 @@ def run_case(case: str, args, work: Path) -> dict:
         session.registry.add_pid(client.pid, ["python"])
         fault_at = None
         back_at = None
-        page: dict = {}
+        promoted_at = None
         watching = threading.Event()
 
         def watch() -> None:  # what on-call sees, polled every second
             while not watching.is_set():
-                _watch_page(am_url, rid, page)
+                with page_lock:
+                    _watch_page(am_url, rid, page)
                 watching.wait(1.0)
         watcher = threading.Thread(target=watch, daemon=True, name="am-watch")
         watcher.start()
@@ -252,7 +289,8 @@ def run_case(case: str, args, work: Path) -> dict:
         session.stack.callback(watching.set)
         deadline = t0 + total_s
         _say(f"{case}: traffic from every host; treatment (bbr) on {', '.join(sorted(treated))}; "
-             f"{'fault after' if fault else 'no fault; watching for'} {args.baseline_minutes} min")
+             + (f"fault after {args.baseline_minutes} min" if fault else
+                f"no fault; the stage's look is due {args.look_minutes} min after its hosts applied"))
         next_tick = 0.0
         while time.time() < deadline:
             time.sleep(1.0)
@@ -281,8 +319,16 @@ def run_case(case: str, args, work: Path) -> dict:
                 if fault_at and back_at is None and all(c == "cubic" for c in ccs.values()):
                     back_at = time.time()
                     _say(f"{case}: every treatment host runs cubic again (sysctl): {ccs}")
+                if not fault and st.promoted and promoted_at is None:
+                    every = {h: in_ns(ns, "sysctl", "-n", "net.ipv4.tcp_congestion_control").strip()
+                             for h, ns in ns_of.items()}
+                    if all(c == "bbr" for c in every.values()):
+                        promoted_at = time.time()
+                        _say(f"{case}: {st.promoted} promoted: every host runs bbr (sysctl): {every}")
                 _say(f"{case}: arms {st.arms}; treatment sysctl {ccs}; open pages {sum(map(len, st.pages.values()))}")
                 if back_at and page.get("resolved_at"):
+                    break
+                if promoted_at:
                     break
                 if back_at and not st.pages and any(e.get("event") == "resolved"
                                                     for e in Store.for_rollout(rid).read_audit()):
@@ -295,9 +341,13 @@ def run_case(case: str, args, work: Path) -> dict:
                 page.setdefault("paged_at", e["ts_ms"] / 1000)
             if e.get("event") == "resolved":
                 page.setdefault("resolved_sent_at", e["ts_ms"] / 1000)
-        out.update(fault_at=fault_at, back_at=back_at, page=page, arms=Store.for_rollout(rid).load().arms,
-                   audit=[{k: e.get(k) for k in ("seq", "event", "reason")}
-                          for e in Store.for_rollout(rid).read_audit()][-12:])
+        out.update(fault_at=fault_at, back_at=back_at, promoted_at=promoted_at, t0=t0, page=page,
+                   arms=Store.for_rollout(rid).load().arms,
+                   audit=[{k: e.get(k) for k in ("seq", "ts_ms", "event", "reason")}
+                          for e in Store.for_rollout(rid).read_audit()][-14:])
+        out["looks"] = [{"window": e.get("window"), "verdicts": [
+            {"decision": v.get("decision"), "reasons": v.get("reasons", [])} for v in e.get("verdicts", [])]}
+            for e in audit if e.get("event") == "look"]
         if fault_at and back_at:
             out["minutes_fault_to_control"] = round((back_at - fault_at) / 60, 2)
         for p in agents:
@@ -306,6 +356,8 @@ def run_case(case: str, args, work: Path) -> dict:
 
 
 def _watch_page(url: str, rid: str, page: dict) -> None:
+    """What on-call sees: the rollout's alerts in Alertmanager (API v2), every state change with its
+    time (``page["states"]``), and when they leave the active alerts (resolved: ``endsAt`` passed)."""
     try:
         alerts = list_alerts(url, {"rollout": rid}, timeout=5)
     except Exception:  # noqa: BLE001
@@ -314,11 +366,38 @@ def _watch_page(url: str, rid: str, page: dict) -> None:
     if alerts and "fired_at" not in page:
         a = alerts[0]
         page.update(fired_at=now, labels=a["labels"], summary=a["annotations"].get("summary"),
-                    runbook=a["annotations"].get("runbook"), state=a["status"]["state"], startsAt=a["startsAt"])
+                    runbook=a["annotations"].get("runbook"), state=a["status"]["state"], startsAt=a["startsAt"],
+                    updatedAt=a.get("updatedAt"), states=[])
         _say(f"page in Alertmanager: {a['labels'].get('alertname')} {page['summary']!r} (next: {page['runbook']})")
+    if alerts:
+        a = alerts[0]
+        state = a["status"]["state"]
+        if not page["states"] or page["states"][-1][1] != state:
+            page["states"].append([now, state])
+            _say(f"page in Alertmanager: state {state} (startsAt {a['startsAt']}, endsAt {a.get('endsAt')})")
+        page["last_endsAt"] = a.get("endsAt")
     if not alerts and "fired_at" in page and "resolved_at" not in page:
         page["resolved_at"] = now
-        _say("page resolved in Alertmanager (endsAt)")
+        _say("page resolved in Alertmanager (endsAt passed: no longer among the active alerts)")
+
+
+def page_life(p: dict) -> list[str]:
+    """The page's life as printed: created (posted, listed), firing (its states), resolved."""
+    hms = lambda t: time.strftime("%H:%M:%S", time.gmtime(t))  # noqa: E731
+    out = [f"created: posted by the controller {hms(p['paged_at'])} (Alertmanager API v2)"
+           + (f"; listed by Alertmanager {hms(p['fired_at'])}, startsAt {p.get('startsAt')}, "
+              f"updatedAt {p.get('updatedAt')}" if p.get("fired_at") else "; never listed")]
+    states = p.get("states") or []
+    for i, (t, state) in enumerate(states):
+        until = states[i + 1][0] if i + 1 < len(states) else p.get("resolved_at")
+        out.append(f"{'firing' if state == 'active' else state}: state {state} from {hms(t)}"
+                   + (f" to {hms(until)}" if until else ""))
+    if p.get("resolved_sent_at"):
+        out.append(f"resolved: endsAt sent {hms(p['resolved_sent_at'])} once every treatment host had applied "
+                   f"control" + (f"; gone from the active alerts {hms(p['resolved_at'])} (open "
+                                 f"{(p['resolved_at'] - p['fired_at']) / 60:.1f} min in Alertmanager)"
+                                 if p.get("resolved_at") and p.get("fired_at") else "; still listed"))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,6 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-minutes", type=float, default=9.0,
                     help="longest wait after the fault for the rollback (default: 9)")
     ap.add_argument("--loss-pct", type=float, default=10.0, help="treatment packets dropped (default: 10)")
+    ap.add_argument("--base-loss-pct", type=float, default=0.2,
+                    help="every host's packets dropped, both arms and cases (default: 0.2)")
+    ap.add_argument("--look-minutes", type=int, default=10,
+                    help="the stage's min_duration_minutes: its look is due this long after its hosts applied "
+                         "(default: 10)")
     ap.add_argument("--buffer-kb", type=int, default=4096, help="uplink queue limit, KiB (default: 4096)")
     ap.add_argument("--rate-mbit", type=float, default=30.0, help="each host's uplink rate (default: 30)")
     ap.add_argument("--interval", type=float, default=15.0, help="controller loop interval, s (default: 15)")
@@ -349,29 +433,35 @@ def main(argv: list[str] | None = None) -> int:
                      f"host back on control (breaker {args.breaker_minutes} min; goal <= {args.breaker_minutes + 2})")
             else:
                 _say("== faulty: the treatment was NOT rolled back in time")
+        if case == "clean":
+            if r.get("promoted_at"):
+                _say(f"== clean: PROMOTED: bbr on every host (sysctl) {(r['promoted_at'] - r['t0']) / 60:.2f} min "
+                     f"after traffic started (the stage's look is due {args.look_minutes} min after its hosts "
+                     f"applied)")
+            else:
+                _say("== clean: NOT promoted")
         p = r.get("page") or {}
-        hms = lambda t: time.strftime("%H:%M:%S", time.gmtime(t))  # noqa: E731
         if p.get("paged_at"):
-            life = [f"posted {hms(p['paged_at'])}"]
-            if p.get("fired_at"):
-                life.append(f"listed by Alertmanager {hms(p['fired_at'])} ({p.get('state')}, startsAt "
-                            f"{p.get('startsAt')})")
-            if p.get("resolved_sent_at"):
-                life.append(f"endsAt sent {hms(p['resolved_sent_at'])}")
-            if p.get("resolved_at"):
-                life.append(f"gone from Alertmanager's active alerts {hms(p['resolved_at'])}")
-            _say(f"== {case}: page: " + "; ".join(life))
+            for line in page_life(p):
+                _say(f"== {case}: page {line}")
             if p.get("labels"):
                 _say(f"   labels {p['labels']}")
                 _say(f"   summary: {p.get('summary')}\n   runbook: {p.get('runbook')}")
         else:
             _say(f"== {case}: no page")
+        for lk in r.get("looks", []):
+            for v in lk["verdicts"]:
+                _say(f"== {case}: look on {'..'.join(lk['window'] or [])}: judge {v['decision'].upper()}")
+                for reason in v["reasons"]:
+                    _say(f"     - {reason[:400]}")
         for e in r["audit"]:
-            _say(f"   [{e['seq']}] {e['event']}: {(e['reason'] or '')[:160]}")
+            at = time.strftime("%H:%M:%S", time.gmtime(e["ts_ms"] / 1000)) if e.get("ts_ms") else "?"
+            _say(f"   [{e['seq']}] {at} {e['event']}: {(e['reason'] or '')[:400]}")
     (work / "results.json").write_text(json.dumps(results, indent=1, default=str))
     ok = all((r["case"] == "faulty" and r.get("minutes_fault_to_control") is not None
               and r["page"].get("resolved_sent_at"))
-             or (r["case"] == "clean" and r["arms"].get("bbr") == "active" and not r["page"]) for r in results)
+             or (r["case"] == "clean" and r["arms"].get("bbr") == "promoted" and r.get("promoted_at")
+                 and not r["page"]) for r in results)
     _say(f"results: {work / 'results.json'}; {'OK' if ok else 'FAILED'}")
     return 0 if ok else 1
 

@@ -423,8 +423,8 @@ class Controller:
     def tick(self) -> StepResult:
         """What ``ccab controller run`` does for one rollout every interval: finish an interrupted
         publish, publish what is due (within the blast radius), evaluate the circuit breakers on
-        the freshest per-minute data (at most once a minute), run a look when a new whole hour
-        is there, and resolve the pages of arms that are back on control or promoted."""
+        the freshest per-minute data (at most once a minute), run a look when the stage's
+        ``min_duration_minutes`` of data are there (:meth:`look_due_at`), and resolve the pages of arms that are back on control or promoted."""
         self._require_state()
         result = StepResult()
         if self.st.status == "running" and self.breakers is not None and self.plan.breakers:
@@ -501,6 +501,10 @@ class Controller:
             return
         st = self.st
         for a in alerts:
+            # a page fires: the stored alert is already resolved once the arm was acted on
+            # (set_action) and its payload carries endsAt, which Alertmanager would take as resolved
+            # at once; the page stays open until the arm's hosts are back on control (resolve_pages)
+            a.pop("endsAt", None)
             a.setdefault("annotations", {})["action"] = action
         known = {json.dumps(a["labels"], sort_keys=True) for a in st.pages.get(arm, [])}
         st.pages.setdefault(arm, []).extend(a for a in alerts if json.dumps(a["labels"], sort_keys=True) not in known)
@@ -663,30 +667,48 @@ class Controller:
             st.stage_applied_ms = self.clock()
             self._save()
             self._audit("stage_applied", f"stage {stage.name}: {ok}/{n} hosts applied", applied=ok, enrolled=n)
-        auto_window = window is None
-        if window is None:  # whole hours from the first full hour after the stage was applied
-            applied_at = _utc(st.stage_applied_ms)
-            start = applied_at.replace(minute=0, second=0, microsecond=0)
-            if start < applied_at:
-                start += timedelta(hours=1)
-            window = (start, _utc(self.clock()).replace(minute=0, second=0, microsecond=0))
+        if window is None:
+            window = self.look_window()
+            start, end = window
+            due = self.look_due_at()
+            if int(end.timestamp() * 1000) < due:
+                result.messages.append(
+                    f"stage {stage.name}: next look at {_iso(_utc(due))}, when {stage.min_duration_minutes} min of "
+                    f"data are there since {'the last look' if self._looked_this_stage() else 'its hosts applied'} "
+                    f"(window so far {_iso(start)}..{_iso(end)})")
+                return result
         start, end = window
-        if auto_window and st.last_look_ms and int(end.timestamp() * 1000) <= st.last_look_ms:
-            result.messages.append(f"stage {stage.name}: no new whole hour since the last look (window end "
-                                   f"{_iso(end)}); next look after the hour")
-            return result
         minutes = (end - start).total_seconds() / 60
-        if minutes <= 0:
-            result.messages.append(f"stage {stage.name}: applied; its first whole hour of data starts {_iso(start)}, "
-                                   f"a look needs {stage.min_duration_minutes} min of data (or give --from/--to)")
-            return result
-        if minutes < stage.min_duration_minutes:
+        if minutes < stage.min_duration_minutes or minutes <= 0:
             result.messages.append(f"stage {stage.name}: look window {_iso(start)}..{_iso(end)} is {minutes:.0f} min, "
                                    f"the stage needs {stage.min_duration_minutes} min; no look yet")
             return result
         result.look = self.look(start, end)
         self._converge(result, wait_applied_s=0.0)  # a rollback goes out in the same look
         return result
+
+    def look_window(self) -> tuple[datetime, datetime]:
+        """The automatic look window: from the first whole minute after the stage's hosts applied
+        their assignments to the current whole minute (the judge reads the rollups of the hours
+        that cover it, the current one as far as it is loaded: ``pipeline.controller_judge``)."""
+        applied = _utc(self.st.stage_applied_ms)
+        start = applied.replace(second=0, microsecond=0)
+        if start < applied:
+            start += timedelta(minutes=1)
+        end = _utc(self.clock()).replace(second=0, microsecond=0)
+        return start, max(start, end)
+
+    def _looked_this_stage(self) -> bool:
+        st = self.st
+        return bool(st.last_look_ms and st.stage_applied_ms and st.last_look_ms > st.stage_applied_ms)
+
+    def look_due_at(self) -> int:
+        """When (ms) the stage's next automatic look is due: ``min_duration_minutes`` of data since
+        the hosts applied, then again ``min_duration_minutes`` after each look's window end (a look
+        that held counts: the next one waits for new data, never the same window twice)."""
+        start, _ = self.look_window()
+        since = _utc(self.st.last_look_ms) if self._looked_this_stage() else start
+        return int((since + timedelta(minutes=max(1, self._stage().min_duration_minutes))).timestamp() * 1000)
 
     def look(self, start: datetime, end: datetime) -> dict:
         """Run the judge for [start, end) and act on its verdicts."""

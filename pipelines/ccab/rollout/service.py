@@ -144,7 +144,7 @@ class Service:
         now_ms = self.clock() * 1000
         since = st.last_look_ms if st.looks_done and st.last_look_ms else (st.stage_started_ms or now_ms)
         base = st.stage_applied_ms or st.stage_started_ms or now_ms
-        due = base + stage.min_duration_minutes * 60_000 * (st.looks_done + 1) / max(1, stage.looks)
+        due = ctl.look_due_at() if st.stage_applied_ms else base + stage.min_duration_minutes * 60_000
         failures = sum(1 for e in ctl.store.read_audit() if e.get("event") == "look_failed")
         m = RolloutMetrics(st.status, st.stage, dict(st.arms), max(0.0, (now_ms - since) / 1000), due / 1000, failures)
         for e in ctl.store.read_audit():

@@ -108,3 +108,51 @@ def test_the_breaker_page_reaches_alertmanager_silenced_then_resolved(tmp_path, 
     svc.loop_once()
     wait_until(lambda: not list_alerts(alertmanager.url, {"rollout": "r-am"}), what="the page resolved (endsAt)")
     assert not Store(root / "r-am").load().pages
+
+
+def test_a_page_from_the_warehouse_alert_fires_in_alertmanager_until_the_hosts_are_back(tmp_path, alertmanager,
+                                                                                       warehouse_env):
+    """Wired as `ccab controller run` wires it: the breaker's alert is stored in the warehouse, the
+    controller records its action on it (which resolves the stored alert) and pages from the stored
+    alert; the page must still fire in Alertmanager and resolve only after the hosts applied control."""
+    import time
+
+    from ccab.judge.alerts import breaker_alert, write_alerts
+    from ccab.judge.model import Breaker, BreakerTrip
+    from ccab.pipeline import alert_payloads, arm_done, open_warehouse, record_action
+
+    rid, root, bus = "r-wh", tmp_path / "rollouts", MemoryBus()
+    now = [T0]
+    plan = _plan(rid)
+
+    def breakers(start, end):  # as pipeline.controller_breakers: the trip is stored as an alert first
+        if now[0] < T0 + 9 * 60_000:
+            return []
+        t = BreakerTrip("b1", "control", Breaker(ratio=3, minutes=5), "2026-01-01 12:03:00", "2026-01-01 12:07:00",
+                        5, 8.55, 4.2, 0.49)
+        alert = breaker_alert(rid, "p1", t)
+        with open_warehouse() as wh:
+            write_alerts(wh, [alert], time.time_ns())
+        return [dict(TRIP, alert_id=alert.alert_id)]
+
+    def make(store):
+        return Controller(plan, store, bus, load_private_key(KEY), clock=lambda: now[0],
+                          pager=AlertmanagerPager(alertmanager.url), breakers=breakers, set_action=record_action,
+                          alert_payloads=alert_payloads, arm_done=arm_done(rid))
+    make(Store(root / rid)).start()
+    bus.apply_all()
+    svc = Service(root, make, interval_s=1, say=lambda _m: None, clock=lambda: now[0] / 1000)
+    now[0] += 11 * 60_000
+    svc.loop_once()  # the breaker trips: b1 rolled back, paged from the stored (already resolved) alert
+    st = Store(root / rid).load()
+    assert st.arms["b1"] == "rolled_back" and st.pages["b1"]
+    (a,) = wait_until(lambda: list_alerts(alertmanager.url, {"rollout": rid}), what="the page firing")
+    assert a["status"]["state"] == "active" and a["labels"]["arm"] == "b1" and a["labels"]["severity"] == "page"
+    now[0] += 60_000
+    svc.loop_once()  # the agents have not applied control yet: the page stays open
+    assert list_alerts(alertmanager.url, {"rollout": rid})
+    bus.apply_all()
+    now[0] += 60_000
+    svc.loop_once()
+    wait_until(lambda: not list_alerts(alertmanager.url, {"rollout": rid}), what="the page resolved (endsAt)")
+    assert not Store(root / rid).load().pages
