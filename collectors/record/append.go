@@ -2,19 +2,18 @@ package record
 
 import (
 	"fmt"
-	"strconv"
 	"unicode/utf8"
 )
 
 // AppendHTTP appends r as one JSON object (no newline) to dst: the same bytes as
-// encoding/json with HTML escaping off, keys in contract order, written with strconv.Append*
+// encoding/json with HTML escaping off, keys in contract order, written with appendInt and strconv.AppendFloat
 // and constant key text instead of reflection. On error (a float that is not finite) dst
 // is returned unchanged.
 func AppendHTTP(dst []byte, r *HTTPRequest) ([]byte, error) {
 	b := append(dst, `{"schema":`...)
 	b = appendString(b, r.Schema)
 	b = append(b, `,"ts_ms":`...)
-	b = strconv.AppendInt(b, r.TsMs, 10)
+	b = appendInt(b, r.TsMs)
 	b = appendHost(b, r.Pop, r.Host, r.Kernel, r.Arm, r.RolloutID)
 	b = append(b, `,"cc":`...)
 	b = appendString(b, r.CC)
@@ -55,7 +54,7 @@ func AppendTCP(dst []byte, s *TCPSample) ([]byte, error) {
 	b := append(dst, `{"schema":`...)
 	b = appendString(b, s.Schema)
 	b = append(b, `,"ts_ms":`...)
-	b = strconv.AppendInt(b, s.TsMs, 10)
+	b = appendInt(b, s.TsMs)
 	b = appendHost(b, s.Pop, s.Host, s.Kernel, s.Arm, s.RolloutID)
 	b = append(b, `,"cc":`...)
 	b = appendString(b, s.CC)
@@ -65,7 +64,7 @@ func AppendTCP(dst []byte, s *TCPSample) ([]byte, error) {
 	b = append(b, `,"peer_prefix":`...)
 	b = appendString(b, s.PeerPrefix)
 	b = append(b, `,"local_port":`...)
-	b = strconv.AppendInt(b, s.LocalPort, 10)
+	b = appendInt(b, s.LocalPort)
 	b = append(b, `,"state":`...)
 	b = appendString(b, s.State)
 
@@ -112,9 +111,9 @@ func AppendTCP(dst []byte, s *TCPSample) ([]byte, error) {
 
 	b = appendOptInt(append(b, `,"notsent_bytes":`...), s.NotsentBytes)
 	b = append(b, `,"send_q_bytes":`...)
-	b = strconv.AppendInt(b, s.SendQBytes, 10)
+	b = appendInt(b, s.SendQBytes)
 	b = append(b, `,"recv_q_bytes":`...)
-	b = strconv.AppendInt(b, s.RecvQBytes, 10)
+	b = appendInt(b, s.RecvQBytes)
 	b = appendOptInt(append(b, `,"snd_wnd":`...), s.SndWnd)
 	b = appendOptInt(append(b, `,"rcv_space":`...), s.RcvSpace)
 
@@ -146,7 +145,7 @@ func AppendConn(dst []byte, c *TCPConn) ([]byte, error) {
 	b := append(dst, `{"schema":`...)
 	b = appendString(b, c.Schema)
 	b = append(b, `,"ts_ms":`...)
-	b = strconv.AppendInt(b, c.TsMs, 10)
+	b = appendInt(b, c.TsMs)
 	b = appendHost(b, c.Pop, c.Host, c.Kernel, c.Arm, c.RolloutID)
 	b = append(b, `,"cc":`...)
 	b = appendString(b, c.CC)
@@ -158,7 +157,7 @@ func AppendConn(dst []byte, c *TCPConn) ([]byte, error) {
 	b = append(b, `,"peer_prefix":`...)
 	b = appendString(b, c.PeerPrefix)
 	b = append(b, `,"local_port":`...)
-	b = strconv.AppendInt(b, c.LocalPort, 10)
+	b = appendInt(b, c.LocalPort)
 	b = appendOptInt(append(b, `,"duration_ms":`...), c.DurationMs)
 	b = appendOptInt(append(b, `,"seen_duration_ms":`...), c.SeenDurationMs)
 
@@ -239,7 +238,7 @@ func appendOptInt(b []byte, v *int64) []byte {
 	if v == nil {
 		return append(b, "null"...)
 	}
-	return strconv.AppendInt(b, *v, 10)
+	return appendInt(b, *v)
 }
 
 func appendOptFloat(b []byte, v *Float, field string) ([]byte, error) {

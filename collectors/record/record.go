@@ -271,7 +271,7 @@ func AppendFloat(b []byte, x float64) ([]byte, error) {
 	// An integral value below 2^53 prints as its integer and ".0" (strconv's shortest 'f'
 	// form of it is the integer's digits); -0 is left to strconv.
 	if x == math.Trunc(x) && math.Abs(x) < 1<<53 && (x != 0 || !math.Signbit(x)) {
-		return append(strconv.AppendInt(b, int64(x), 10), '.', '0'), nil
+		return append(appendInt(b, int64(x)), '.', '0'), nil
 	}
 	// Same choice of notation as encoding/json, then make sure a float stays a float.
 	format := byte('f')

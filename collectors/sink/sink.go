@@ -117,10 +117,16 @@ type Sink struct {
 	stop chan struct{}
 	done chan struct{}
 
-	// results from franz-go's promise goroutine
-	resMu    sync.Mutex
-	results  []result
-	resReady chan struct{}
+	// results from franz-go's promise goroutine: acknowledgements of live records of
+	// single-topic batches are counted in their pbatch (acked) and the batch is listed in
+	// ackedBatches when its count leaves 0; everything else (errors, replayed records, batches
+	// of several topics) is one result each
+	resMu        sync.Mutex
+	results      []result
+	ackedBatches []*pbatch
+	resReady     chan struct{}
+	spareResults []result  // the loop's emptied lists, handed back for reuse
+	spareAcked   []*pbatch //
 
 	// owned by the loop goroutine
 	spooling     bool // new records go to the spool
@@ -183,8 +189,14 @@ func (s *Sink) topic(t string) *topicCount {
 type pbatch struct {
 	done      func()
 	remaining int
-	kafkaMs   int64    // produce time of its first record given to Kafka; 0 if none yet
-	slabs     [][]pmsg // its pmsgs, recycled (s.freeSlabs) once all of them are complete
+	kafkaMs   int64       // produce time of its first record given to Kafka; 0 if none yet
+	slabs     [][]pmsg    // its pmsgs, recycled (s.freeSlabs) once all of them are complete
+	tc        *topicCount // the topic of every record of the batch; nil if it has several
+
+	// Acknowledgements (no error) of its records counted by the promise and not yet seen by
+	// the loop: written by the promise goroutine, swapped to 0 by the loop. Only for
+	// batches with one topic (tc != nil).
+	acked atomic.Int64
 }
 
 type pmsg struct {
@@ -333,12 +345,23 @@ func (s *Sink) Close() error {
 }
 
 // promise is the Producer's callback for every record the sink produced (one function, not
-// a closure per record: the record is the first field of its pmsg).
+// a closure per record: the record is the first field of its pmsg). An acknowledged live
+// record of a single-topic batch costs one atomic add: the loop learns of the batch once per
+// round (ackedBatches, one lock and one wake-up per batch), not of each record.
 func (s *Sink) promise(r *kgo.Record, err error) {
 	pm := pmsgOf(r)
-	s.resMu.Lock()
-	s.results = append(s.results, result{pm, err})
-	s.resMu.Unlock()
+	if pb := pm.pb; err == nil && pb != nil && pb.tc != nil {
+		if pb.acked.Add(1) != 1 {
+			return // the batch is already listed and the loop not yet woken for it
+		}
+		s.resMu.Lock()
+		s.ackedBatches = append(s.ackedBatches, pb)
+		s.resMu.Unlock()
+	} else {
+		s.resMu.Lock()
+		s.results = append(s.results, result{pm, err})
+		s.resMu.Unlock()
+	}
 	select {
 	case s.resReady <- struct{}{}:
 	default:
@@ -398,6 +421,17 @@ func (s *Sink) accept(b Batch, now time.Time) {
 		return
 	}
 	pb := &pbatch{done: b.Done, remaining: len(b.Msgs)}
+	// Counted per topic run, not per record (a source's batch has one topic).
+	topic, run := b.Msgs[0].Topic, 0
+	pb.tc = s.topic(topic)
+	for i := range b.Msgs {
+		if t := b.Msgs[i].Topic; t != topic {
+			s.topic(topic).received.Add(float64(run))
+			topic, run, pb.tc = t, 0, nil
+		}
+		run++
+	}
+	s.topic(topic).received.Add(float64(run))
 	var pms []pmsg // allocated in slabs: a batch's records complete together
 	for i := range b.Msgs {
 		if len(pms) == 0 {
@@ -407,7 +441,6 @@ func (s *Sink) accept(b Batch, now time.Time) {
 		pm := &pms[0]
 		pms = pms[1:]
 		pm.msg, pm.pb = b.Msgs[i], pb
-		s.topic(pm.msg.Topic).received.Inc()
 		if s.inSpool.Has(pm.msg.Stream, pm.msg.Pos) {
 			s.m.RecordsDuplicate.WithLabelValues("spool").Inc()
 			s.complete(pm)
@@ -476,9 +509,11 @@ func (s *Sink) produce(pm *pmsg, now time.Time) {
 }
 
 // complete marks one live record as durable (or dropped for good).
-func (s *Sink) complete(pm *pmsg) {
-	pb := pm.pb
-	pb.remaining--
+func (s *Sink) complete(pm *pmsg) { s.completeN(pm.pb, 1) }
+
+// completeN marks n live records of pb as durable (or dropped for good).
+func (s *Sink) completeN(pb *pbatch, n int) {
+	pb.remaining -= n
 	if pb.remaining == 0 {
 		if pb.done != nil {
 			pb.done()
@@ -536,10 +571,25 @@ func classify(err error) (reason string, permanent bool) {
 
 func (s *Sink) processResults(now time.Time) {
 	s.resMu.Lock()
-	rs := s.results
-	s.results = nil
+	rs, acked := s.results, s.ackedBatches
+	s.results, s.ackedBatches = s.spareResults[:0], s.spareAcked[:0]
 	s.resMu.Unlock()
-	for _, r := range rs {
+	for i, pb := range acked {
+		acked[i] = nil
+		// Every acknowledgement counted before this swap is in n; one counted after it lists
+		// the batch again.
+		n := int(pb.acked.Swap(0))
+		if n == 0 {
+			continue
+		}
+		s.inflight -= n
+		s.lastProgress = now
+		s.m.KafkaUp.Set(1)
+		pb.tc.produced.Add(float64(n))
+		s.completeN(pb, n)
+	}
+	for i, r := range rs {
+		rs[i] = result{}
 		s.inflight--
 		pm := r.pm
 		if r.err == nil {
@@ -548,11 +598,13 @@ func (s *Sink) processResults(now time.Time) {
 		}
 		if c := pm.chunk; c != nil {
 			c.inflight--
-			switch reason, permanent := classify(r.err); {
-			case r.err == nil:
+			if r.err == nil {
 				s.topic(pm.msg.Topic).replayed.Inc()
 				c.state[pm.idx] = 1
 				c.remaining--
+				continue
+			}
+			switch reason, permanent := classify(r.err); {
 			case permanent:
 				s.m.ProduceErrors.WithLabelValues(reason).Inc()
 				s.m.RecordsDropped.WithLabelValues(metrics.DropRejected).Inc()
@@ -566,10 +618,12 @@ func (s *Sink) processResults(now time.Time) {
 			}
 			continue
 		}
-		switch reason, permanent := classify(r.err); {
-		case r.err == nil:
+		if r.err == nil {
 			s.topic(pm.msg.Topic).produced.Inc()
 			s.complete(pm)
+			continue
+		}
+		switch reason, permanent := classify(r.err); {
 		case permanent:
 			s.m.ProduceErrors.WithLabelValues(reason).Inc()
 			s.m.RecordsDropped.WithLabelValues(metrics.DropRejected).Inc()
@@ -585,6 +639,7 @@ func (s *Sink) processResults(now time.Time) {
 			s.toHead = append(s.toHead, pm)
 		}
 	}
+	s.spareResults, s.spareAcked = rs[:0], acked[:0]
 	if c := s.chunk; c != nil && c.remaining == 0 {
 		s.commitChunk()
 	}

@@ -134,6 +134,7 @@ type batch struct {
 	arena  []byte
 	chunks [][]byte // the arena chunks the records' values live in, recycled after Done
 	end    int64
+	lines  int // complete lines read into it, not yet counted (LogLinesRead, once per batch)
 }
 
 // readFollower reads fo from its offset to the end of the file.
@@ -245,7 +246,7 @@ func (fo *follower) consume(ctx context.Context, meta record.Meta, data []byte, 
 // line parses one complete line, which ends at offset end, into a record in b.
 func (fo *follower) line(meta record.Meta, line []byte, end int64, b *batch) {
 	t := fo.t
-	t.m.LogLinesRead.Inc()
+	b.lines++
 	line = bytes.TrimSuffix(line, []byte{'\r'})
 	if len(bytes.TrimSpace(line)) == 0 {
 		return
@@ -336,6 +337,10 @@ func (t *Tailer) recycle(msgs []sink.Message, chunks [][]byte) {
 // submit hands b to the sink; its span is committed once the sink reports it durable.
 func (fo *follower) submit(ctx context.Context, b *batch) error {
 	t := fo.t
+	if b.lines > 0 {
+		t.m.LogLinesRead.Add(float64(b.lines))
+		b.lines = 0
+	}
 	t.mu.Lock()
 	tr := fo.tr
 	start := tr.committed
