@@ -308,6 +308,18 @@ def _verdict(schema: Schema, staged: bool = False) -> str:
 # The staged path's end-of-line marker (a column of the staging table only) and its reason.
 _LINE_END_COLUMN = "_ccab_line_end"
 _LINE_END = b'"%s":1' % _LINE_END_COLUMN.encode()
+def _may_name_line_end(payload: bytes) -> bool:
+    """Whether a record might hold our end marker's name as a top-level key spelled with JSON
+    escapes (then only the staging table would see a duplicate key)."""
+    if b"\\u" not in payload:
+        return False
+    try:
+        value = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return True  # cannot tell cheaply
+    return not isinstance(value, dict) or _LINE_END_COLUMN in value
+
+
 _STAGED_REASONS = {"line_end": "bad JSON: more than one JSON value in the record, or junk after it"}
 
 
@@ -355,9 +367,7 @@ class BatchWriter:
         letters are written; the good rows go from the staging table into the landing table (one
         block, the same dedup token as a direct insert of them). Returns the rows inserted."""
         data = b"\n".join(lines)
-        if _LINE_END_COLUMN.encode() in data or b"\\u" in data:
-            # a record that names our end marker, or might spell it with escapes (a duplicate key
-            # in the staging table only): the careful classification
+        if _LINE_END_COLUMN.encode() in data:  # a record names our end marker: the careful path
             return self._write_classified(schema, batch, kept, lines, result)
         stage = self._stage_table(schema)
         try:
@@ -423,7 +433,10 @@ class BatchWriter:
         if int(total) < len(lines):  # rows ClickHouse could not parse: the positions it did not see
             seen = {where.get((int(p), int(o))) for p, o in self.wh.query(
                 f"SELECT _partition, _offset FROM {stage} WHERE _partition IS NOT NULL AND _offset IS NOT NULL").rows}
-            self._explain_unparsed(schema, batch, kept, lines, [i for i in range(len(lines)) if i not in seen], bad)
+            unparsed = [i for i in range(len(lines)) if i not in seen]
+            if any(_may_name_line_end(batch.payloads[kept[i]]) for i in unparsed):
+                return None  # our end marker may have made it a duplicate key: the careful path
+            self._explain_unparsed(schema, batch, kept, lines, unparsed, bad)
         return bad
 
     def _explain_unparsed(self, schema: Schema, batch: Batch, kept: list[int], lines: list[bytes],
