@@ -18,14 +18,20 @@ How a batch goes in (no per-row Python objects on the hot path):
    the rows into the raw table. ClickHouse parses and type-checks; the batch is one block, so the
    insert is all-or-nothing, and it carries an ``insert_deduplication_token`` naming the source
    positions and content, so an identical retry is dropped.
-3. Only if ClickHouse rejects the batch: one query reads the batch with the same structure,
-   skipping rows it cannot parse, and evaluates the landing constraints per row
-   (:func:`ccab.base.contracts.constraints`): a row missing from its answer could not be parsed,
-   a row with a violated rule names it. Those rows become dead letters (the reason of an
-   unparsable row comes from Python's strict reading, or from ClickHouse for a few). The good
-   rows are inserted as in step 2. Should that insert still fail (a line that holds two objects),
-   the rows are bisected against the ``*_check`` table (same constraints, writes nothing):
-   O(bad · log n) checks, never one per row.
+3. Only if ClickHouse rejects the batch (or the previous batch of the schema had bad rows, so
+   the direct insert would most likely fail again): ClickHouse parses the batch *once* into a
+   session-private Memory table (``ccab_stage_<schema>``, temporary), skipping the rows it
+   cannot parse. Each line gets an end marker before its last brace, so a line whose object ends
+   early (junk or a second object after it, which a direct insert refuses) stages a row without
+   the marker and is bad like them. One query names the staged rows that break a landing rule
+   (:func:`ccab.base.contracts.constraints`); the positions that are missing from the table are
+   the unparsable rows (the reason from Python's strict reading for the first few, or from
+   ClickHouse for a few; the rest a generic one). The good rows go from the Memory table into the
+   landing table with ``INSERT ... SELECT``: one block, the dedup token a direct insert of them
+   would carry, no second parse. Rare cases take the careful classification instead (one query
+   over the batch, then the rows it could not tell bisected against the ``*_check`` table
+   (same constraints, writes nothing): O(bad · log n) checks, never one per row): a record that
+   names the end marker, or a position that stages twice.
 4. Dead letters are written *before* the good rows, so a crash in between re-delivers the batch
    and the dead letters collapse on their source position (``dead_letters`` is a
    ReplacingMergeTree keyed by it).

@@ -49,8 +49,13 @@ def generate(seed: int = SEED) -> list[tuple[str, bytes]]:
                                cc=("cubic", "bbr")[i % 2]) for i in range(60)]
     out += [("tcp_sample/1", _dump(r)) for r in valid_tcp]
     out += [("http_request/1", _dump(r)) for r in valid_http]
-    for name, make, n0 in (("tcp_sample/1", tcp_sample, 1000), ("http_request/1", http_request, 2000)):
+    for name, factory, n0 in (("tcp_sample/1", tcp_sample, 1000), ("http_request/1", http_request, 2000)):
         schema = SCHEMAS[name]
+
+        def make(i: int, factory=factory, **over) -> dict:
+            # every record in the hostile (pop, rollout): the analysis pays per pair, not per record
+            return factory(i, **{"rollout_id": HOSTILE_ROLLOUT, "pop": HOSTILE_POP, **over})
+
         n = n0
         # backslashes and quotes in every string field (valid records)
         for f in schema.fields:
