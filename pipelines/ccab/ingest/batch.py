@@ -345,7 +345,6 @@ class BatchWriter:
         self.wh = wh
         self.max_record_bytes = max_record_bytes
         self._staging: set[str] = set()  # schemas whose last batch had bad rows: straight to staging
-        self._stages: set[str] = set()  # staging tables created in this session
 
     def write(self, schema: Schema, batch: Batch) -> BatchResult:
         result = BatchResult()
@@ -410,12 +409,12 @@ class BatchWriter:
             self.wh.command(f"TRUNCATE TABLE IF EXISTS {stage}")
 
     def _stage_table(self, schema: Schema) -> str:
-        """The session's staging table of ``schema`` (temporary: private to the warehouse session)."""
+        """The session's staging table of ``schema`` (temporary: private to the warehouse session,
+        so concurrent loaders never share one; created each time, since a reconnected session
+        has lost it)."""
         name = "ccab_stage_" + re.sub(r"[^a-z0-9]", "_", schema.name)
-        if name not in self._stages:
-            self.wh.command(f"CREATE TEMPORARY TABLE IF NOT EXISTS {name} ({input_structure(schema)}, "
-                            f"{_LINE_END_COLUMN} Nullable(UInt8)) ENGINE = Memory")
-            self._stages.add(name)
+        self.wh.command(f"CREATE TEMPORARY TABLE IF NOT EXISTS {name} ({input_structure(schema)}, "
+                        f"{_LINE_END_COLUMN} Nullable(UInt8)) ENGINE = Memory")
         return name
 
     def _staged_verdicts(self, schema: Schema, stage: str, batch: Batch, kept: list[int],

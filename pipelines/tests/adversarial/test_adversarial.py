@@ -49,6 +49,7 @@ def generate(seed: int = SEED) -> list[tuple[str, bytes]]:
                                cc=("cubic", "bbr")[i % 2]) for i in range(60)]
     out += [("tcp_sample/1", _dump(r)) for r in valid_tcp]
     out += [("http_request/1", _dump(r)) for r in valid_http]
+    nasty: dict[str, str] = {}
     for name, factory, n0 in (("tcp_sample/1", tcp_sample, 1000), ("http_request/1", http_request, 2000)):
         schema = SCHEMAS[name]
 
@@ -61,7 +62,10 @@ def generate(seed: int = SEED) -> list[tuple[str, bytes]]:
         for f in schema.fields:
             if f.kind == "string" and f.name not in ("schema", "peer_prefix", "ts_source"):
                 n += 1
-                out.append((name, _dump(make(n, **{f.name: rng.choice(NASTY_STRINGS) + f.name}))))
+                # one hostile value per field name in both schemas: pop and rollout_id make a
+                # (pop, rollout) pair for the analysis each, not one per schema
+                value = nasty.setdefault(f.name, rng.choice(NASTY_STRINGS) + f.name)
+                out.append((name, _dump(make(n, **{f.name: value}))))
         # numbers at and beyond every integer field's width; the spellings that are not about
         # the width (wraps, fractions, exponents, signs, strings) once per distinct width
         widths_seen: set[tuple[str, int, int]] = set()
