@@ -5,7 +5,8 @@ one direct INSERT into the raw table, by its fastest path (`INSERT ... SELECT FR
 tmpfs file; inline data is ~2x slower in chdb) — no Kafka, no validation, no dead-letter path.
 Ours: the same records produced to a Kafka topic beforehand (not timed), then consumed by the
 loader (validation in ClickHouse, audit columns, dedup tokens, offset commits) until all are in.
-Prints both rates and the ratio (goal >= 0.7).
+Prints both rates and the ratio per round (goal, issue #19: >= 0.85 in every round) and the
+``table19 loader`` line of ``make bench``'s issue-19 table.
 
 ``--bad-fraction F``: the loader on all-good records vs the loader on the same number of records
 of which a fraction F is bad in ways only ClickHouse or the careful path refuses (a string where
@@ -20,6 +21,7 @@ Usage: bench/loader/run.sh [N_RECORDS] [--bad-fraction 0.5]
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -38,6 +40,7 @@ from ccab.kafka import broker
 from ccab.kafka import topics as kafka_topics
 
 ROUNDS = 3
+GOAL_RATIO = 0.85  # issue #19: ours/limit in every round
 VECTORS = Path(__file__).resolve().parents[2] / "contracts" / "vectors"
 
 
@@ -179,7 +182,12 @@ def main() -> int:
         print(f"  limit  (one direct INSERT of the same bytes)  {statistics.median(limits):>12,.0f} records/s")
         print(f"  ours   (Kafka -> ccab loader -> ClickHouse)   {statistics.median(ours):>12,.0f} records/s")
         ratio = statistics.median(ratios)
-        print(f"  ratio  ours/limit = {ratio:.2f}   (goal >= 0.70) {'OK' if ratio >= 0.7 else 'BELOW GOAL'}")
+        met = min(ratios) >= GOAL_RATIO
+        print(f"  ratio  ours/limit = {ratio:.2f} median, {min(ratios):.2f}-{max(ratios):.2f} over the rounds   "
+              f"(goal >= {GOAL_RATIO:.2f} in every round) {'OK' if met else 'BELOW GOAL'}")
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"table19 loader | {' / '.join(f'{r:.2f}' for r in ratios)} per round, median {ratio:.2f} "
+              f"({n:,} records; load avg {load}) | {'met' if met else 'NOT met'}")
         return 0
     finally:
         if started_broker:

@@ -18,14 +18,20 @@ How a batch goes in (no per-row Python objects on the hot path):
    the rows into the raw table. ClickHouse parses and type-checks; the batch is one block, so the
    insert is all-or-nothing, and it carries an ``insert_deduplication_token`` naming the source
    positions and content, so an identical retry is dropped.
-3. Only if ClickHouse rejects the batch: one query reads the batch with the same structure,
-   skipping rows it cannot parse, and evaluates the landing constraints per row
-   (:func:`ccab.base.contracts.constraints`): a row missing from its answer could not be parsed,
-   a row with a violated rule names it. Those rows become dead letters (the reason of an
-   unparsable row comes from Python's strict reading, or from ClickHouse for a few). The good
-   rows are inserted as in step 2. Should that insert still fail (a line that holds two objects),
-   the rows are bisected against the ``*_check`` table (same constraints, writes nothing):
-   O(bad · log n) checks, never one per row.
+3. Only if ClickHouse rejects the batch (or the previous batch of the schema had bad rows, so
+   the direct insert would most likely fail again): ClickHouse parses the batch *once* into a
+   session-private Memory table (``ccab_stage_<schema>``, temporary), skipping the rows it
+   cannot parse. Each line gets an end marker before its last brace, so a line whose object ends
+   early (junk or a second object after it, which a direct insert refuses) stages a row without
+   the marker and is bad like them. One query names the staged rows that break a landing rule
+   (:func:`ccab.base.contracts.constraints`); the positions that are missing from the table are
+   the unparsable rows (the reason from Python's strict reading for the first few, or from
+   ClickHouse for a few; the rest a generic one). The good rows go from the Memory table into the
+   landing table with ``INSERT ... SELECT``: one block, the dedup token a direct insert of them
+   would carry, no second parse. Rare cases take the careful classification instead (one query
+   over the batch, then the rows it could not tell bisected against the ``*_check`` table
+   (same constraints, writes nothing): O(bad · log n) checks, never one per row): a record that
+   names the end marker, or a position that stages twice.
 4. Dead letters are written *before* the good rows, so a crash in between re-delivers the batch
    and the dead letters collapse on their source position (``dead_letters`` is a
    ReplacingMergeTree keyed by it).
@@ -287,12 +293,58 @@ def _token(topic: str, spans: dict[int, list[int]], data: bytes | None) -> str:
     return f"{topic}/{where}{digest}"
 
 
+def _spans(batch: Batch, kept: list[int]) -> dict[int, list[int]]:
+    """First and last source position per partition of the rows ``kept`` (a batch's label)."""
+    parts, offs = batch.partitions, batch.offsets
+    if len(kept) != len(parts):
+        parts, offs = [parts[i] for i in kept], [offs[i] for i in kept]
+    last = {p: o for p, o in zip(parts, offs)}
+    first = {p: o for p, o in zip(reversed(parts), reversed(offs))}
+    return {p: [first[p], last[p]] for p in last}
+
+
+def _verdict(schema: Schema, staged: bool = False) -> str:
+    """A row's first violated landing rule, or '' (ClickHouse expression over the landing columns;
+    ``staged``: a staged row must also hold the line's end marker)."""
+    rules = [(f"isNotNull({_LINE_END_COLUMN})", "line_end")] if staged else []
+    rules += [(expr, name) for name, expr in constraints(schema)]
+    return "multiIf(" + ", ".join(f"NOT ifNull({expr}, 0), '{name}'" for expr, name in rules) + ", '')"
+
+
+# The staged path's end-of-line marker (a column of the staging table only) and its reason.
+_LINE_END_COLUMN = "_ccab_line_end"
+_LINE_END = b'"%s":1' % _LINE_END_COLUMN.encode()
+def _may_name_line_end(payload: bytes) -> bool:
+    """Whether a record might hold our end marker's name as a top-level key spelled with JSON
+    escapes (then only the staging table would see a duplicate key)."""
+    if b"\\u" not in payload:
+        return False
+    try:
+        value = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return True  # cannot tell cheaply
+    return not isinstance(value, dict) or _LINE_END_COLUMN in value
+
+
+_STAGED_REASONS = {"line_end": "bad JSON: more than one JSON value in the record, or junk after it"}
+
+
+def _stage_settings(n_rows: int) -> dict:
+    """Reading a rejected batch into the staging table: rows ClickHouse cannot parse are skipped
+    (all of them may be), read as the classification reads them (no parallel parsing)."""
+    settings = dict(INSERT_SETTINGS, input_format_allow_errors_num=n_rows + 1, input_format_allow_errors_ratio=1,
+                    input_format_parallel_parsing=0, insert_deduplicate=0)
+    settings.pop("deduplicate_blocks_in_dependent_materialized_views")
+    return settings
+
+
 class BatchWriter:
     """Inserts batches of one schema into the warehouse; see the module docstring."""
 
     def __init__(self, wh: Warehouse, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES):
         self.wh = wh
         self.max_record_bytes = max_record_bytes
+        self._staging: set[str] = set()  # schemas whose last batch had bad rows: straight to staging
 
     def write(self, schema: Schema, batch: Batch) -> BatchResult:
         result = BatchResult()
@@ -300,30 +352,133 @@ class BatchWriter:
         self._dead(schema, dead, result)  # dead letters always land before the good rows
         if not lines:
             return result
-        try:
-            self._insert(schema.landing_table, batch, kept, lines)
-        except WarehouseError as err:
-            if err.code not in _DATA_ERROR_CODES:
-                raise
-            # Rejected: classify every row in one query, dead-letter the bad ones, insert the rest.
-            bad = self._classify(schema, batch, kept, lines)
-            while True:
-                self._dead(schema, [(batch.record(kept[i]), why) for i, why in bad.items()], result)
-                kept = [k for i, k in enumerate(kept) if i not in bad]
-                lines = [ln for i, ln in enumerate(lines) if i not in bad]
-                if not lines:
-                    break
-                try:
-                    self._insert(schema.landing_table, batch, kept, lines)
-                    break
-                except WarehouseError as err2:
-                    if err2.code not in _DATA_ERROR_CODES:
-                        raise
-                    bad = self._bisect(schema, lines)  # rows the classification could not tell
-                    if not bad:
-                        raise
-        result.inserted = len(lines)
+        if schema.name not in self._staging:
+            try:
+                self._insert(schema.landing_table, batch, kept, lines)
+                result.inserted = len(lines)
+                return result
+            except WarehouseError as err:
+                if err.code not in _DATA_ERROR_CODES:
+                    raise
+        # Rejected (or the previous batch of this schema was): parse once into the staging table.
+        result.inserted = self._write_staged(schema, batch, kept, lines, result)
         return result
+
+    def _write_staged(self, schema: Schema, batch: Batch, kept: list[int], lines: list[bytes],
+                      result: BatchResult) -> int:
+        """The rejected-batch path: ClickHouse parses the batch once into a session-private
+        Memory table, skipping the rows it cannot parse; one query names the rows that break a
+        landing rule; Python reads back only the positions that are missing or bad; the dead
+        letters are written; the good rows go from the staging table into the landing table (one
+        block, the same dedup token as a direct insert of them). Returns the rows inserted."""
+        data = b"\n".join(lines)
+        if _LINE_END_COLUMN.encode() in data:  # a record names our end marker: the careful path
+            return self._write_classified(schema, batch, kept, lines, result)
+        stage = self._stage_table(schema)
+        try:
+            # Every line is one object, ``{"_topic":...}``, with no newline inside: the end marker
+            # goes before each line's last brace, so a line whose object ends early (junk or a
+            # second object after it, which a direct insert refuses) stages a row without it.
+            marked = data.replace(b'}\n{"_topic":', b',%s}\n{"_topic":' % _LINE_END)[:-1] + b",%s}" % _LINE_END
+            del data
+            self.wh.insert_raw(stage, marked, "JSONEachRow", _stage_settings(len(lines)))
+            del marked
+            bad = self._staged_verdicts(schema, stage, batch, kept, lines)
+            if bad is None:  # a position staged twice: the careful classification below
+                return self._write_classified(schema, batch, kept, lines, result)
+            self._dead(schema, [(batch.record(kept[i]), why) for i, why in bad.items()], result)
+            if not bad:
+                self._staging.discard(schema.name)  # clean again: the next batch goes in directly
+            else:
+                self._staging.add(schema.name)  # bad rows come in runs: skip the doomed direct insert
+            good = [k for i, k in enumerate(kept) if i not in bad] if bad else kept
+            if not good:
+                return 0
+            data = b"\n".join(ln for i, ln in enumerate(lines) if i not in bad) if batch.hash_content else None
+            try:
+                self._insert_select(schema.landing_table,
+                                    f"SELECT * EXCEPT ({_LINE_END_COLUMN}) FROM {stage} WHERE {_verdict(schema, staged=True)} = ''",
+                                    _token(batch.topic, _spans(batch, good), data))
+                return len(good)
+            except WarehouseError as err:
+                if err.code not in _DATA_ERROR_CODES:
+                    raise
+                lines = [ln for i, ln in enumerate(lines) if i not in bad]
+                return self._write_classified(schema, batch, good, lines, result)
+        finally:
+            self.wh.command(f"TRUNCATE TABLE IF EXISTS {stage}")
+
+    def _stage_table(self, schema: Schema) -> str:
+        """The session's staging table of ``schema`` (temporary: private to the warehouse session,
+        so concurrent loaders never share one; created each time, since a reconnected session
+        has lost it)."""
+        name = "ccab_stage_" + re.sub(r"[^a-z0-9]", "_", schema.name)
+        self.wh.command(f"CREATE TEMPORARY TABLE IF NOT EXISTS {name} ({input_structure(schema)}, "
+                        f"{_LINE_END_COLUMN} Nullable(UInt8)) ENGINE = Memory")
+        return name
+
+    def _staged_verdicts(self, schema: Schema, stage: str, batch: Batch, kept: list[int],
+                         lines: list[bytes]) -> dict[int, str] | None:
+        """Index (into ``lines``) -> reason of every bad row of the staged batch; None when a
+        line produced more than one row (two objects on one line: no position names the stray)."""
+        total, distinct = self.wh.query(
+            f"SELECT count(), uniqExact(_partition, _offset) FROM {stage} "
+            "WHERE _partition IS NOT NULL AND _offset IS NOT NULL").rows[0]
+        if int(total) != int(distinct):
+            return None
+        where = {(batch.partitions[k], batch.offsets[k]): i for i, k in enumerate(kept)}
+        bad: dict[int, str] = {}
+        for p, o, violated in self.wh.query(
+                f"SELECT _partition, _offset, v FROM (SELECT _partition, _offset, {_verdict(schema, staged=True)} AS v "
+                f"FROM {stage} WHERE _partition IS NOT NULL AND _offset IS NOT NULL) WHERE v != ''").rows:
+            i = where.get((int(p), int(o)))
+            if i is None:
+                return None  # a stray object naming a position not in this batch
+            bad[i] = _STAGED_REASONS.get(violated) or reason_from_constraint(violated)
+        if int(total) < len(lines):  # rows ClickHouse could not parse: the positions it did not see
+            seen = {where.get((int(p), int(o))) for p, o in self.wh.query(
+                f"SELECT _partition, _offset FROM {stage} WHERE _partition IS NOT NULL AND _offset IS NOT NULL").rows}
+            unparsed = [i for i in range(len(lines)) if i not in seen]
+            if any(_may_name_line_end(batch.payloads[kept[i]]) for i in unparsed):
+                return None  # our end marker may have made it a duplicate key: the careful path
+            self._explain_unparsed(schema, batch, kept, lines, unparsed, bad)
+        return bad
+
+    def _explain_unparsed(self, schema: Schema, batch: Batch, kept: list[int], lines: list[bytes],
+                          unparsed: list[int], bad: dict[int, str]) -> None:
+        """Reasons for rows ClickHouse could not parse: Python's strict reading for the first
+        ``MAX_PYTHON_REASONS``, ClickHouse's own error for up to ``MAX_CLICKHOUSE_REASONS`` of
+        those Python finds nothing wrong with; the rest a generic reason (the raw payload is kept)."""
+        asked = 0
+        for n, i in enumerate(unparsed):
+            reason = None
+            if n < MAX_PYTHON_REASONS:
+                reason = _python_reason(batch.record(kept[i]).payload, schema)
+                if reason is None and asked < MAX_CLICKHOUSE_REASONS:
+                    asked += 1
+                    reason = self._clickhouse_reason(schema, lines[i])
+            bad[i] = reason or "bad JSON or wrong type: rejected by ClickHouse's JSON reader"
+
+    def _write_classified(self, schema: Schema, batch: Batch, kept: list[int], lines: list[bytes],
+                          result: BatchResult) -> int:
+        """The careful fallback (a line that holds two objects): classify in one query, then
+        bisect against the ``*_check`` table what the classification could not tell."""
+        bad = self._classify(schema, batch, kept, lines)
+        while True:
+            self._dead(schema, [(batch.record(kept[i]), why) for i, why in bad.items()], result)
+            kept = [k for i, k in enumerate(kept) if i not in bad]
+            lines = [ln for i, ln in enumerate(lines) if i not in bad]
+            if not lines:
+                return 0
+            try:
+                self._insert(schema.landing_table, batch, kept, lines)
+                return len(lines)
+            except WarehouseError as err2:
+                if err2.code not in _DATA_ERROR_CODES:
+                    raise
+                bad = self._bisect(schema, lines)  # rows the classification could not tell
+                if not bad:
+                    raise
 
     def _prepare(self, schema: Schema, batch: Batch) -> tuple[list[bytes], list[int], list[tuple[Record, str]]]:
         """Landing lines, the batch index of each, and the records refused before ClickHouse.
@@ -375,23 +530,18 @@ class BatchWriter:
             result.dead.update(why for _, why in dead)
 
     def _insert(self, table: str, batch: Batch, kept: list[int], lines: list[bytes]) -> None:
-        parts, offs = batch.partitions, batch.offsets
-        if len(kept) != len(parts):
-            parts, offs = [parts[i] for i in kept], [offs[i] for i in kept]
-        # a label of what the batch holds: first and last position seen per partition
-        last = {p: o for p, o in zip(parts, offs)}
-        first = {p: o for p, o in zip(reversed(parts), reversed(offs))}
-        spans = {p: [first[p], last[p]] for p in last}
         data = b"\n".join(lines)
-        token = _token(batch.topic, spans, data if batch.hash_content else None)
+        token = _token(batch.topic, _spans(batch, kept), data if batch.hash_content else None)
         self.wh.insert_raw(table, data, "JSONEachRow", dict(INSERT_SETTINGS, insert_deduplication_token=token))
+
+    def _insert_select(self, table: str, select: str, token: str) -> None:
+        self.wh.command(f"INSERT INTO {table} {select}", settings=dict(INSERT_SETTINGS, insert_deduplication_token=token))
 
     def _classify(self, schema: Schema, batch: Batch, kept: list[int], lines: list[bytes]) -> dict[int, str]:
         """Index (into ``lines``) -> reason of every row ClickHouse rejects, in one query: the
         rows read with the landing structure, unparsable ones skipped, each landing constraint
         evaluated per row. Rare path (the batch failed)."""
-        rules = constraints(schema)
-        verdict = "multiIf(" + ", ".join(f"NOT ifNull({expr}, 0), '{name}'" for name, expr in rules) + ", '')"
+        verdict = _verdict(schema)
         sql = (f"SELECT _partition, _offset, {verdict} AS violated FROM {{input}} "
                "WHERE NOT ignore(*)")  # every column read: a type error anywhere counts
         settings = dict(INSERT_SETTINGS, input_format_allow_errors_num=len(lines) + 1,
@@ -413,18 +563,8 @@ class BatchWriter:
             parsed.add(i)
             if violated:
                 bad[i] = reason_from_constraint(violated)
-        asked = explained = 0
-        for i in range(len(lines)):
-            if i in parsed or i in bad:
-                continue
-            reason = None
-            if explained < MAX_PYTHON_REASONS:
-                explained += 1
-                reason = _python_reason(batch.record(kept[i]).payload, schema)
-                if reason is None and asked < MAX_CLICKHOUSE_REASONS:
-                    asked += 1
-                    reason = self._clickhouse_reason(schema, lines[i])
-            bad[i] = reason or "bad JSON or wrong type: rejected by ClickHouse's JSON reader"
+        self._explain_unparsed(schema, batch, kept, lines,
+                               [i for i in range(len(lines)) if i not in parsed and i not in bad], bad)
         return bad
 
     def _check(self, schema: Schema, lines: list[bytes]) -> WarehouseError | None:

@@ -6,7 +6,8 @@ Asserted: every record is either a row or a dead letter, exactly once (nothing l
 doubled); each record has the same fate in both paths and in any batch composition (the file
 path is run twice, the second time shuffled with small batches; the Kafka path uses its own
 batch sizes); and the analysis finishes on data whose rollout_id and pop hold backslashes,
-quotes and the like. The summary line (tried, loaded, dead-lettered, lost) is printed at the end
+quotes and the like. One warehouse (the CLI's) holds all three loads, told apart by their source
+topic, so it is opened and migrated once; the broker is the session's. The summary line (tried, loaded, dead-lettered, lost) is printed at the end
 of the pytest run (``pipelines/tests/conftest.py``)."""
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import random
 from pathlib import Path
 
 from ccab import cli
-from ccab.base import schema as migrate
 from ccab.base.contracts import HTTP_REQUEST, SCHEMAS, TCP_SAMPLE
 from ccab.base.warehouse import ChdbWarehouse
 from ccab.ingest.loader import Loader, load_files
@@ -49,21 +49,35 @@ def generate(seed: int = SEED) -> list[tuple[str, bytes]]:
                                cc=("cubic", "bbr")[i % 2]) for i in range(60)]
     out += [("tcp_sample/1", _dump(r)) for r in valid_tcp]
     out += [("http_request/1", _dump(r)) for r in valid_http]
-    for name, make, n0 in (("tcp_sample/1", tcp_sample, 1000), ("http_request/1", http_request, 2000)):
+    nasty: dict[str, str] = {}
+    for name, factory, n0 in (("tcp_sample/1", tcp_sample, 1000), ("http_request/1", http_request, 2000)):
         schema = SCHEMAS[name]
+
+        def make(i: int, factory=factory, **over) -> dict:
+            # every record in the hostile (pop, rollout): the analysis pays per pair, not per record
+            return factory(i, **{"rollout_id": HOSTILE_ROLLOUT, "pop": HOSTILE_POP, **over})
+
         n = n0
         # backslashes and quotes in every string field (valid records)
         for f in schema.fields:
             if f.kind == "string" and f.name not in ("schema", "peer_prefix", "ts_source"):
                 n += 1
-                out.append((name, _dump(make(n, **{f.name: rng.choice(NASTY_STRINGS) + f.name}))))
-        # numbers at and beyond every integer width
+                # one hostile value per field name in both schemas: pop and rollout_id make a
+                # (pop, rollout) pair for the analysis each, not one per schema
+                value = nasty.setdefault(f.name, rng.choice(NASTY_STRINGS) + f.name)
+                out.append((name, _dump(make(n, **{f.name: value}))))
+        # numbers at and beyond every integer field's width; the spellings that are not about
+        # the width (wraps, fractions, exponents, signs, strings) once per distinct width
+        widths_seen: set[tuple[str, int, int]] = set()
         for f in schema.fields:
             if f.kind not in ("int", "uint"):
                 continue
             lo, hi = f.int_range
-            for text in (str(hi), str(hi + 1), str(lo), str(lo - 1), str(2**64 + 1), str(2**63), "-0", "1.5", "1e3",
-                         "01", "+1", '"7"'):
+            texts = [str(hi), str(hi + 1), str(lo), str(lo - 1)]
+            if (f.kind, lo, hi) not in widths_seen:
+                widths_seen.add((f.kind, lo, hi))
+                texts += [str(2**64 + 1), str(2**63), "-0", "1.5", "1e3", "01", "+1", '"7"']
+            for text in texts:
                 n += 1
                 out.append((name, _raw(make(n), f.name, text)))
         # NaN / Infinity in every float field
@@ -107,37 +121,30 @@ def generate(seed: int = SEED) -> list[tuple[str, bytes]]:
 
 
 def _fates(wh, topic_of_index: dict[int, tuple[str, int, int]]) -> dict[int, list[str]]:
-    """Record index -> where its source position ended up (rows and dead letters)."""
+    """Record index -> where its source position ended up (rows and dead letters), for the
+    source topics of ``topic_of_index`` (the warehouse holds the other paths' loads too)."""
     pos = {v: k for k, v in topic_of_index.items()}
     found: dict[int, list[str]] = {i: [] for i in topic_of_index}
-    for table in ("tcp_samples", "http_requests"):
-        for t, p, o in wh.query(f"SELECT _topic, _partition, _offset FROM {table}").rows:
-            found[pos[(t, int(p), int(o))]].append("loaded")
-    for t, p, o in wh.query("SELECT _topic, _partition, _offset FROM dead_letters FINAL").rows:
-        found[pos[(t, int(p), int(o))]].append("dead")
+    mine = sorted({t for t, _, _ in topic_of_index.values()})
+    for table, fate in (("tcp_samples", "loaded"), ("http_requests", "loaded"), ("dead_letters FINAL", "dead")):
+        for t, p, o in wh.query(f"SELECT _topic, _partition, _offset FROM {table} WHERE _topic IN {{t:Array(String)}}",
+                                params={"t": mine}).rows:
+            found[pos[(t, int(p), int(o))]].append(fate)
     return found
 
 
-def _via_files(tmp: Path, recs: list[tuple[str, bytes]], order: list[int], batch_rows: int) -> dict[int, list[str]]:
-    tmp.mkdir(parents=True, exist_ok=True)
-    path = tmp / "hostile.jsonl"
+def _via_file(wh, path: Path, recs: list[tuple[str, bytes]], order: list[int], batch_rows: int) -> dict[int, list[str]]:
     path.write_bytes(b"".join(recs[i][1] + b"\n" for i in order))
-    wh = ChdbWarehouse(tmp / "wh")
-    try:
-        migrate.migrate(wh, log=lambda _m: None)
-        rep = load_files(wh, [path], batch_rows=batch_rows)
-        assert rep.records == len(recs)
-        return _fates(wh, {i: (f"file:{path.name}", 0, line) for line, i in enumerate(order, start=1)})
-    finally:
-        wh.close()
+    rep = load_files(wh, [path], batch_rows=batch_rows)
+    assert rep.records == len(recs)
+    return _fates(wh, {i: (f"file:{path.name}", 0, line) for line, i in enumerate(order, start=1)})
 
 
-def _via_kafka(tmp: Path, recs: list[tuple[str, bytes]], bootstrap: str, fresh_topic) -> dict[int, list[str]]:
+def _via_kafka(wh, recs: list[tuple[str, bytes]], bootstrap: str, fresh_topic) -> dict[int, list[str]]:
     from confluent_kafka import Producer
 
     topics = {name: fresh_topic("adv." + name.split("/")[0], partitions=2,
-                                                config={"max.message.bytes": str(4 << 20)}) for name in SCHEMAS
-              if name in (TCP_SAMPLE.name, HTTP_REQUEST.name)}
+                                config={"max.message.bytes": str(4 << 20)}) for name in (TCP_SAMPLE.name, HTTP_REQUEST.name)}
     where: dict[int, tuple[str, int, int]] = {}
     producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 8 << 20, "linger.ms": 5})
 
@@ -151,15 +158,10 @@ def _via_kafka(tmp: Path, recs: list[tuple[str, bytes]], bootstrap: str, fresh_t
         producer.produce(topics[name], value=body, key=b"h%d" % (i % 5), on_delivery=delivered(i))
         producer.poll(0)
     assert producer.flush(60) == 0
-    wh = ChdbWarehouse(tmp / "wh")
-    try:
-        migrate.migrate(wh, log=lambda _m: None)
-        loader = Loader(wh, bootstrap, {t: SCHEMAS[n] for n, t in topics.items()}, group=f"adv-{topics[TCP_SAMPLE.name]}",
-                        batch_rows=64, batch_wait_s=0.2)
-        loader.run(max_idle_s=5, max_records=len(recs))
-        return _fates(wh, where)
-    finally:
-        wh.close()
+    loader = Loader(wh, bootstrap, {t: SCHEMAS[n] for n, t in topics.items()}, group=f"adv-{topics[TCP_SAMPLE.name]}",
+                    batch_rows=128, batch_wait_s=0.1)
+    loader.run(max_idle_s=5, max_records=len(recs))
+    return _fates(wh, where)
 
 
 def test_hostile_records_through_both_paths_then_the_whole_analysis(tmp_path, kafka_broker, fresh_topic,
@@ -167,12 +169,21 @@ def test_hostile_records_through_both_paths_then_the_whole_analysis(tmp_path, ka
     recs = generate()
     n = len(recs)
     order = list(range(n))
-
-    by_file = _via_files(tmp_path / "a", recs, order, batch_rows=50_000)
     shuffled = order[:]
     random.Random(SEED + 1).shuffle(shuffled)
-    by_file_shuffled = _via_files(tmp_path / "b", recs, shuffled, batch_rows=37)
-    by_kafka = _via_kafka(tmp_path / "k", recs, kafka_broker, fresh_topic)
+
+    # path 1: `ccab load` itself (its own warehouse session: the one the analysis reads)
+    first = tmp_path / "hostile.jsonl"
+    first.write_bytes(b"".join(body + b"\n" for _, body in recs))
+    assert cli.main(["load", str(first)]) == 0
+    wh = ChdbWarehouse(warehouse_env / "warehouse")
+    try:
+        by_file = _fates(wh, {i: (f"file:{first.name}", 0, i + 1) for i in order})
+        # path 2: the same records shuffled, 37 per batch; path 3: a real Kafka topic
+        by_file_shuffled = _via_file(wh, tmp_path / "shuffled.jsonl", recs, shuffled, batch_rows=37)
+        by_kafka = _via_kafka(wh, recs, kafka_broker, fresh_topic)
+    finally:
+        wh.close()
 
     for name, fates in (("file", by_file), ("file shuffled, 37 per batch", by_file_shuffled), ("kafka", by_kafka)):
         lost = [i for i, f in fates.items() if len(f) != 1]
@@ -186,9 +197,6 @@ def test_hostile_records_through_both_paths_then_the_whole_analysis(tmp_path, ka
     assert 180 <= loaded < n and dead > 100  # the valid hostile-string records all loaded
 
     # the whole analysis, through the CLI, on data whose rollout_id and pop hold a backslash
-    data = tmp_path / "in.jsonl"
-    data.write_bytes(b"".join(body + b"\n" for _, body in recs))
-    assert cli.main(["load", str(data)]) == 0
     hour = BASE_TS_MS // 3_600_000 * 3600
     from datetime import datetime, timedelta, timezone
 

@@ -160,7 +160,8 @@ def test_a_rejected_batch_costs_a_constant_number_of_statements_not_one_per_bad_
     counting = _Counting(warehouse)
     res = BatchWriter(counting).write(TCP_SAMPLE, Batch("ccab.tcp.v1", recs, [0] * len(recs), list(range(len(recs)))))
     assert res.inserted + res.dead_total == len(recs) and res.dead_total > 800
-    assert counting.calls <= 5, counting.calls  # insert, classify, dead letters, insert
+    # insert, staging table, parse into it, two verdict queries, dead letters, insert, truncate
+    assert counting.calls <= 10, counting.calls
 
 
 def test_a_records_fate_does_not_depend_on_its_batch(warehouse):
@@ -169,7 +170,9 @@ def test_a_records_fate_does_not_depend_on_its_batch(warehouse):
     recs += [_wide_line(k, f, raw, 200 + n) for n, (k, f, raw) in enumerate(WIDE) if k == "tcp"]
     recs += [_tcp(300, cwnd="x"), _tcp(301, peer_prefix="1.2.3.4"), b"{}", b"nope", _tcp(302)[:-1] + b',"lost":1}',
              _with_raw(_tcp(303), "sample_rate", "NaN"), b'{"schema":"tcp_sample/1"}', _tcp(304)[:-1] + b"} junk}",
-             _tcp(305) + _tcp(306)]
+             _tcp(305) + _tcp(306),
+             # the staged path's end marker named by a record, plainly and with escapes: an unknown field
+             _tcp(307)[:-1] + b',"_ccab_line_end":7}', _tcp(308)[:-1] + b',"\\u005fccab_line_end":8}']
     offsets = list(range(len(recs)))
 
     def outcome(order, size):
@@ -182,6 +185,8 @@ def test_a_records_fate_does_not_depend_on_its_batch(warehouse):
             real_insert = w._insert
             # the check table: same constraints, writes nothing (each trial starts empty)
             w._insert = lambda _table, *a, real=real_insert: real(TCP_SAMPLE.check_table, *a)
+            real_select = w._insert_select
+            w._insert_select = lambda _table, *a, real=real_select: real(TCP_SAMPLE.check_table, *a)
             w.write(TCP_SAMPLE, Batch("t", [recs[i] for i in part], [0] * len(part), [offsets[i] for i in part]))
             for rec, _why in dead:
                 got[rec.offset] = "dead"
@@ -192,4 +197,4 @@ def test_a_records_fate_does_not_depend_on_its_batch(warehouse):
         order = offsets[:]
         rng.shuffle(order)
         assert outcome(order, size) == base, size
-    assert list(base.values()).count("loaded") == 40
+    assert list(base.values()).count("loaded") == 42
