@@ -74,3 +74,17 @@ def test_a_later_stage_may_not_shrink_a_pops_share():
     with pytest.raises(PlanError) as exc:
         _plan([{"name": "a", "fractions": [0.1, 0.5]}, {"name": "b", "fraction": 0.3}])
     assert any("smaller than stages[0]" in p for p in exc.value.problems), exc.value.problems
+
+
+def test_controller_publishes_each_pops_own_treated_share(tmp_path):
+    """The controller's signed assignments follow the per-PoP fractions (fake bus, real signing)."""
+    from test_controller import MemoryBus, _ctl
+
+    plan = _plan([{"name": "spread", "fractions": [0.1, 0.3, 0.5]}])
+    bus = MemoryBus()
+    res = _ctl(tmp_path, plan, bus, [], []).start()
+    assert not res.deferred
+    published = {r["host"]: (r["pop"], r["arm"]) for r in bus.records}
+    assert set(published) == {h for p in POPS for h in plan.hosts_of(p)}
+    share = {p: sum(a == "b2" for pop, a in published.values() if pop == p) / 20 for p in POPS}
+    assert share == _treated_share(plan, 0) and sorted(share.values()) == [0.1, 0.1, 0.3, 0.3, 0.5, 0.5]
