@@ -184,14 +184,17 @@ def coarse_bin(v: float) -> int:
     return ZERO_BIN if v == 0 else math.floor(math.log2(v) * 8)
 
 
-def expected_heatmap(tcp: list[dict], bulk_min: int = MIB, closes: list[dict] = ()) -> dict[tuple, int]:
+def expected_heatmap(tcp: list[dict], bulk_min: int = MIB, closes: list[dict] = (),
+                     network_of=lambda prefix: UNKNOWN_NETWORK) -> dict[tuple, int]:
+    """cohort_heatmap_hourly as the spec defines it; segments all, bulk and the prefix's access type
+    (``network_of``: as in :func:`expected_rollup`)."""
     out: dict[tuple, int] = defaultdict(int)
     for c in connections(tcp, bulk_min, closes):
         for pair, x, y in (("rtt_us:retrans_pct", c["rtt_us"], c["retrans_pct"]),
                            ("rtt_us:inflight_bytes", c["rtt_us"], c["inflight_bytes"])):
             if x is None or y is None or y < 0:
                 continue
-            for seg in ["all"] + (["bulk"] if c["is_bulk"] else []):
+            for seg in ["all", network_of(c["peer_prefix"])[0]] + (["bulk"] if c["is_bulk"] else []):
                 out[_key(c, seg, pair) + (coarse_bin(x), coarse_bin(y))] += 1
     return dict(out)
 

@@ -4,7 +4,8 @@
 -- 'x:y' with their units: 'rtt_us:retrans_pct', 'rtt_us:inflight_bytes'. A value of exactly 0
 -- has the bin -2147483648 (x_lo = x_hi = 0): zero retransmits are a row of their own.
 -- share_of_arm = connections / all connections of the arm in the heatmap (rows sum to 1 per arm).
--- Parameters: pop, rollout_id ('' = all), pair, segment ('all' or 'bulk'), t_from, t_to
+-- Parameters: pop, rollout_id ('' = all), pair, segment ('all', 'bulk' or an access type
+--             'access:mobile|fixed|satellite|hosting|unknown'), t_from, t_to
 --             (DateTime, UTC), bins_per_octave (UInt8: 1, 2, 4 or 8).
 WITH
 cohort_rows AS (

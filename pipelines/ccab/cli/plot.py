@@ -16,9 +16,13 @@ examples:
   ccab plot pdf --metric retrans_pct --out retrans-pdf.png
   ccab plot pdf --metric retrans_pct --arm control --arm bbr2 --out retrans-pdf.png
   ccab plot cdf --metric goodput_bps --segment rtt:50-100ms --out goodput-cdf.png
+  ccab plot heatmap --segment access:mobile --out mobile-heatmap.png   # access_type:mobile works too
+  ccab plot speed --rollout tyo1-bbr-canary --from 2025-11-20T00:00Z --to 2025-11-21T00:00Z --out speed.png
 
 The data are the cohort rollups (run `ccab analyze` or the ccab_cohorts_hourly DAG first);
---from/--to default to every hour the rollups hold.
+--from/--to default to every hour the rollups hold. `speed` reads the nginx requests: client
+prefixes banded by their median goodput in the --pre-hours before --from (never the window's own
+outcomes), goodput of the window per band x arm (view cohort_goodput_by_client_speed).
 """
 
 
@@ -30,7 +34,8 @@ def register(sub) -> None:
     kinds = p.add_subparsers(dest="plot_kind", metavar="KIND", required=True)
     for kind, helptext in (("heatmap", "connections per (x, y) cell, e.g. RTT x retransmit %%"),
                            ("pdf", "probability density of one metric per arm (log x)"),
-                           ("cdf", "cumulative distribution of one metric per arm (log x)")):
+                           ("cdf", "cumulative distribution of one metric per arm (log x)"),
+                           ("speed", "goodput p10/p50/p90 per client-speed band x arm (bands from the pre-period)")):
         k = kinds.add_parser(kind, help=helptext)
         k.add_argument("--from", dest="t_from", metavar="ISO", help="window start (UTC hour)")
         k.add_argument("--to", dest="t_to", metavar="ISO", help="window end, exclusive (UTC hour)")
@@ -45,11 +50,15 @@ def register(sub) -> None:
                             "network access:mobile|fixed|satellite|hosting|unknown, country:JP, asn:<n>|other "
                             "(ccab networks load) ... (default: all)")
         k.add_argument("--out", type=Path, required=True, metavar="PNG", help="output file")
-        if kind == "heatmap":
+        if kind == "speed":
+            k.add_argument("--pre-hours", type=int, default=24, metavar="H",
+                           help="the pre-period that bands the client prefixes: the H hours before --from "
+                                "(default: %(default)s)")
+        elif kind == "heatmap":
             k.add_argument("--pair", default=PAIRS[0], choices=PAIRS, help="x:y metrics (default: %(default)s)")
             k.add_argument("--bins-per-octave", type=int, default=4, choices=(1, 2, 4, 8),
                            help="cells per factor of 2 (default: %(default)s)")
-        else:
+        if kind in ("pdf", "cdf"):
             k.add_argument("--metric", required=True, choices=sorted(BY_NAME), metavar="METRIC",
                            help="one of: " + ", ".join(sorted(BY_NAME)))
             if kind == "pdf":
@@ -72,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
         t_from, t_to = parse_window(args.t_from, args.t_to)
     except ValueError as exc:
         return _fail(str(exc))
+    if args.segment.startswith("access_type:"):
+        args.segment = "access:" + args.segment.removeprefix("access_type:")
+    if args.plot_kind == "speed" and args.pre_hours < 1:
+        return _fail(f"--pre-hours: must be >= 1, got {args.pre_hours}")
     try:
         with warehouse() as wh:
             if t_from is None or t_to is None:
@@ -86,6 +99,14 @@ def run(args: argparse.Namespace) -> int:
                 if rows:
                     fig = render.heatmap_figure(rows, args.pair, f"{args.pair} per connection\n{sel.label()}",
                                                 args.bins_per_octave)
+            elif args.plot_kind == "speed":
+                from datetime import timedelta
+
+                pre_to = t_from
+                rows = _only(data.speed_rows(wh, sel, pre_to - timedelta(hours=args.pre_hours), pre_to), arms)
+                if rows:
+                    fig = render.speed_figure(rows, f"goodput by client speed\n{sel.label()}; bands from the "
+                                                    f"{args.pre_hours} h before")
             elif args.plot_kind == "pdf":
                 rows = _only(data.pdf_rows(wh, sel, args.metric, args.bins_per_octave), arms)
                 if rows:

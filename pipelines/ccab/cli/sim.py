@@ -72,6 +72,14 @@ def register(subparsers) -> None:
     p.add_argument("--arm-map", type=Path, metavar="FILE",
                    help="JSON {host: arm}: run these hosts on these arms (the rollout's simulated actuator "
                         "writes it: $CCAB_DATA_DIR/sim-actuator/arm-map.json)")
+    p.add_argument("--pop", metavar="POP",
+                   help="simulate this PoP instead of the scenario's `pop` (host names follow it)")
+    p.add_argument("--plan", type=Path, metavar="PLAN",
+                   help="a rollout plan: run the PoP's hosts on the arms the plan's design gives them at "
+                        "--stage (e.g. a plan whose stage has `fractions:` to vary the treated share across "
+                        "PoPs); the plan's inventory for the PoP must be the simulated hosts")
+    p.add_argument("--stage", metavar="NAME|N",
+                   help="with --plan: the stage, by name or 1-based number (default: the last)")
     p.set_defaults(func=run)
 
 
@@ -98,8 +106,14 @@ def run(args: argparse.Namespace) -> int:
                 raise ScenarioError([f"--arm-map: cannot read {args.arm_map}: {exc}"]) from None
             if not isinstance(arm_of, dict):
                 raise ScenarioError([f"--arm-map: {args.arm_map} must hold a JSON object host -> arm"])
-        sc = load_scenario(args.scenario).with_overrides(seed=args.seed, hours=args.hours, start=start,
-                                                         arm_of=arm_of)
+        sc = load_scenario(args.scenario).with_overrides(pop=getattr(args, "pop", None))
+        if getattr(args, "plan", None):
+            if arm_of:
+                raise ScenarioError(["--plan: not with --arm-map (both say which host runs which arm)"])
+            arm_of = _plan_arms(args.plan, getattr(args, "stage", None), sc)
+        elif getattr(args, "stage", None):
+            raise ScenarioError(["--stage: only with --plan"])
+        sc = sc.with_overrides(seed=args.seed, hours=args.hours, start=start, arm_of=arm_of)
     except ScenarioError as exc:
         return _fail(str(exc))
     if args.connections is not None and args.connections < 1:
@@ -111,6 +125,45 @@ def run(args: argparse.Namespace) -> int:
     if args.pre_period_h is not None and args.pre_period_h < 0:
         return _fail(f"--pre-period-h: must be >= 0, got {args.pre_period_h}")
     return simulate(sc, args)
+
+
+def _plan_arms(path: Path, stage: str | None, sc) -> dict[str, str]:
+    """host -> arm the plan's design gives the scenario's PoP at ``stage`` (what the controller
+    would assign), checked against the simulated hosts and the scenario's arms."""
+    from ccab.rollout.design import stage_arms
+    from ccab.rollout.plan import PlanError, load_plan
+    from ccab.sim.scenario import host_names_of
+
+    try:
+        plan = load_plan(path)
+    except PlanError as exc:
+        raise ScenarioError([f"--plan: {p}" for p in exc.problems]) from None
+    names = [s.name for s in plan.stages]
+    if stage is None:
+        index = len(names) - 1
+    elif stage in names:
+        index = names.index(stage)
+    elif stage.isdigit() and 1 <= int(stage) <= len(names):
+        index = int(stage) - 1
+    else:
+        raise ScenarioError([f"--stage: {stage!r} is not a stage of {path} (stages: {', '.join(names)}; or 1..{len(names)})"])
+    if sc.pop not in plan.pops:
+        raise ScenarioError([f"--plan: PoP {sc.pop!r} is not in the plan's pops ({', '.join(plan.pops)}); give --pop"])
+    sim_hosts, plan_hosts = set(host_names_of(sc)), set(plan.hosts_of(sc.pop))
+    if sim_hosts != plan_hosts:
+        raise ScenarioError([f"--plan: the plan's inventory for {sc.pop} ({len(plan_hosts)} hosts) is not the simulated "
+                             f"hosts ({len(sim_hosts)}: {', '.join(sorted(sim_hosts)[:3])}, ...); list them in "
+                             f"inventory.hosts.{sc.pop}"])
+    arms = {a.name for a in sc.arms}
+    missing = sorted({a.name for a in plan.arms} - arms)
+    if missing:
+        raise ScenarioError([f"--plan: arm(s) {', '.join(missing)} of the plan are not arms of the scenario "
+                             f"({', '.join(sorted(arms))})"])
+    if plan.control_arm != sc.arms[0].name:
+        raise ScenarioError([f"--plan: control_arm {plan.control_arm!r} must be the scenario's first arm "
+                             f"({sc.arms[0].name!r})"])
+    want = stage_arms(plan, index)
+    return {h: want[h] for h in sorted(plan_hosts)}
 
 
 def _write_networks(sc, world, path: Path) -> None:

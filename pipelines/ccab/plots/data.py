@@ -71,3 +71,13 @@ def quantile_rows(wh: Warehouse, sel: Selection, metric: str) -> list[dict]:
     get(metric)
     return wh.query(f"SELECT * FROM cohort_quantiles({_VIEW_ARGS}, metric = {{metric:String}})",
                     params={**sel.params(), "metric": metric}).dicts()
+
+
+def speed_rows(wh: Warehouse, sel: Selection, pre_from: datetime, pre_to: datetime) -> list[dict]:
+    """Rows of ``cohort_goodput_by_client_speed`` (one per client-speed band x arm): prefixes
+    banded by their goodput in ``[pre_from, pre_to)`` (the pre-period), goodput of the window."""
+    return wh.query("SELECT * FROM cohort_goodput_by_client_speed(pop = {pop:String}, rollout_id = {rollout_id:String}, "
+                    "pre_from = {pre_from:DateTime('UTC')}, pre_to = {pre_to:DateTime('UTC')}, "
+                    "t_from = {t_from:DateTime('UTC')}, t_to = {t_to:DateTime('UTC')})",
+                    params={**sel.params(), "pre_from": sql_time(utc_hour(pre_from)),
+                            "pre_to": sql_time(utc_hour(pre_to))}).dicts()

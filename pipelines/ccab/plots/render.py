@@ -176,6 +176,46 @@ def cdf_figure(rows: list[dict], metric: str, title: str) -> Figure:
     return fig
 
 
+def speed_figure(rows: list[dict], title: str) -> Figure:
+    """Goodput per client-speed band x arm (Dropbox's central figure): per band, one marker per
+    arm at the median with a bar from p10 to p90, log y; the band's requests per arm below."""
+    if not rows:
+        return _empty(title, "no banded requests in this selection")
+    bands = sorted({(r["speed_band_lo_mbps"], r["speed_band"]) for r in rows})
+    arms = _arm_order(r["arm"] for r in rows)
+    fig = Figure(figsize=(1.9 * len(bands) + 2.5, 4.2))
+    ax = fig.add_subplot()
+    width = 0.7 / max(len(arms), 1)
+    by = {(r["speed_band"], r["arm"]): r for r in rows}
+    for j, (arm, color) in enumerate(zip(arms, ARM_COLORS * 3)):
+        xs, p50, lo, hi = [], [], [], []
+        for i, (_lo, band) in enumerate(bands):
+            r = by.get((band, arm))
+            if r is None:
+                continue
+            xs.append(i - 0.35 + width * (j + 0.5))
+            p50.append(r["goodput_bps_p50"] / 1e6)
+            lo.append(r["goodput_bps_p10"] / 1e6)
+            hi.append(r["goodput_bps_p90"] / 1e6)
+        cc = next((r["cc"] for r in rows if r["arm"] == arm), "")
+        p50a = np.array(p50)
+        ax.errorbar(xs, p50a, yerr=[p50a - np.array(lo), np.array(hi) - p50a], fmt="o", color=color, capsize=3,
+                    label=f"{arm} ({cc})")
+        for x, band in zip(xs, [b for _lo, b in bands if (b, arm) in by]):
+            ax.annotate(f"{by[(band, arm)]['requests']:,}", (x, 0), xycoords=("data", "axes fraction"),
+                        xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7, color=color)
+    ax.set_yscale("log")
+    _plain_log_ticks(ax.yaxis)
+    ax.set_xticks(range(len(bands)), [b.removeprefix("speed:") for _lo, b in bands])
+    ax.set_xlabel("client speed band (the prefix's median goodput in the pre-period)")
+    ax.set_ylabel("goodput in the window, Mbit/s (p10, p50, p90)")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def save_png(fig: Figure, path: Path, dpi: int = 110) -> Path:
     """Write ``fig`` to ``path`` atomically (temp file + rename)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from datetime import datetime
 
 from ccab.base.warehouse import Warehouse
 from ccab.judge import data as jdata
@@ -36,23 +37,31 @@ def adjustment_section(d: ReportData) -> h.Section:
 
 def share_units(wh: Warehouse, d: ReportData) -> list[UnitValues]:
     """One unit per PoP of the rollout: its treated share and hosts' goodput p50, window and pre-period."""
+    controls = {pop: sorted({v["control_arm"] for v in d.verdicts if v["pop"] == pop} or {"control"})[0]
+                for pop in d.pops}
+    return units_of_pops(wh, d.rollout_id, controls, d.window_start, d.window_end)
+
+
+def units_of_pops(wh: Warehouse, rollout_id: str, control_of: dict[str, str], start: datetime, end: datetime,
+                  pre_period_hours: int = DEFAULT_PRE_PERIOD_HOURS, metric: str = SHARE_METRIC,
+                  p: float = SHARE_P) -> list[UnitValues]:
+    """Per PoP (``control_of``: PoP -> its control arm) of ``rollout_id`` in ``[start, end)``: the
+    share of hosts off control, and each host's ``metric`` quantile ``p`` (default goodput p50) in
+    the window and in its pre-period, both read from the hourly rollups (host-level histograms)."""
     units = []
-    for pop in d.pops:
-        controls = {v["control_arm"] for v in d.verdicts if v["pop"] == pop} or {"control"}
-        control = sorted(controls)[0]
-        arms = jdata.arms_in(wh, pop, d.rollout_id, d.window_start, d.window_end)
+    for pop, control in control_of.items():
+        arms = jdata.arms_in(wh, pop, rollout_id, start, end)
         treat = [a for a in arms if a != control]
         if not treat or control not in arms:
             continue
-        rows = jdata.host_rows(wh, pop, d.rollout_id, "all", d.window_start, d.window_end, [SHARE_METRIC],
-                               arms).get(SHARE_METRIC, [])
+        rows = jdata.host_rows(wh, pop, rollout_id, "all", start, end, [metric], arms).get(metric, [])
         arr = jdata.host_arrays(rows, treat[0], control)
-        a, b = pre_period(wh, pop, d.rollout_id, DEFAULT_PRE_PERIOD_HOURS)
-        pre_rows = jdata.pre_period_rows(wh, pop, list(arr.hosts), a, b, [SHARE_METRIC]).get(SHARE_METRIC, []) \
+        a, b = pre_period(wh, pop, rollout_id, pre_period_hours)
+        pre_rows = jdata.pre_period_rows(wh, pop, list(arr.hosts), a, b, [metric]).get(metric, []) \
             if b > a else []
         pre = jdata.host_arrays(pre_rows, "", "")
-        y = host_statistic(arr, "quantile", SHARE_P)
-        x_of = dict(zip(pre.hosts, host_statistic(pre, "quantile", SHARE_P)))
+        y = host_statistic(arr, "quantile", p)
+        x_of = dict(zip(pre.hosts, host_statistic(pre, "quantile", p)))
         keep = [i for i, host in enumerate(arr.hosts) if y[i] > 0 and x_of.get(host, 0) > 0]
         if not keep:
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,8 @@ class Stage:
     min_duration_minutes: int = 60
     looks: int = 1
     min_applied: float = 1.0  # share of changed hosts that must report `applied` before a look
+    #: or a fraction per PoP drawn from these values (interference: the treated share varies across PoPs)
+    fractions: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,25 @@ class Plan:
         n = len(self.hosts_of(pop))
         if stage.hosts is not None:
             return stage.hosts
-        return int(round((stage.fraction or 0.0) * n))
+        return int(round(self.fraction_of(stage, pop) * n))
+
+    def fraction_of(self, stage: Stage, pop: str) -> float:
+        """The stage's fraction of ``pop``'s hosts per treatment arm. With ``stage.fractions`` the
+        PoPs, in an order shuffled by ``design.seed`` (the same for every stage), take the sorted
+        values in turn: each value goes to as many PoPs as the others (±1), which PoP gets which is
+        random (so a PoP's treated share is independent of its traffic), and a PoP keeps its rank
+        in every stage (stages still grow)."""
+        if stage.fractions:
+            values = sorted(stage.fractions)
+            return values[share_rank(self.design.seed, self.pops).get(pop, 0) % len(values)]
+        return stage.fraction or 0.0
+
+
+def share_rank(seed: int, pops: tuple[str, ...] | list[str]) -> dict[str, int]:
+    """PoP -> its rank in the seeded order that spreads ``stages[i].fractions`` over PoPs."""
+    order = sorted(pops)
+    random.Random(f"ccab-rollout/shares/{seed}").shuffle(order)  # str seeds hash with SHA-512: stable
+    return {pop: i for i, pop in enumerate(order)}
 
 
 # ------------------------------------------------------------------------------------- loading
@@ -310,18 +331,20 @@ def plan_from_dict(raw: Any, source: str = "plan", base_dir: Path | None = None)
         s = r.mapping(s, p)
         if not s:
             continue
-        r.unknown(s, ("name", "fraction", "hosts", "min_duration_minutes", "looks", "min_applied"), p)
+        r.unknown(s, ("name", "fraction", "fractions", "hosts", "min_duration_minutes", "looks", "min_applied"), p)
         name = r.get(s, "name", p, str, f"stage{i + 1}")
         frac = r.get(s, "fraction", p, float, None, lo=0, hi=1, lo_open=True)
         nh = r.get(s, "hosts", p, int, None, lo=1)
-        if "fraction" in s and "hosts" in s:
-            errors.append(f"{p}: give fraction or hosts, not both")
-        elif "fraction" not in s and "hosts" not in s:
-            errors.append(f"{p}.fraction: required (or {p}.hosts)")
+        fracs = _fractions(r, s, p, len(pops))
+        given = [k for k in ("fraction", "fractions", "hosts") if k in s]
+        if len(given) > 1:
+            errors.append(f"{p}: give one of fraction, fractions or hosts, not {' and '.join(given)}")
+        elif not given:
+            errors.append(f"{p}.fraction: required (or {p}.hosts, or {p}.fractions to vary it across PoPs)")
         dur = r.get(s, "min_duration_minutes", p, int, 60, lo=0)
         looks = r.get(s, "looks", p, int, 1, lo=1, hi=100)
         ma = r.get(s, "min_applied", p, float, 1.0, lo=0, hi=1, lo_open=True)
-        stages.append(Stage(name, frac, nh, dur, looks, ma))
+        stages.append(Stage(name, frac, nh, dur, looks, ma, fracs))
 
     lim = r.mapping(raw.get("limits"), "limits")
     r.unknown(lim, ("max_hosts_per_pop_per_step", "max_fraction_per_pop_per_step", "min_control_hosts"), "limits")
@@ -380,6 +403,29 @@ def plan_from_dict(raw: Any, source: str = "plan", base_dir: Path | None = None)
     if errors:
         raise PlanError(errors, source)
     return _with_digest(plan)
+
+
+def _fractions(r: _Reader, s: dict, p: str, n_pops: int) -> tuple[float, ...] | None:
+    """``stages[i].fractions``: at least two different values in (0, 1], no more than PoPs."""
+    raw = r.seq(s, "fractions", p, required=False)
+    if "fractions" not in s or not isinstance(s.get("fractions"), list):
+        return None
+    out = []
+    for j, v in enumerate(raw):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            r.errors.append(f"{p}.fractions[{j}]: must be a number in (0, 1], got {v!r:.40}")
+        elif not 0 < v <= 1:
+            r.errors.append(f"{p}.fractions[{j}]: must be in (0, 1], got {v}")
+        else:
+            out.append(float(v))
+    if len(set(out)) < 2:
+        r.errors.append(f"{p}.fractions: give at least two different fractions (one fraction for every PoP is "
+                        f"{p}.fraction), got {raw!r:.60}")
+    elif len(out) > n_pops > 0:
+        r.errors.append(f"{p}.fractions: {len(out)} fractions but {n_pops} PoP(s): each PoP gets one, so some "
+                        f"would go unused; give at most {n_pops} (the 'effect vs treated share' panel needs "
+                        f"at least 3 PoPs)")
+    return tuple(out) if len(out) == len(raw) else None
 
 
 def _inventory(r: _Reader, inv: dict, pops: list[str], base_dir: Path | None) -> Inventory:
@@ -446,7 +492,7 @@ def _cross_checks(plan: Plan) -> list[str]:
             if n == 0:
                 continue
             per = plan.per_arm(st, pop)
-            key = "hosts" if st.hosts is not None else "fraction"
+            key = "hosts" if st.hosts is not None else "fractions" if st.fractions else "fraction"
             if per < 1:
                 out.append(f"stages[{i}].{key}: gives 0 hosts per arm in {pop} ({n} hosts)")
             elif per * t > n - plan.limits.min_control_hosts:
@@ -465,6 +511,9 @@ def _cross_checks(plan: Plan) -> list[str]:
 
 def plan_as_dict(plan: Plan) -> dict:
     d = asdict(plan)
+    for st in d["stages"]:
+        if st.get("fractions") is None:
+            st.pop("fractions", None)  # plans written before the option keep their digest
     d.pop("digest", None)
     d.pop("source", None)
     if d.get("pre_period_hours") == 168:
@@ -489,7 +538,8 @@ def plan_to_yaml(plan: Plan) -> str:
         sb = plan.design.switchback
         d["switchback"] = {"period_minutes": sb.period_minutes, "periods": sb.periods, "arms": list(sb.arms)}
     raw["design"] = d
-    raw["stages"] = [{k: v for k, v in asdict(s).items() if v is not None} for s in plan.stages]
+    raw["stages"] = [{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(s).items() if v is not None}
+                     for s in plan.stages]
     raw["limits"] = {k: v for k, v in asdict(plan.limits).items() if v is not None}
     raw["guardrails"] = [asdict(g) for g in plan.guardrails]
     raw["breakers"] = [{"metric": b.metric, "ratio": b.ratio, "minutes": b.minutes} for b in plan.breakers]

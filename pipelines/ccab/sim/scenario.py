@@ -429,8 +429,13 @@ class Scenario:
         return arm.cc_version if arm.cc_version is not None else DEFAULT_CC_VERSION.get(arm.cc)
 
     def with_overrides(self, *, seed: int | None = None, hours: float | None = None,
-                       start: datetime | None = None, arm_of: dict[str, str] | None = None) -> "Scenario":
+                       start: datetime | None = None, arm_of: dict[str, str] | None = None,
+                       pop: str | None = None) -> "Scenario":
         out = self
+        if pop is not None:
+            if not pop or "/" in pop or pop.strip() != pop:
+                raise ScenarioError([f"--pop: must be a PoP name without spaces or '/', got {pop!r}"])
+            out = replace(out, pop=pop)  # host names follow the PoP (hosts.name_format)
         if start is not None:
             out = replace(out, start=start)
         if arm_of:
@@ -460,8 +465,10 @@ def pre_period_of(sc: Scenario, hours: float | None = None) -> Scenario:
     base = sc.arms[0]
     arms = tuple(replace(a, name="", cc=base.cc, kernel=base.kernel, cc_version=base.cc_version,
                          model=dict(base.model), effects=()) for a in sc.arms)
+    # no arm, so nothing is treated: no spillover either (the shared-bottleneck mode is a planted effect)
     return replace(sc, arms=arms, rollout_id="", start=sc.start - timedelta(hours=hours), duration_h=hours,
-                   expect=(), pre_period_h=0, chunk_stream=1, hosts=replace(sc.hosts, arm_of={}))
+                   expect=(), pre_period_h=0, chunk_stream=1, hosts=replace(sc.hosts, arm_of={}),
+                   shared_bottleneck=SharedBottleneck())
 
 
 def _coerce_model(d: dict[str, Any]) -> dict[str, Any]:

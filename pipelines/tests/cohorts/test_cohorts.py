@@ -291,3 +291,34 @@ def test_close_records_give_every_connection_once(warehouse, sim_dir, records):
     missing = warehouse.query("SELECT sum(n_missing), sum(n_zero) FROM cohort_hourly "
                               "WHERE metric = 'inflight_bytes' AND segment = 'all'").rows[0]
     assert int(missing[0]) >= len(closed - polled) and int(missing[1]) == 0
+
+
+def test_heatmap_has_access_type_segments_matching_an_independent_cidr_match(warehouse, sim_dir, records):
+    """Issue 20: the heatmap rollup per access type (the sim's synthetic prefix metadata, looked up
+    by the IP-trie dictionary) equals the reference with the longest-prefix match done in Python."""
+    import csv
+    import ipaddress
+
+    from ccab.cohorts import networks as nw
+
+    tcp, http = records
+    rows = list(csv.DictReader((sim_dir / "networks.csv").open()))
+    nets = sorted(((ipaddress.ip_network(r["network"]), r["access"]) for r in rows), key=lambda n: -n[0].prefixlen)
+
+    def network_of(prefix: str):
+        first = ipaddress.ip_network(prefix, strict=False).network_address
+        access = next((a for n, a in nets if n.version == first.version and first in n), "unknown")
+        return (f"access:{access}", "", "")
+
+    parsed = nw.read_file(sim_dir / "networks.csv")
+    assert nw.load(warehouse, parsed.networks, str(sim_dir / "networks.csv"), parsed.format) == len(rows)
+    load(warehouse, sim_dir / "ccab.tcp.v1.jsonl", sim_dir / "ccab.http.v1.jsonl")
+    run_window(warehouse, H12, H15)
+    actual = actual_heatmap(warehouse)
+    assert expected_heatmap(tcp, network_of=network_of) == actual
+    by_segment: dict[str, int] = {}
+    for k, n in actual.items():
+        by_segment[k[8]] = by_segment.get(k[8], 0) + n
+    access = {s: n for s, n in by_segment.items() if s.startswith("access:")}
+    assert {"access:mobile", "access:fixed"} <= set(access)      # the sim's prefixes have both
+    assert sum(access.values()) == by_segment["all"]            # access types partition 'all'

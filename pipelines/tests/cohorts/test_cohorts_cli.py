@@ -70,7 +70,10 @@ def test_plot_commands_write_pngs(loaded, tmp_path, capsys):
     assert "ccab analyze" in capsys.readouterr().err
     analyze(capsys)
     for args in (["heatmap", "--segment", "bulk"], ["heatmap", "--pair", "rtt_us:inflight_bytes"],
-                 ["pdf", "--metric", "retrans_pct"], ["cdf", "--metric", "goodput_bps", "--segment", "rtt:0-20ms"]):
+                 ["pdf", "--metric", "retrans_pct"], ["cdf", "--metric", "goodput_bps", "--segment", "rtt:0-20ms"],
+                 ["heatmap", "--segment", "access:unknown"], ["cdf", "--metric", "rtt_us", "--segment", "access_type:unknown"],
+                 # hour 12 is the pre-period that bands the prefixes, hour 13 the window
+                 ["speed", "--from", "2025-11-20T13:00Z", "--to", "2025-11-20T14:00Z", "--pre-hours", "1"]):
         out = tmp_path / f"{'-'.join(args)}.png"
         assert cli.main(["plot", *args, "--out", str(out)]) == 0, args
         assert out.read_bytes()[:8] == PNG and out.stat().st_size > 5000, args
@@ -79,3 +82,7 @@ def test_plot_commands_write_pngs(loaded, tmp_path, capsys):
     empty = tmp_path / "empty.png"
     assert cli.main(["plot", "pdf", "--metric", "rtt_us", "--rollout", "nothing-here", "--out", str(empty)]) == 1
     assert not empty.exists() and "nothing" in capsys.readouterr().err
+    # no pre-period data before the window: nothing is banded, so no figure (never bands from the window)
+    assert cli.main(["plot", "speed", "--from", "2025-11-20T12:00Z", "--to", "2025-11-20T14:00Z", "--pre-hours", "1",
+                     "--out", str(empty)]) == 1
+    assert not empty.exists()

@@ -1,17 +1,27 @@
 -- heatmap: joint distributions of one hour for heatmaps (-> cohort_heatmap_hourly_stage).
 -- Grain: one row per hour x cohort x segment x pair x x_bin x y_bin, counting connections.
 -- Source grain: one value pair per connection (cohort_connections_stage: its last sample).
--- Pairs (x:y): 'rtt_us:retrans_pct', 'rtt_us:inflight_bytes'. Segments: 'all', 'bulk'.
+-- Pairs (x:y): 'rtt_us:retrans_pct', 'rtt_us:inflight_bytes'. Segments: 'all', 'bulk' and the
+-- client prefix's access type 'access:mobile|fixed|satellite|hosting|unknown' (the same lookup as
+-- network_metrics.sql: one prefix_networks_dict probe per distinct prefix of the hour; a
+-- pre-treatment segment; the access segments partition 'all').
 -- Bins: floor(log2(value) * 8) (9% wide; = the fine cohort_hourly bin divided by 16, floored);
 -- value 0 -> sentinel -2147483648; a connection with either value missing is left out (it is
 -- counted in cohort_hourly.n_missing of that metric).
 -- Parameters: hour_start DateTime('UTC').
 WITH
+access AS (
+    SELECT peer_prefix,
+           concat('access:', dictGetOrDefault('prefix_networks_dict', 'access',
+                             toIPv6OrDefault(splitByChar('/', peer_prefix)[1]), 'unknown')) AS access_segment
+    FROM (SELECT DISTINCT peer_prefix FROM cohort_connections_stage WHERE hour = {hour_start:DateTime('UTC')})
+),
 pairs AS (
     SELECT cityHash64(pop, rollout_id, arm, kernel, cc, cc_version, host)       AS cohort_id,
-           hour, pop, rollout_id, arm, kernel, cc, cc_version, host, is_bulk,
+           hour, pop, rollout_id, arm, kernel, cc, cc_version, host, is_bulk, a.access_segment AS access_segment,
            p.1 AS pair, p.2 AS x, p.3 AS y
-    FROM cohort_connections_stage
+    FROM cohort_connections_stage AS c
+    LEFT JOIN access AS a ON a.peer_prefix = c.peer_prefix
     ARRAY JOIN [
         ('rtt_us:retrans_pct',    toFloat64(rtt_us), CAST(retrans_pct    AS Nullable(Float64))),
         ('rtt_us:inflight_bytes', toFloat64(rtt_us), CAST(inflight_bytes AS Nullable(Float64)))
@@ -27,20 +37,22 @@ binned AS (
 ),
 cells AS (
     -- grouped by a 64-bit hash of the cohort keys, carried with any() (see connection_metrics.sql)
-    SELECT cohort_id, pair, x_bin, y_bin, is_bulk,
+    SELECT cohort_id, pair, x_bin, y_bin, is_bulk, access_segment,
            any(hour) AS hour, any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm,
            any(kernel) AS kernel, any(cc) AS cc, any(cc_version) AS cc_version, any(host) AS host,
            count()                                                            AS cell_connections
     FROM binned
-    GROUP BY cohort_id, pair, x_bin, y_bin, is_bulk
+    GROUP BY cohort_id, pair, x_bin, y_bin, is_bulk, access_segment
 )
 SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
-       if(grouping(is_bulk) = 0, 'bulk', 'all')                               AS segment,
+       multiIf(grouping(access_segment) = 0, access_segment,
+               grouping(is_bulk) = 0, 'bulk', 'all')                          AS segment,
        pair, x_bin, y_bin,
        sum(cell_connections)                                                  AS connections
 FROM cells
 GROUP BY GROUPING SETS (
     (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, pair, x_bin, y_bin),
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, pair, x_bin, y_bin, is_bulk)
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, pair, x_bin, y_bin, is_bulk),
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, pair, x_bin, y_bin, access_segment)
 )
 HAVING grouping(is_bulk) = 1 OR is_bulk
