@@ -28,7 +28,7 @@ from ccab.ingest.loader import load_files
 from cohort_reference import (actual_heatmap, actual_rollup, assert_rollups_match, expected_heatmap,
                               expected_rollup, read_jsonl)
 
-pytestmark = [pytest.mark.airflow_scheduler, pytest.mark.slow]
+pytestmark = [pytest.mark.airflow_scheduler, pytest.mark.slow, pytest.mark.timeout(3000)]
 
 DAG_ID = "ccab_cohorts_hourly"
 DEPLOYED_START = "start_date=datetime(2025, 1, 1, tzinfo=timezone.utc),"
@@ -101,19 +101,22 @@ def test_scheduler_runs_scheduled_hours_and_a_backfill_like_the_job_run_directly
     assert [(r.start, r.end) for r in runs if r.run_type == "scheduled"][:2] == want_scheduled
     assert all(r.state == "success" for r in runs), runs
 
+    # one embedded warehouse per process at a time: the direct job's rollups first, then Airflow's
     direct = ChdbWarehouse(tmp_path / "direct-data" / "warehouse")
-    airflowed = ChdbWarehouse(tmp_path / "airflow-data" / "warehouse")
     try:
         run_window(direct, first, now_hour, lookback=False)
-        want = actual_rollup(direct)
-        assert want and set(k[0] for k in want) == {(first + timedelta(hours=i)).strftime("%Y-%m-%d %H:%M:%S")
-                                                   for i in range(4)}
+        want, want_heatmap = actual_rollup(direct), actual_heatmap(direct)
+    finally:
+        direct.close()
+    hours = [(first + timedelta(hours=i)).strftime("%Y-%m-%d %H:%M:%S") for i in range(4)]
+    assert want and {k[0] for k in want} == set(hours)
+    airflowed = ChdbWarehouse(tmp_path / "airflow-data" / "warehouse")
+    try:
         assert_rollups_match(want, actual_rollup(airflowed))
-        assert actual_heatmap(direct) == actual_heatmap(airflowed)
+        assert want_heatmap == actual_heatmap(airflowed)
         assert_rollups_match(expected_rollup(tcp, http), actual_rollup(airflowed))
         assert expected_heatmap(tcp) == actual_heatmap(airflowed)
         marks = [m[0] for m in airflowed.query("SELECT hour FROM cohort_watermarks FINAL ORDER BY hour").rows]
-        assert marks[:4] == [(first + timedelta(hours=i)).strftime("%Y-%m-%d %H:%M:%S") for i in range(4)]
+        assert marks[:4] == hours
     finally:
-        direct.close()
         airflowed.close()
