@@ -407,11 +407,13 @@ def rollout() -> tuple[dict, dict]:
               reads=("agent_status",),
               description="The assignment generation each host reported as applied, per interval (stage "
                           "timeline; annotations are the judge's verdicts). A host lagging the others is "
-                          "still on an older stage. Always the last 7 days (raw heartbeats).", time_from="7d",
+                          "still on an older stage. Always the last 7 days (raw heartbeats), in steps of at "
+                          "least an hour (a stage lasts hours; 500 hosts x 1000 steps would be 500,000 points).",
+              time_from="7d",
               options={"showValue": "auto", "mergeValues": True, "rowHeight": 0.8, "alignValue": "left"},
               field_config={"color": {"mode": "palette-classic"}},
               sql=f"""
-SELECT $__timeInterval(ts) AS time, host, max(generation) AS generation
+SELECT toStartOfInterval(ts, INTERVAL greatest($__interval_s, 3600) SECOND) AS time, host, max(generation) AS generation
 FROM agent_status
 WHERE $__timeFilter(ts) AND {POP} AND {ROLLOUT} AND {ARMS} AND {KERNELS} AND state = 'applied'
 GROUP BY time, host
