@@ -5,6 +5,8 @@
 -- (rtt_us - min_rtt_us per connection), rtt_us p50, retrans_pct as bytes_retrans / bytes_sent.
 -- Quantiles: inverted-CDF rank over the merged 1/128-octave histograms (zeros included),
 -- reported at the bin's geometric midpoint (as cohort_quantiles).
+-- Whole UTC days of [t_from, t_to) are read from cohort_daily, the hours at its edges from
+-- cohort_hourly (the same rows; sql/migrations/0017_cohort_daily.sql).
 -- Parameters: pop, rollout_id ('' = all), t_from, t_to (DateTime, UTC).
 WITH
 cohort_rows AS (
@@ -16,6 +18,16 @@ cohort_rows AS (
       AND metric IN ('goodput_bps', 'queue_delay_us', 'rtt_us', 'retrans_pct')
       AND hour >= {t_from:DateTime('UTC')}
       AND hour < {t_to:DateTime('UTC')}
+      AND NOT (hour >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC') AND hour < toStartOfDay({t_to:DateTime('UTC')}, 'UTC'))
+    UNION ALL
+    SELECT segment, arm, cc, host, metric, n, n_zero, ratio_num, ratio_den, hist
+    FROM cohort_daily
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND segment LIKE 'asn:%'
+      AND metric IN ('goodput_bps', 'queue_delay_us', 'rtt_us', 'retrans_pct')
+      AND day >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC')
+      AND day < toStartOfDay({t_to:DateTime('UTC')}, 'UTC')
 ),
 merged AS (
     SELECT segment, arm, metric,

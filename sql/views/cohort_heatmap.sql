@@ -4,6 +4,8 @@
 -- 'x:y' with their units: 'rtt_us:retrans_pct', 'rtt_us:inflight_bytes'. A value of exactly 0
 -- has the bin -2147483648 (x_lo = x_hi = 0): zero retransmits are a row of their own.
 -- share_of_arm = connections / all connections of the arm in the heatmap (rows sum to 1 per arm).
+-- Whole UTC days of [t_from, t_to) are read from cohort_heatmap_daily, the hours at its edges from
+-- cohort_heatmap_hourly (the same rows; sql/migrations/0017_cohort_daily.sql).
 -- Parameters: pop, rollout_id ('' = all), pair, segment ('all', 'bulk' or an access type
 --             'access:mobile|fixed|satellite|hosting|unknown'), t_from, t_to
 --             (DateTime, UTC), bins_per_octave (UInt8: 1, 2, 4 or 8).
@@ -17,6 +19,17 @@ cohort_rows AS (
       AND segment = {segment:String}
       AND hour >= {t_from:DateTime('UTC')}
       AND hour < {t_to:DateTime('UTC')}
+      AND NOT (hour >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC') AND hour < toStartOfDay({t_to:DateTime('UTC')}, 'UTC'))
+      AND throwIf(8 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be 1, 2, 4 or 8') = 0
+    UNION ALL
+    SELECT arm, cc, x_bin, y_bin, connections
+    FROM cohort_heatmap_daily
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND pair = {pair:String}
+      AND segment = {segment:String}
+      AND day >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC')
+      AND day < toStartOfDay({t_to:DateTime('UTC')}, 'UTC')
       AND throwIf(8 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be 1, 2, 4 or 8') = 0
 ),
 rebinned AS (

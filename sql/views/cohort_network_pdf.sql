@@ -5,6 +5,8 @@
 -- share = values in the bin / all values of the segment x arm (zeros included); cdf = running
 -- sum of share up to value_hi; density_per_decade = share / log10(value_hi / value_lo).
 -- Segments come from the prefix-networks dictionary at rollup time (cohorts/networks.py).
+-- Whole UTC days of [t_from, t_to) are read from cohort_daily, the hours at its edges from
+-- cohort_hourly (the same rows; sql/migrations/0017_cohort_daily.sql).
 -- Parameters: pop, rollout_id ('' = all), metric, segment (LIKE pattern), t_from, t_to (DateTime,
 --             UTC), bins_per_octave (UInt8, a power of two <= 128).
 WITH
@@ -17,6 +19,17 @@ cohort_rows AS (
       AND segment LIKE {segment:String}
       AND hour >= {t_from:DateTime('UTC')}
       AND hour < {t_to:DateTime('UTC')}
+      AND NOT (hour >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC') AND hour < toStartOfDay({t_to:DateTime('UTC')}, 'UTC'))
+      AND throwIf(128 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be a power of two <= 128') = 0
+    UNION ALL
+    SELECT segment, arm, cc, n, n_zero, hist
+    FROM cohort_daily
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND metric = {metric:String}
+      AND segment LIKE {segment:String}
+      AND day >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC')
+      AND day < toStartOfDay({t_to:DateTime('UTC')}, 'UTC')
       AND throwIf(128 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be a power of two <= 128') = 0
 ),
 per_arm AS (

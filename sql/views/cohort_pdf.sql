@@ -3,6 +3,8 @@
 -- row per arm for the exact zeros (bin = -2147483648, value_lo = value_hi = 0, density NULL).
 -- share = values in the bin / all values of the arm (zeros included), so an arm's shares sum to 1;
 -- density_per_decade = share / log10(value_hi / value_lo), what a log-x PDF plots.
+-- Whole UTC days of [t_from, t_to) are read from cohort_daily, the hours at its edges from
+-- cohort_hourly (the same rows; sql/migrations/0017_cohort_daily.sql).
 -- Parameters: pop, rollout_id ('' = all), metric, segment, t_from, t_to (DateTime, UTC),
 --             bins_per_octave (UInt8, a power of two <= 128).
 WITH
@@ -15,6 +17,17 @@ cohort_rows AS (
       AND segment = {segment:String}
       AND hour >= {t_from:DateTime('UTC')}
       AND hour < {t_to:DateTime('UTC')}
+      AND NOT (hour >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC') AND hour < toStartOfDay({t_to:DateTime('UTC')}, 'UTC'))
+      AND throwIf(128 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be a power of two <= 128') = 0
+    UNION ALL
+    SELECT arm, cc, n, n_zero, hist
+    FROM cohort_daily
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND metric = {metric:String}
+      AND segment = {segment:String}
+      AND day >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC')
+      AND day < toStartOfDay({t_to:DateTime('UTC')}, 'UTC')
       AND throwIf(128 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be a power of two <= 128') = 0
 ),
 per_arm AS (

@@ -6,6 +6,8 @@
 -- (within 0.27% of the exact quantile). p50_nonzero: the median of the values > 0 only (e.g.
 -- retransmits of connections that had any; in flight of busy sockets). Units: the metric's own.
 -- ratio: sum(ratio_num) / sum(ratio_den) in the metric's unit (x100 for *_pct), NULL if not a ratio.
+-- Whole UTC days of [t_from, t_to) are read from cohort_daily, the hours at its edges from
+-- cohort_hourly (the same rows; sql/migrations/0017_cohort_daily.sql).
 -- Parameters: pop, rollout_id ('' = all), metric, segment (LIKE pattern),
 --             t_from, t_to (DateTime, UTC).
 WITH
@@ -19,6 +21,17 @@ cohort_rows AS (
       AND segment LIKE {segment:String}
       AND hour >= {t_from:DateTime('UTC')}
       AND hour < {t_to:DateTime('UTC')}
+      AND NOT (hour >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC') AND hour < toStartOfDay({t_to:DateTime('UTC')}, 'UTC'))
+    UNION ALL
+    SELECT arm, cc, host, segment, n, n_zero, n_missing, n_above_50pct, value_sum,
+           ratio_num, ratio_den, hist
+    FROM cohort_daily
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND metric = {metric:String}
+      AND segment LIKE {segment:String}
+      AND day >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC')
+      AND day < toStartOfDay({t_to:DateTime('UTC')}, 'UTC')
 ),
 per_arm AS (
     SELECT arm,

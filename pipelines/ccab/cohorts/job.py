@@ -33,6 +33,7 @@ from typing import Callable, Mapping
 
 from ccab.base.chtime import HOUR, hours_between, parse_sql_time, sql_time, utc_hour
 from ccab.base.warehouse import Warehouse, WarehouseError
+from ccab.cohorts.daily import refresh_day
 
 SQL_DIR = Path(__file__).with_name("sql")
 DEFAULT_BULK_MIN_BYTES = 1 << 20
@@ -339,6 +340,8 @@ def rollup_hour(wh: Warehouse, hour: datetime, cfg: JobConfig | None = None, rea
             else:  # REPLACE from an empty partition is refused; the hour now has no rows here
                 wh.command(f"ALTER TABLE {target} DROP PARTITION ID '{pid}'")
         connections = _count(wh, SCRATCH, pid)
+        step = "refresh the hour's day in the daily rollups"
+        refresh_day(wh, hour)
         step = "clear the stage tables"
         for table in stages:
             wh.command(f"ALTER TABLE {table} DROP PARTITION ID '{pid}'")

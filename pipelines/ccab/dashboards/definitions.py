@@ -94,7 +94,8 @@ GROUP BY pop, rollout_id, arm
 ORDER BY pop, rollout_id, arm"""),
         Panel("Hosts applied vs assigned", "table", shape="table", w=12, h=8, reads=("assignments", "agent_status"),
               description="Per arm of the selected rollout: hosts assigned (latest assignment per host) and hosts "
-                          "whose latest agent status is 'applied' at that generation or later.",
+                          "whose latest agent status (of the day before the range's end; agents report every "
+                          "few minutes) is 'applied' at that generation or later.",
               sql=f"""
 WITH
 assigned AS (
@@ -107,7 +108,7 @@ status AS (
     SELECT host, argMax(state, ts_ms) AS last_state, argMax(generation, ts_ms) AS status_generation,
            argMax(kernel, ts_ms) AS last_kernel
     FROM agent_status
-    WHERE {POP} AND {ROLLOUT} AND ts <= $__toTime
+    WHERE {POP} AND {ROLLOUT} AND ts <= $__toTime AND ts > $__toTime - INTERVAL 1 DAY
     GROUP BY host
 )
 SELECT a.assigned_arm AS arm,
@@ -121,7 +122,8 @@ GROUP BY arm
 ORDER BY arm"""),
         Panel("Hosts not (yet) applied", "table", shape="table", w=24, h=7, reads=("assignments", "agent_status"),
               description="Hosts whose latest status is not 'applied' at their assigned generation, with the "
-                          "agent's state and reason (e.g. 'algorithm unavailable', 'qdisc fq unavailable').",
+                          "agent's state and reason (e.g. 'algorithm unavailable', 'qdisc fq unavailable'); "
+                          "'no status' when the agent reported nothing in the day before the range's end.",
               sql=f"""
 WITH
 assigned AS (
@@ -136,7 +138,7 @@ status AS (
            argMax(kernel, ts_ms) AS last_kernel, argMax(cc_effective, ts_ms) AS last_cc,
            argMax(reason, ts_ms) AS last_reason, max(ts) AS last_status
     FROM agent_status
-    WHERE {POP} AND {ROLLOUT} AND ts <= $__toTime
+    WHERE {POP} AND {ROLLOUT} AND ts <= $__toTime AND ts > $__toTime - INTERVAL 1 DAY
     GROUP BY host
 )
 SELECT a.host AS host, a.assigned_arm AS arm, a.assigned_generation AS assigned_generation,
@@ -219,8 +221,24 @@ LIMIT 50"""),
 # --- Canary comparison -----------------------------------------------------------------------------
 
 _COHORT_FILTER = (f"{POP} AND {ROLLOUT} AND {ARMS} AND {KERNELS} AND metric = {sql_value('metric')} "
-                  f"AND segment = {sql_value('segment')} AND $__timeFilter(hour)")
-_HEAT_FILTER = f"{POP} AND {ROLLOUT} AND {sql_in('arm', 'arm')} AND {KERNELS} AND segment = {sql_value('segment')} AND $__timeFilter(hour)"
+                  f"AND segment = {sql_value('segment')}")
+_HEAT_FILTER = f"{POP} AND {ROLLOUT} AND {sql_in('arm', 'arm')} AND {KERNELS} AND segment = {sql_value('segment')}"
+# Whole UTC days of the range come from the daily rollups, the hours at its edges from the hourly
+# ones (sql/migrations/0017_cohort_daily.sql): the same rows as reading every hour, and a 90-day
+# range reads 90 rows per host and cohort instead of 2,160.
+_DAY_FIRST = "toStartOfDay($__fromTime + 86399, 'UTC')"  # first midnight at or after the range's start
+_DAY_END = "toStartOfDay($__toTime, 'UTC')"  # last midnight at or before its end
+
+
+def _rollup_rows(columns: str, where: str, hourly: str = "cohort_hourly", daily: str = "cohort_daily") -> str:
+    """A subquery of ``columns`` of the rollup rows in the dashboard's range that match ``where``."""
+    return f"""(
+    SELECT {columns} FROM {hourly}
+    WHERE {where} AND $__timeFilter(hour) AND NOT (hour >= {_DAY_FIRST} AND hour < {_DAY_END})
+    UNION ALL
+    SELECT {columns} FROM {daily}
+    WHERE {where} AND day >= {_DAY_FIRST} AND day < {_DAY_END}
+)"""
 _PER_OCTAVE = 16  # PDF/CDF resolution: the 128-per-octave histograms re-binned (merges exactly)
 
 
@@ -228,8 +246,7 @@ def _merged_bins_sql() -> str:
     return f"""
 merged AS (
     SELECT arm, sum(n) AS n_values, sum(n_zero) AS n_zeros, sumMap(hist) AS h
-    FROM cohort_hourly
-    WHERE {_COHORT_FILTER}
+    FROM {_rollup_rows("arm, n, n_zero, hist", _COHORT_FILTER)}
     GROUP BY arm
 ),
 fine AS (
@@ -245,7 +262,8 @@ binned AS (
 
 
 def _heatmap(pair: str, y_name: str, y_div: str, y_unit: str, title: str) -> Panel:
-    return Panel(title, "heatmap", shape="heatmap", w=8, h=9, repeat="arm", reads=("cohort_heatmap_hourly",),
+    return Panel(title, "heatmap", shape="heatmap", w=8, h=9, repeat="arm",
+                 reads=("cohort_heatmap_hourly", "cohort_heatmap_daily"),
                  description=f"Share of the arm's connections per cell of RTT (x, ms) and {y_name} (y), from "
                              "cohort_heatmap_hourly re-binned to 2 bins per octave (a connection counted once, at "
                              "its last sample). y = 0 is the row of connections with exactly 0. One panel per arm.",
@@ -264,8 +282,8 @@ WITH cells AS (
     SELECT if(x_bin = {ZERO_BIN}, x_bin, toInt32(floor(x_bin / 4))) AS x,
            if(y_bin = {ZERO_BIN}, y_bin, toInt32(floor(y_bin / 4))) AS y,
            sum(connections) AS conns
-    FROM cohort_heatmap_hourly
-    WHERE pair = '{pair}' AND {_HEAT_FILTER}
+    FROM {_rollup_rows("x_bin, y_bin, connections", f"pair = '{pair}' AND {_HEAT_FILTER}",
+                       "cohort_heatmap_hourly", "cohort_heatmap_daily")}
     GROUP BY x, y
 )
 SELECT if(x = {ZERO_BIN}, 0, round(exp2(x / 2) / 1000, 4)) AS rtt_ms,
@@ -284,7 +302,7 @@ def canary() -> tuple[dict, dict]:
               "properties": [{"id": "custom.scaleDistribution", "value": {"type": "log", "log": 10}}]}]
     items: list[Panel | Row] = [
         Row("Distributions per arm (${metric}, ${segment})"),
-        Panel("PDF per arm", "trend", shape="xy", w=12, h=9, reads=("cohort_hourly",), options=xy_opts,
+        Panel("PDF per arm", "trend", shape="xy", w=12, h=9, reads=("cohort_hourly", "cohort_daily"), options=xy_opts,
               field_config=xy_fc, overrides=log_x,
               transformations=[{"id": "groupingToMatrix", "options": {
                   "rowField": "value", "columnField": "arm", "valueField": "density_per_decade", "emptyValue": "null"}}],
@@ -298,7 +316,7 @@ SELECT exp2((bin + 0.5) / {_PER_OCTAVE}) / {_SCALE} AS value, arm,
        bin_values / n_values / log10(exp2(1 / {_PER_OCTAVE})) AS density_per_decade
 FROM binned
 ORDER BY value, arm"""),
-        Panel("CDF per arm", "trend", shape="xy", w=12, h=9, reads=("cohort_hourly",), options=xy_opts,
+        Panel("CDF per arm", "trend", shape="xy", w=12, h=9, reads=("cohort_hourly", "cohort_daily"), options=xy_opts,
               field_config={**xy_fc, "unit": "percentunit", "min": 0, "max": 1}, overrides=log_x,
               transformations=[{"id": "groupingToMatrix", "options": {
                   "rowField": "value", "columnField": "arm", "valueField": "cum_share", "emptyValue": "null"}}],
@@ -352,7 +370,7 @@ WHERE {POP} AND {ROLLOUT} AND {sql_in('arm', 'treatment_arm')} AND role = 'guard
   AND $__timeFilter(window_end)
 ORDER BY time, series"""),
         Row("Per host"),
-        Panel("Per-host mean of ${metric}", "table", shape="table", w=24, h=9, reads=("cohort_hourly",),
+        Panel("Per-host mean of ${metric}", "table", shape="table", w=24, h=9, reads=("cohort_hourly", "cohort_daily"),
               description="One row per host: connections (or requests), mean and ratio of the selected metric over "
                           "the time range — a single bad host shows up here before it moves an arm.",
               sql=f"""
@@ -360,8 +378,7 @@ SELECT arm, host, kernel, cc, sum(n) AS n_values,
        sum(value_sum) / nullIf(sum(n), 0) / {_SCALE} AS mean,
        if(sum(ratio_den) = 0, NULL, sum(ratio_num) / sum(ratio_den)) AS ratio_raw_units,
        sum(n_zero) / nullIf(sum(n), 0) AS zero_share
-FROM cohort_hourly
-WHERE {_COHORT_FILTER}
+FROM {_rollup_rows("arm, host, kernel, cc, n, value_sum, ratio_num, ratio_den, n_zero", _COHORT_FILTER)}
 GROUP BY arm, host, kernel, cc
 ORDER BY arm, mean DESC"""),
     ]
@@ -390,11 +407,13 @@ def rollout() -> tuple[dict, dict]:
               reads=("agent_status",),
               description="The assignment generation each host reported as applied, per interval (stage "
                           "timeline; annotations are the judge's verdicts). A host lagging the others is "
-                          "still on an older stage.",
+                          "still on an older stage. Always the last 7 days (raw heartbeats), in steps of at "
+                          "least an hour (a stage lasts hours; 500 hosts x 1000 steps would be 500,000 points).",
+              time_from="7d",
               options={"showValue": "auto", "mergeValues": True, "rowHeight": 0.8, "alignValue": "left"},
               field_config={"color": {"mode": "palette-classic"}},
               sql=f"""
-SELECT $__timeInterval(ts) AS time, host, max(generation) AS generation
+SELECT toStartOfInterval(ts, INTERVAL greatest($__interval_s, 3600) SECOND) AS time, host, max(generation) AS generation
 FROM agent_status
 WHERE $__timeFilter(ts) AND {POP} AND {ROLLOUT} AND {ARMS} AND {KERNELS} AND state = 'applied'
 GROUP BY time, host
@@ -402,7 +421,8 @@ ORDER BY time, host"""),
         Panel("Hosts per arm and state", "timeseries", shape="timeseries", w=12, h=8, unit="short",
               reads=("agent_status",),
               description="Distinct hosts reporting each (arm, state) per interval from agent_status "
-                          "(applied, failed, unavailable, ...).",
+                          "(applied, failed, unavailable, ...). Always the last 7 days (raw heartbeats).",
+              time_from="7d",
               field_config={"custom": {"drawStyle": "line", "lineInterpolation": "stepAfter"}},
               sql=f"""
 SELECT $__timeInterval(ts) AS time, concat(arm, ' ', state) AS arm_state, uniqExact(host) AS hosts

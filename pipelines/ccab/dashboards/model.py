@@ -85,6 +85,9 @@ class Panel:
     transformations: list[dict[str, Any]] = field(default_factory=list)
     repeat: str | None = None
     reads: tuple[str, ...] = ()  # tables the SQL reads (documentation, and checked by the tests)
+    # Grafana's per-panel "relative time" (e.g. "24h"): the panel shows the last 24 h whatever the
+    # dashboard's range — for panels over raw heartbeats, which are meant for hours, not months
+    time_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:
@@ -115,6 +118,8 @@ class Panel:
             "options": dict(self.options),
             "transformations": list(self.transformations),
         }
+        if self.time_from:
+            out["timeFrom"] = self.time_from
         if self.repeat:
             out["repeat"] = self.repeat
             out["repeatDirection"] = "h"

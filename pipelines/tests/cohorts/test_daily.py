@@ -1,0 +1,106 @@
+"""The daily rollups: each day is the exact sum of its hours (also after late data recomputes an
+hour), and the analyst views give the same answer reading whole days from them as reading hours."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import rollup_rows
+from ccab import cli
+from ccab.cohorts.job import run_window
+from ccab.cohorts.views import install_views, view_files
+from ccab.ingest.loader import load_files
+from cohort_reference import read_jsonl
+
+DAY0 = datetime(2025, 11, 20, tzinfo=timezone.utc)
+SUMS = ("sum(n)", "sum(n_zero)", "sum(n_missing)", "sum(n_above_50pct)", "round(sum(value_sum), 3)",
+        "round(sum(ratio_num), 3)", "round(sum(ratio_den), 3)", "round(sum(weight_sum), 3)", "sumMap(hist)")
+KEYS = "pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric"
+HEAT_KEYS = "pop, rollout_id, arm, kernel, cc, cc_version, host, segment, pair, x_bin, y_bin"
+
+
+def by_day(wh) -> tuple[list, list]:
+    """(hourly regrouped by day, daily) for both rollups; each list sorted."""
+    sums = ", ".join(SUMS)
+    out = []
+    for hourly, daily, keys, cols in (("cohort_hourly", "cohort_daily", KEYS, sums),
+                                      ("cohort_heatmap_hourly", "cohort_heatmap_daily", HEAT_KEYS, "sum(connections)")):
+        a = wh.query(f"SELECT toStartOfDay(hour, 'UTC') AS d, {keys}, {cols} FROM {hourly} GROUP BY d, {keys} "
+                     f"ORDER BY ALL").rows
+        b = wh.query(f"SELECT day, {keys}, {cols} FROM {daily} GROUP BY day, {keys} ORDER BY ALL").rows
+        out.append((a, b))
+    return out
+
+
+@pytest.mark.slow
+def test_each_day_is_the_sum_of_its_hours_also_after_late_rows(warehouse, tmp_path):
+    start = DAY0 - timedelta(hours=2)  # 22:00 to 01:00: two days
+    out = tmp_path / "sim"
+    assert cli.main(["sim", "tiny", "--out", str(out), "--hours", "3", "--connections", "600", "--workers", "1",
+                     "--no-progress", "--start", start.isoformat()]) == 0
+    records = read_jsonl(out / "ccab.tcp.v1.jsonl") + read_jsonl(out / "ccab.http.v1.jsonl")
+    cut = int((DAY0 + timedelta(minutes=30)).timestamp() * 1000)
+    (tmp_path / "early.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records if r["ts_ms"] < cut))
+    (tmp_path / "late.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records if r["ts_ms"] >= cut))
+
+    assert not load_files(warehouse, [tmp_path / "early.jsonl"]).dead
+    run_window(warehouse, start, start + timedelta(hours=3))
+    for hourly, daily in by_day(warehouse):
+        assert hourly and hourly == daily
+    assert {r[0] for r in by_day(warehouse)[0][1]} == {"2025-11-19 00:00:00", "2025-11-20 00:00:00"}
+
+    # late rows: the hours are recomputed, and with them their days — replaced, not added to
+    assert not load_files(warehouse, [tmp_path / "late.jsonl"]).dead
+    before = warehouse.query("SELECT sum(n) FROM cohort_daily").scalar()
+    run_window(warehouse, start, start + timedelta(hours=3))
+    for hourly, daily in by_day(warehouse):
+        assert hourly == daily
+    assert warehouse.query("SELECT sum(n) FROM cohort_daily").scalar() > before
+
+
+VIEW_ARGS = {
+    "cohort_quantiles": "metric = 'rtt_us', segment = '%'",
+    "cohort_cdf": "metric = 'rtt_us', segment = 'all', bins_per_octave = 16",
+    "cohort_pdf": "metric = 'retrans_pct', segment = 'bulk', bins_per_octave = 8",
+    "cohort_heatmap": "pair = 'rtt_us:retrans_pct', segment = 'all', bins_per_octave = 2",
+    "cohort_network_pdf": "metric = 'rtt_us', segment = '%:%', bins_per_octave = 16",
+    "cohort_goodput_by_rtt_class": "",
+    "cohort_asn_table": "",
+}
+DAY_FIRST = "toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC')"
+
+
+def test_views_read_whole_days_from_the_daily_rollups_with_the_same_result(warehouse, tmp_path):
+    rollup_rows.fill(warehouse, DAY0, days=3)
+    install_views(warehouse)
+    # the same views reading every hour from the hourly tables: no day is "whole" before 2100
+    hourly_only = tmp_path / "hourly-only"
+    hourly_only.mkdir()
+    for name, path in view_files().items():
+        sql = path.read_text()
+        assert name in VIEW_ARGS, f"add view {name} to VIEW_ARGS"
+        if "cohort_hourly" in sql or "cohort_heatmap_hourly" in sql:
+            assert DAY_FIRST in sql, f"view {name} reads every hour: read whole days from the daily rollups"
+        (hourly_only / f"{name}_h.sql").write_text(
+            sql.replace(DAY_FIRST, "toDateTime('2100-01-01 00:00:00', 'UTC')")
+               .replace("FROM cohort_pdf(", "FROM cohort_pdf_h(").replace("FROM cohort_quantiles(", "FROM cohort_quantiles_h("))
+    install_views(warehouse, hourly_only)
+    ranges = [(DAY0 + timedelta(hours=5), DAY0 + timedelta(days=2, hours=7)),  # edges + one whole day
+              (DAY0, DAY0 + timedelta(days=3)),  # whole days only
+              (DAY0 + timedelta(hours=3), DAY0 + timedelta(hours=20))]  # inside one day
+    for name in view_files():
+        for t_from, t_to in ranges:
+            args = ", ".join(x for x in (f"pop = '{rollup_rows.POP}'", f"rollout_id = '{rollup_rows.ROLLOUT}'",
+                                         VIEW_ARGS[name], f"t_from = '{t_from:%Y-%m-%d %H:%M:%S}'",
+                                         f"t_to = '{t_to:%Y-%m-%d %H:%M:%S}'") if x)
+            got = warehouse.query(f"SELECT * FROM {name}({args}) ORDER BY ALL").rows
+            want = warehouse.query(f"SELECT * FROM {name}_h({args}) ORDER BY ALL").rows
+            assert got and got == want, (name, t_from, t_to, got[:3], want[:3])
+
+    # and whole days really come from the daily tables
+    args = (f"pop = '{rollup_rows.POP}', rollout_id = '{rollup_rows.ROLLOUT}', {VIEW_ARGS['cohort_pdf']}, "
+            f"t_from = '{DAY0:%Y-%m-%d %H:%M:%S}', t_to = '{DAY0 + timedelta(days=3):%Y-%m-%d %H:%M:%S}'")
+    warehouse.command("TRUNCATE TABLE cohort_daily")
+    assert warehouse.query(f"SELECT count() FROM cohort_pdf({args})").scalar() == 0
