@@ -227,6 +227,9 @@ def peer_histograms(df: pd.DataFrame, bulk_min: int = MIB) -> pd.DataFrame:
 def job_histograms(wh, path: Path, names: tuple[str, ...]) -> pd.DataFrame:
     """cohort_hourly's histograms and zero counts of ``names``, one row per cell (as the peer's)."""
     metrics = ", ".join(f"'{m}'" for m in names)
+    # the segments the peer computes; the job's client-network segments (access:*, country:*,
+    # asn:*: network_metrics.sql) are part of its whole run but not compared
+    segments = ", ".join(f"'{s}'" for s in SEGMENTS)
     path.unlink(missing_ok=True)
     wh.command(f"""
         INSERT INTO FUNCTION file('{path}', Parquet)
@@ -234,10 +237,11 @@ def job_histograms(wh, path: Path, names: tuple[str, ...]) -> pd.DataFrame:
                toInt64(cc_version) AS cc_version, host, segment, metric, toInt64(b) AS bin, sum(c) AS count
         FROM (
             SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric, k AS b, v AS c
-            FROM cohort_hourly ARRAY JOIN mapKeys(hist) AS k, mapValues(hist) AS v WHERE metric IN ({metrics})
+            FROM cohort_hourly ARRAY JOIN mapKeys(hist) AS k, mapValues(hist) AS v
+            WHERE metric IN ({metrics}) AND segment IN ({segments})
             UNION ALL
             SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric, {ZERO} AS b, n_zero AS c
-            FROM cohort_hourly WHERE metric IN ({metrics})
+            FROM cohort_hourly WHERE metric IN ({metrics}) AND segment IN ({segments})
         )
         GROUP BY ALL HAVING count > 0""")
     return pd.read_parquet(path)
