@@ -61,8 +61,6 @@ TCP_SOURCES = ("tcp_samples", "tcp_conns")
 #: steps whose only source is tcp samples, or http requests: skipped for hours without them
 SAMPLE_STEPS = frozenset({"prefix_classes.sql", "sample_metrics.sql"})
 REQUEST_STEPS = frozenset({"request_metrics.sql", "network_request_metrics.sql"})
-#: settings of every step's INSERT
-STEP_SETTINGS: dict[str, int] = {}
 
 
 class CohortJobError(RuntimeError):
@@ -390,7 +388,7 @@ def _rollup_run(wh: Warehouse, run: list[datetime], fps: Mapping[datetime, Finge
             # optimize_on_insert=0: each step's rows are already one per key (GROUP BY output), so
             # the engine's merge-on-insert pass would only sort them again (~3x the insert time)
             wh.command(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM (\n{read_sql(sql_file)}\n)",
-                       params=params, settings={"optimize_on_insert": 0, **STEP_SETTINGS})
+                       params=params, settings={"optimize_on_insert": 0})
             step_seconds[sql_file] = time.perf_counter() - t_step
         step = "count the stage tables"
         counts = _partition_counts(wh, stages, pids)
