@@ -1,7 +1,8 @@
 """The hourly cohort job: raw rows of one hour -> the cohort rollups, idempotently.
 
 ``rollup_hour(wh, hour)`` rewrites exactly one hour of ``cohort_hourly``,
-``cohort_heatmap_hourly`` and ``cohort_prefix_hourly``:
+``cohort_heatmap_hourly`` and ``cohort_prefix_hourly`` (``rollup_hours`` several, each run of
+consecutive hours with one statement per SQL file: see its docstring):
 
 1. the hour's partitions of the ``*_stage`` tables are cleared (leftovers of a failed run);
 2. the fingerprint of the raw rows the hour depends on is read (tcp_samples in
@@ -329,19 +330,19 @@ def rollup_hours(wh: Warehouse, todo: Mapping[datetime, str], cfg: JobConfig | N
     except WarehouseError as exc:
         raise _job_error(hours[0], hours[-1], "read the raw-row fingerprint", exc) from exc
     fps = {h: fingerprint_of(h, rows) for h in hours}
+
+    def finished(res: HourResult) -> None:
+        results[res.hour] = res
+        if on_hour:
+            on_hour(res, len(results), len(hours))
+
     for h in hours:
         if fps[h].own_rows == 0:
-            results[h] = HourResult(h, todo[h], skipped=True, seconds=time.perf_counter() - t0)
-    done = 0
+            finished(HourResult(h, todo[h], skipped=True, seconds=time.perf_counter() - t0))
     for run in batches([h for h in hours if h not in results]):
         for res in _rollup_run(wh, run, {h: fps[h] for h in run}, rows, todo, cfg):
-            results[res.hour] = res
-    out = [results[h] for h in hours]
-    if on_hour:
-        for res in out:
-            done += 1
-            on_hour(res, done, len(out))
-    return out
+            finished(res)
+    return [results[h] for h in hours]
 
 
 def _label(first: datetime, last: datetime) -> str:
