@@ -1,7 +1,8 @@
 """The hourly cohort job: raw rows of one hour -> the cohort rollups, idempotently.
 
 ``rollup_hour(wh, hour)`` rewrites exactly one hour of ``cohort_hourly``,
-``cohort_heatmap_hourly`` and ``cohort_prefix_hourly``:
+``cohort_heatmap_hourly`` and ``cohort_prefix_hourly`` (``rollup_hours`` several, each run of
+consecutive hours with one statement per SQL file: see its docstring):
 
 1. the hour's partitions of the ``*_stage`` tables are cleared (leftovers of a failed run);
 2. the fingerprint of the raw rows the hour depends on is read (tcp_samples in
@@ -58,6 +59,11 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("network_request_metrics.sql", "cohort_hourly_stage"),
     ("heatmap.sql", "cohort_heatmap_hourly_stage"),
 )
+#: the raw tables behind a connection (source_fingerprints.sql names each table)
+TCP_SOURCES = ("tcp_samples", "tcp_conns")
+#: steps whose only source is tcp samples, or http requests: skipped for hours without them
+SAMPLE_STEPS = frozenset({"prefix_classes.sql", "sample_metrics.sql"})
+REQUEST_STEPS = frozenset({"request_metrics.sql", "network_request_metrics.sql"})
 
 
 class CohortJobError(RuntimeError):
@@ -173,20 +179,20 @@ def code_version(sql_dir: Path = SQL_DIR) -> str:
 
 
 def fingerprint_of(hour: datetime, rows: Mapping[tuple[str, datetime], tuple[int, str]]) -> Fingerprint:
-    """Combine per-(source, hour) ``(rows, max_loaded_at)`` into the fingerprint of ``hour``.
+    """Combine per-(source table, hour) ``(rows, max_loaded_at)`` into the fingerprint of ``hour``.
 
     A connection belongs to the hour of its last sample, so ``hour`` also depends on the next
-    hour's tcp samples; requests depend on their own hour only.
+    hour's tcp samples and close records (tcp = both tables); requests depend on their own hour only.
     """
     empty = (0, "1970-01-01 00:00:00")
-    tcp = [rows.get(("tcp", hour), empty), rows.get(("tcp", hour + HOUR), empty)]
-    http = rows.get(("http", hour), empty)
+    tcp = [rows.get((t, h), empty) for h in (hour, hour + HOUR) for t in TCP_SOURCES]
+    http = rows.get(("http_requests", hour), empty)
     return Fingerprint(
         tcp_rows=sum(r for r, _ in tcp),
         tcp_max_loaded_at=max(m for _, m in tcp),
         http_rows=http[0],
         http_max_loaded_at=http[1],
-        own_rows=tcp[0][0] + http[0],
+        own_rows=sum(r for r, _ in tcp[:len(TCP_SOURCES)]) + http[0],
     )
 
 
@@ -246,7 +252,7 @@ def _query_columns(wh: Warehouse, table: str) -> list[str]:
 
 
 def source_rows(wh: Warehouse, start: datetime, end: datetime) -> dict[tuple[str, datetime], tuple[int, str]]:
-    """Per (source, hour) in ``[start, end)``: raw row count and newest ``_loaded_at``."""
+    """Per (raw table, hour) in ``[start, end)``: row count and newest ``_loaded_at``."""
     res = wh.query(read_sql("source_fingerprints.sql"),
                    params={"range_start": sql_time(start), "range_end": sql_time(end)})
     out = {}
@@ -288,38 +294,115 @@ def stale_hours(wh: Warehouse, start: datetime, end: datetime, cfg: JobConfig | 
     return out
 
 
-def _count(wh: Warehouse, table: str, pid: str) -> int:
-    return int(wh.query(f"SELECT count() FROM {table} WHERE _partition_id = {{p:String}}", params={"p": pid}).scalar())
-
-
 def rollup_hour(wh: Warehouse, hour: datetime, cfg: JobConfig | None = None, reason: str = "requested") -> HourResult:
-    """Recompute one hour of the cohort rollups (idempotent; see the module docstring).
+    """Recompute one hour of the cohort rollups (idempotent; see the module docstring and
+    :func:`rollup_hours`)."""
+    return rollup_hours(wh, {utc_hour(hour): reason}, cfg)[0]
+
+
+#: at most this many hours per statement set (an INSERT may touch 100 partitions by default)
+MAX_BATCH_HOURS = 24
+
+
+def batches(hours: list[datetime], max_hours: int = MAX_BATCH_HOURS) -> list[list[datetime]]:
+    """Sorted ``hours`` cut into runs of consecutive hours, each at most ``max_hours`` long (pure).
+
+    A run is computed by one statement set over ``[first, last + 1h)``: only consecutive hours,
+    so the statements never touch an hour that is not being recomputed.
+    """
+    out: list[list[datetime]] = []
+    for h in sorted(hours):
+        if out and h - out[-1][-1] == HOUR and len(out[-1]) < max_hours:
+            out[-1].append(h)
+        else:
+            out.append([h])
+    return out
+
+
+def rollup_hours(wh: Warehouse, todo: Mapping[datetime, str], cfg: JobConfig | None = None,
+                 on_hour: Callable[[HourResult, int, int], None] | None = None) -> list[HourResult]:
+    """Recompute the hours of ``todo`` (hour -> reason), idempotently, in sorted order.
+
+    Hours without raw rows of their own are skipped (their rollup is kept). The others are cut
+    into runs of consecutive hours (:func:`batches`) and each run is computed by ONE set of
+    statements over its hours (every SQL file groups by ``hour``): the job's cost is dominated by
+    planning each statement (hundreds of ms in the embedded engine even on empty input), so a
+    window of N hours costs one plan per file instead of N. Statements whose source has no rows
+    in the run are skipped (per-sample ones without tcp samples, per-request ones without
+    requests): they would write nothing. Each hour's partitions are then swapped in and the
+    run's watermarks written, last.
 
     Raises
     ------
     CohortJobError
-        A statement failed; the message names the hour and the step. The hour's rollup is then
-        either the old or the new version per table and its watermark is not updated, so the next
-        run (or an Airflow retry) redoes it.
+        A statement failed; the message names the hour(s) and the step. Every hour of the failed
+        run keeps its previous rollup per table and its watermark is not updated, so the next run
+        (or an Airflow retry) redoes it.
     """
     cfg = cfg or JobConfig()
-    hour = utc_hour(hour)
+    hours = sorted(utc_hour(h) for h in todo)
+    if not hours:
+        return []
+    results: dict[datetime, HourResult] = {}
     t0 = time.perf_counter()
-    pid = partition_id(hour)
-    label = hour.strftime("%Y-%m-%dT%H:00Z")
+    try:
+        rows = source_rows(wh, hours[0], hours[-1] + 2 * HOUR)
+    except WarehouseError as exc:
+        raise _job_error(hours[0], hours[-1], "read the raw-row fingerprint", exc) from exc
+    fps = {h: fingerprint_of(h, rows) for h in hours}
+
+    def finished(res: HourResult) -> None:
+        results[res.hour] = res
+        if on_hour:
+            on_hour(res, len(results), len(hours))
+
+    for h in hours:
+        if fps[h].own_rows == 0:
+            finished(HourResult(h, todo[h], skipped=True, seconds=time.perf_counter() - t0))
+    for run in batches([h for h in hours if h not in results]):
+        for res in _rollup_run(wh, run, {h: fps[h] for h in run}, rows, todo, cfg):
+            finished(res)
+    return [results[h] for h in hours]
+
+
+def _label(first: datetime, last: datetime) -> str:
+    if first == last:
+        return "hour " + first.strftime("%Y-%m-%dT%H:00Z")
+    return f"hours {first.strftime('%Y-%m-%dT%H:00Z')}..{last.strftime('%Y-%m-%dT%H:00Z')}"
+
+
+def _job_error(first: datetime, last: datetime, step: str, exc: Exception) -> CohortJobError:
+    return CohortJobError(
+        f"cohort job, {_label(first, last)}, step '{step}' failed: {_shorten(str(exc))}\n"
+        "The hour keeps its previous rollup and watermark; fix the cause and re-run it "
+        f"(`ccab analyze --from {first.strftime('%Y-%m-%dT%H:00Z')} "
+        f"--to {(last + HOUR).strftime('%Y-%m-%dT%H:00Z')}`).")
+
+
+def _has_rows(rows: Mapping[tuple[str, datetime], tuple[int, str]], table: str, run: list[datetime]) -> bool:
+    """Whether ``table`` (tcp_samples or http_requests) has rows in the hours of ``run``."""
+    return any(n for (t, h), (n, _) in rows.items() if t == table and run[0] <= h <= run[-1])
+
+
+def _rollup_run(wh: Warehouse, run: list[datetime], fps: Mapping[datetime, Fingerprint],
+                rows: Mapping[tuple[str, datetime], tuple[int, str]], todo: Mapping[datetime, str],
+                cfg: JobConfig) -> list[HourResult]:
+    """One statement set over the consecutive hours of ``run`` (see :func:`rollup_hours`)."""
+    t0 = time.perf_counter()
+    pids = [partition_id(h) for h in run]
+    stages = [s for s, _ in SWAPS] + [SCRATCH]
     step = "start"
     try:
-        step = "read the raw-row fingerprint"
-        fp = fingerprint_of(hour, source_rows(wh, hour, hour + 2 * HOUR))
-        if fp.own_rows == 0:
-            return HourResult(hour, reason, skipped=True, seconds=time.perf_counter() - t0)
-        stages = [s for s, _ in SWAPS] + [SCRATCH]
         step = "clear the stage tables"
-        for table in stages:
-            wh.command(f"ALTER TABLE {table} DROP PARTITION ID '{pid}'")
-        params = {"hour_start": sql_time(hour), "bulk_min_bytes": cfg.bulk_min_bytes}
-        step_seconds = {}
+        _drop_partitions(wh, stages, pids)
+        params = {"hour_start": sql_time(run[0]), "hour_end": sql_time(run[-1] + HOUR),
+                  "bulk_min_bytes": cfg.bulk_min_bytes}
+        has_samples = _has_rows(rows, "tcp_samples", run)
+        has_requests = _has_rows(rows, "http_requests", run)
+        step_seconds: dict[str, float] = {}
         for sql_file, table in STEPS:
+            if (sql_file in SAMPLE_STEPS and not has_samples) or (sql_file in REQUEST_STEPS and not has_requests):
+                continue  # no source rows in these hours: the statement would write nothing
             step = f"{sql_file} -> {table}"
             cols = ", ".join(_columns(wh, table))
             t_step = time.perf_counter()
@@ -331,40 +414,66 @@ def rollup_hour(wh: Warehouse, hour: datetime, cfg: JobConfig | None = None, rea
             wh.command(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM (\n{sql}\n)",
                        params=params, settings={"optimize_on_insert": 0})
             step_seconds[sql_file] = time.perf_counter() - t_step
-        counts = {}
+        step = "count the stage tables"
+        counts = _partition_counts(wh, stages, pids)
         for stage, target in SWAPS:
             step = f"swap {stage} -> {target}"
-            counts[target] = _count(wh, stage, pid)
-            if counts[target]:
-                wh.command(f"ALTER TABLE {target} REPLACE PARTITION ID '{pid}' FROM {stage}")
-            else:  # REPLACE from an empty partition is refused; the hour now has no rows here
-                wh.command(f"ALTER TABLE {target} DROP PARTITION ID '{pid}'")
-        connections = _count(wh, SCRATCH, pid)
-        step = "refresh the hour's day in the daily rollups"
-        refresh_day(wh, hour)
+            present = [p for p in pids if counts.get((stage, p))]
+            absent = [p for p in pids if not counts.get((stage, p))]
+            if present:
+                wh.command(f"ALTER TABLE {target} " + ", ".join(
+                    f"REPLACE PARTITION ID '{p}' FROM {stage}" for p in present))
+            # REPLACE from an empty partition is refused; those hours now have no rows here
+            _drop_partitions(wh, [target], absent)
         step = "clear the stage tables"
-        for table in stages:
-            wh.command(f"ALTER TABLE {table} DROP PARTITION ID '{pid}'")
+        _drop_partitions(wh, stages, pids)
+        step = "refresh the run's days in the daily rollups"
+        for day_hour in sorted({h.replace(hour=0) for h in run}):
+            refresh_day(wh, day_hour)
         step = "write the watermark"
+        version = code_version()
         wh.command(
             """INSERT INTO cohort_watermarks (hour, computed_seq, tcp_rows, tcp_max_loaded_at, http_rows,
                    http_max_loaded_at, bulk_min_bytes, code_version, rollup_rows, heatmap_rows, connections)
-               SELECT {hour:DateTime('UTC')}, toUnixTimestamp64Nano(now64(9)), {tcp_rows:UInt64},
-                   {tcp_max:DateTime('UTC')}, {http_rows:UInt64}, {http_max:DateTime('UTC')}, {bulk:UInt64},
-                   {version:String}, {rollup_rows:UInt64}, {heatmap_rows:UInt64}, {connections:UInt64}""",
-            params={"hour": sql_time(hour), "tcp_rows": fp.tcp_rows, "tcp_max": fp.tcp_max_loaded_at,
-                    "http_rows": fp.http_rows, "http_max": fp.http_max_loaded_at, "bulk": cfg.bulk_min_bytes,
-                    "version": code_version(), "rollup_rows": counts["cohort_hourly"],
-                    "heatmap_rows": counts["cohort_heatmap_hourly"], "connections": connections})
+               SELECT toDateTime(w.1, 'UTC'), toUnixTimestamp64Nano(now64(9)), w.2, toDateTime(w.3, 'UTC'), w.4,
+                   toDateTime(w.5, 'UTC'), {bulk:UInt64}, {version:String}, w.6, w.7, w.8
+               FROM (SELECT arrayJoin(arrayZip({hours:Array(String)}, {tcp_rows:Array(UInt64)},
+                   {tcp_max:Array(String)}, {http_rows:Array(UInt64)}, {http_max:Array(String)},
+                   {rollup_rows:Array(UInt64)}, {heatmap_rows:Array(UInt64)}, {connections:Array(UInt64)})) AS w)""",
+            params={"hours": [sql_time(h) for h in run],
+                    "tcp_rows": [fps[h].tcp_rows for h in run],
+                    "tcp_max": [fps[h].tcp_max_loaded_at for h in run],
+                    "http_rows": [fps[h].http_rows for h in run],
+                    "http_max": [fps[h].http_max_loaded_at for h in run],
+                    "rollup_rows": [counts.get(("cohort_hourly_stage", p), 0) for p in pids],
+                    "heatmap_rows": [counts.get(("cohort_heatmap_hourly_stage", p), 0) for p in pids],
+                    "connections": [counts.get((SCRATCH, p), 0) for p in pids],
+                    "bulk": cfg.bulk_min_bytes, "version": version})
     except WarehouseError as exc:
-        raise CohortJobError(
-            f"cohort job, hour {label}, step '{step}' failed: {_shorten(str(exc))}\n"
-            "The hour keeps its previous rollup and watermark; fix the cause and re-run it "
-            f"(`ccab analyze --from {label} --to {(hour + HOUR).strftime('%Y-%m-%dT%H:00Z')}`)."
-        ) from exc
-    return HourResult(hour, reason, connections=connections, rollup_rows=counts["cohort_hourly"],
-                      heatmap_rows=counts["cohort_heatmap_hourly"], prefixes=counts["cohort_prefix_hourly"],
-                      seconds=time.perf_counter() - t0, step_seconds=step_seconds)
+        raise _job_error(run[0], run[-1], step, exc) from exc
+    seconds = time.perf_counter() - t0
+    share = 1 / len(run)  # each hour is given an equal share of the run's statements
+    return [HourResult(h, todo[h], connections=counts.get((SCRATCH, p), 0),
+                       rollup_rows=counts.get(("cohort_hourly_stage", p), 0),
+                       heatmap_rows=counts.get(("cohort_heatmap_hourly_stage", p), 0),
+                       prefixes=counts.get(("cohort_prefix_hourly_stage", p), 0),
+                       seconds=seconds * share, step_seconds={f: sec * share for f, sec in step_seconds.items()})
+            for h, p in zip(run, pids)]
+
+
+def _drop_partitions(wh: Warehouse, tables: list[str], pids: list[str]) -> None:
+    if not pids:
+        return
+    for table in tables:
+        wh.command(f"ALTER TABLE {table} " + ", ".join(f"DROP PARTITION ID '{p}'" for p in pids))
+
+
+def _partition_counts(wh: Warehouse, tables: list[str], pids: list[str]) -> dict[tuple[str, str], int]:
+    """Rows per (table, partition id) of ``tables`` in the partitions ``pids``, in one query."""
+    sql = " UNION ALL ".join(
+        f"SELECT '{t}' AS t, _partition_id AS p, count() AS n FROM {t} WHERE _partition_id IN {{pids:Array(String)}} "
+        "GROUP BY p" for t in tables)
+    return {(t, p): int(n) for t, p, n in wh.query(sql, params={"pids": pids}).rows}
 
 
 def run_window(wh: Warehouse, start: datetime, end: datetime, cfg: JobConfig | None = None, *,
@@ -392,11 +501,7 @@ def run_window(wh: Warehouse, start: datetime, end: datetime, cfg: JobConfig | N
     else:
         todo.update(stale_hours(wh, start, end, cfg))
     report = WindowReport(utc_hour(start), utc_hour(end))
-    for i, h in enumerate(sorted(todo), start=1):
-        res = rollup_hour(wh, h, cfg, reason=todo[h])
-        report.hours.append(res)
-        if on_hour:
-            on_hour(res, i, len(todo))
+    report.hours.extend(rollup_hours(wh, todo, cfg, on_hour))
     return report
 
 
@@ -407,11 +512,7 @@ def refresh_late(wh: Warehouse, before: datetime, cfg: JobConfig | None = None,
     before = utc_hour(before)
     todo = stale_hours(wh, before - cfg.lookback, before, cfg)
     report = WindowReport(before - cfg.lookback, before)
-    for i, h in enumerate(sorted(todo), start=1):
-        res = rollup_hour(wh, h, cfg, reason=todo[h])
-        report.hours.append(res)
-        if on_hour:
-            on_hour(res, i, len(todo))
+    report.hours.extend(rollup_hours(wh, todo, cfg, on_hour))
     return report
 
 

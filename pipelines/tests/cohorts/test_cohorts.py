@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from ccab import cli
 from ccab.base import bins
-from ccab.cohorts.job import (CohortJobError, Fingerprint, JobConfig, Watermark, refresh_late, rollup_hour, run_window,
-                              stale_hours, stale_reason)
+from ccab.cohorts.job import (CohortJobError, Fingerprint, JobConfig, Watermark, batches, refresh_late, rollup_hour,
+                              run_window, stale_hours, stale_reason)
 from ccab.ingest.loader import load_files
 from cohort_reference import (MIB, actual_heatmap, actual_rollup, assert_rollups_match, connections,
                                     expected_heatmap, expected_rollup, read_jsonl)
@@ -76,6 +76,13 @@ def test_rollup_matches_independent_computation(warehouse, sim_dir, records):
               "cohort_connections_stage"):
         assert warehouse.query(f"SELECT count() FROM {t}").scalar() == 0, t
     assert stale_hours(warehouse, H12 - timedelta(hours=3), H15) == {}
+
+
+def test_batches_are_runs_of_consecutive_hours_of_bounded_length():
+    h = [H12 + timedelta(hours=i) for i in range(8)]
+    assert batches([h[5], h[0], h[1], h[3], h[4], h[7]], max_hours=2) == [[h[0], h[1]], [h[3], h[4]], [h[5]], [h[7]]]
+    assert batches(h, max_hours=24) == [h]
+    assert batches([]) == []
 
 
 def test_rerunning_an_interval_three_times_changes_nothing(warehouse, sim_dir):

@@ -17,15 +17,16 @@
 -- The big aggregation groups by a 64-bit hash of the cohort's keys (fixed-width keys hash ~2x
 -- faster than seven strings) and carries the keys with any(); a collision between two of an
 -- hour's few thousand cohorts has a probability of ~1e-12.
--- Parameters: hour_start DateTime('UTC').
+-- Several hours run as one statement (grouped by `hour`): a window costs one plan, not one per hour.
+-- Parameters: hour_start, hour_end DateTime('UTC') (whole hours).
 WITH
 connections AS (
     SELECT *,
-           cityHash64(pop, rollout_id, arm, kernel, cc, cc_version, host)       AS cohort_id,
+           cityHash64(hour, pop, rollout_id, arm, kernel, cc, cc_version, host) AS cohort_id,
            -- self-inflicted delay: srtt above the path's minimum = the standing queue the flow sees
            if(rtt_us >= min_rtt_us, toFloat64(rtt_us) - toFloat64(min_rtt_us), NULL) AS queue_delay_us
     FROM cohort_connections_stage
-    WHERE hour = {hour_start:DateTime('UTC')}
+    WHERE hour >= {hour_start:DateTime('UTC')} AND hour < {hour_end:DateTime('UTC')}
 ),
 metric_values AS (
     SELECT cohort_id, hour, pop, rollout_id, arm, kernel, cc, cc_version, host, rtt_class, is_bulk, weight,

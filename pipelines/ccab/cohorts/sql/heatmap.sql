@@ -8,16 +8,18 @@
 -- Bins: floor(log2(value) * 8) (9% wide; = the fine cohort_hourly bin divided by 16, floored);
 -- value 0 -> sentinel -2147483648; a connection with either value missing is left out (it is
 -- counted in cohort_hourly.n_missing of that metric).
--- Parameters: hour_start DateTime('UTC').
+-- Several hours run as one statement (grouped by `hour`): a window costs one plan, not one per hour.
+-- Parameters: hour_start, hour_end DateTime('UTC') (whole hours).
 WITH
 access AS (
     SELECT peer_prefix,
            concat('access:', dictGetOrDefault('prefix_networks_dict', 'access',
                              toIPv6OrDefault(splitByChar('/', peer_prefix)[1]), 'unknown')) AS access_segment
-    FROM (SELECT DISTINCT peer_prefix FROM cohort_connections_stage WHERE hour = {hour_start:DateTime('UTC')})
+    FROM (SELECT DISTINCT peer_prefix FROM cohort_connections_stage
+          WHERE hour >= {hour_start:DateTime('UTC')} AND hour < {hour_end:DateTime('UTC')})
 ),
 pairs AS (
-    SELECT cityHash64(pop, rollout_id, arm, kernel, cc, cc_version, host)       AS cohort_id,
+    SELECT cityHash64(hour, pop, rollout_id, arm, kernel, cc, cc_version, host) AS cohort_id,
            hour, pop, rollout_id, arm, kernel, cc, cc_version, host, is_bulk, a.access_segment AS access_segment,
            p.1 AS pair, p.2 AS x, p.3 AS y
     FROM cohort_connections_stage AS c
@@ -26,7 +28,7 @@ pairs AS (
         ('rtt_us:retrans_pct',    toFloat64(rtt_us), CAST(retrans_pct    AS Nullable(Float64))),
         ('rtt_us:inflight_bytes', toFloat64(rtt_us), CAST(inflight_bytes AS Nullable(Float64)))
     ] AS p
-    WHERE hour = {hour_start:DateTime('UTC')}
+    WHERE hour >= {hour_start:DateTime('UTC')} AND hour < {hour_end:DateTime('UTC')}
 ),
 binned AS (
     SELECT *,

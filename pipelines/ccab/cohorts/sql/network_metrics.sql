@@ -8,14 +8,15 @@
 -- lookup is one dictionary probe per distinct prefix of the hour, joined back to the connections.
 -- Pre-treatment: a prefix's network does not depend on the arm. A rollup keeps the metadata of
 -- the time it was computed; reloading the networks changes later hours (and recomputed ones).
--- Parameters: hour_start DateTime('UTC').
+-- Several hours run as one statement (grouped by `hour`): a window costs one plan, not one per hour.
+-- Parameters: hour_start, hour_end DateTime('UTC') (whole hours).
 WITH
 connections AS (
     SELECT *,
-           cityHash64(pop, rollout_id, arm, kernel, cc, cc_version, host)       AS cohort_id,
+           cityHash64(hour, pop, rollout_id, arm, kernel, cc, cc_version, host) AS cohort_id,
            if(rtt_us >= min_rtt_us, toFloat64(rtt_us) - toFloat64(min_rtt_us), NULL) AS queue_delay_us
     FROM cohort_connections_stage
-    WHERE hour = {hour_start:DateTime('UTC')}
+    WHERE hour >= {hour_start:DateTime('UTC')} AND hour < {hour_end:DateTime('UTC')}
 ),
 prefixes AS (
     SELECT peer_prefix, s.1 AS access_segment, s.2 AS country_segment, s.3 AS asn_segment

@@ -1,14 +1,15 @@
 -- network_request_metrics: nginx goodput of one hour by the client's network (-> cohort_hourly_stage).
 -- Same requests, values and columns as request_metrics.sql (bulk requests, goodput_bps); segments
 -- are the client prefix's access type, country and ASN, as in network_metrics.sql.
--- Parameters: hour_start DateTime('UTC'), bulk_min_bytes UInt64.
+-- Several hours run as one statement (grouped by `hour`): a window costs one plan, not one per hour.
+-- Parameters: hour_start, hour_end DateTime('UTC') (whole hours), bulk_min_bytes UInt64.
 WITH
 bulk_requests AS (
-    SELECT pop, rollout_id, arm, kernel, cc, host, peer_prefix, body_bytes_sent, request_time_ms,
+    SELECT toStartOfHour(ts) AS hour, pop, rollout_id, arm, kernel, cc, host, peer_prefix, body_bytes_sent, request_time_ms,
            if(sample_rate > 0, 1 / sample_rate, 0)                              AS weight
     FROM http_requests
     WHERE ts >= {hour_start:DateTime('UTC')}
-      AND ts < {hour_start:DateTime('UTC')} + INTERVAL 1 HOUR
+      AND ts < {hour_end:DateTime('UTC')}
       AND body_bytes_sent >= {bulk_min_bytes:UInt64}
 ),
 classes AS (
@@ -26,16 +27,16 @@ classes AS (
     )
 ),
 versions AS (
-    SELECT pop, host, cc, max(cc_version) AS cc_version
+    SELECT hour, pop, host, cc, max(cc_version) AS cc_version
     FROM cohort_connections_stage
-    WHERE hour = {hour_start:DateTime('UTC')}
-    GROUP BY pop, host, cc
+    WHERE hour >= {hour_start:DateTime('UTC')} AND hour < {hour_end:DateTime('UTC')}
+    GROUP BY hour, pop, host, cc
 ),
 computed AS (
-    SELECT r.pop AS pop, r.rollout_id AS rollout_id, r.arm AS arm, r.kernel AS kernel, r.cc AS cc,
+    SELECT r.hour AS hour, r.pop AS pop, r.rollout_id AS rollout_id, r.arm AS arm, r.kernel AS kernel, r.cc AS cc,
            r.host AS host, r.weight AS weight,
            v.cc_version                                                         AS cc_version,
-           cityHash64(r.pop, r.rollout_id, r.arm, r.kernel, r.cc, v.cc_version, r.host) AS cohort_id,
+           cityHash64(r.hour, r.pop, r.rollout_id, r.arm, r.kernel, r.cc, v.cc_version, r.host) AS cohort_id,
            if(r.request_time_ms > 0,
               r.body_bytes_sent * 8 / (r.request_time_ms / 1000), NULL)          AS value,
            toFloat64(r.body_bytes_sent * 8)                                     AS num,
@@ -44,7 +45,7 @@ computed AS (
            p.asn_segment AS asn_segment
     FROM bulk_requests AS r
     LEFT JOIN classes AS p ON p.peer_prefix = r.peer_prefix
-    LEFT JOIN versions AS v ON v.pop = r.pop AND v.host = r.host AND v.cc = r.cc
+    LEFT JOIN versions AS v ON v.hour = r.hour AND v.pop = r.pop AND v.host = r.host AND v.cc = r.cc
 ),
 classified AS (
     SELECT *,
@@ -54,7 +55,7 @@ classified AS (
 ),
 finest AS (
     SELECT cohort_id, access_segment, country_segment, asn_segment,
-           any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm, any(kernel) AS kernel,
+           any(hour) AS hour, any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm, any(kernel) AS kernel,
            any(cc) AS cc, any(cc_version) AS cc_version, any(host) AS host,
            countIf(valid)                                                     AS n_values,
            countIf(valid AND value = 0)                                       AS n_zero_values,
@@ -68,8 +69,7 @@ finest AS (
     FROM classified
     GROUP BY cohort_id, access_segment, country_segment, asn_segment
 )
-SELECT {hour_start:DateTime('UTC')}                                           AS hour,
-       pop, rollout_id, arm, kernel, cc, cc_version, host,
+SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
        multiIf(grouping(access_segment) = 0, access_segment,
                grouping(country_segment) = 0, country_segment, asn_segment) AS segment,
        'goodput_bps'                                                          AS metric,
@@ -85,7 +85,7 @@ SELECT {hour_start:DateTime('UTC')}                                           AS
        sumMap(bins)                                                           AS hist
 FROM finest
 GROUP BY GROUPING SETS (
-    (pop, rollout_id, arm, kernel, cc, cc_version, host, access_segment),
-    (pop, rollout_id, arm, kernel, cc, cc_version, host, country_segment),
-    (pop, rollout_id, arm, kernel, cc, cc_version, host, asn_segment)
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, access_segment),
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, country_segment),
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, asn_segment)
 )

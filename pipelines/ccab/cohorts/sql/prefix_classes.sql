@@ -1,24 +1,26 @@
--- prefix_classes: each client prefix's RTT class for one hour (-> cohort_prefix_hourly_stage).
--- Grain: one row per pop x peer_prefix with at least one tcp sample in the hour.
+-- prefix_classes: each client prefix's RTT class per hour of [hour_start, hour_end) (-> cohort_prefix_hourly_stage).
+-- Grain: one row per hour x pop x peer_prefix with at least one tcp sample in the hour.
 -- Source grain: tcp samples (every sample of every arm; min RTT is a path property, and pooling
 -- the arms gives both arms the same class, so the class is not an outcome of the treatment).
--- Parameters: hour_start DateTime('UTC').
+-- Several hours run as one statement (grouped by `hour`): a window costs one plan, not one per hour.
+-- Parameters: hour_start, hour_end DateTime('UTC') (whole hours).
 WITH
 samples AS (
-    SELECT pop, peer_prefix, min_rtt_us
+    SELECT toStartOfHour(ts) AS hour, pop, peer_prefix, min_rtt_us
     FROM tcp_samples
     WHERE ts >= {hour_start:DateTime('UTC')}
-      AND ts < {hour_start:DateTime('UTC')} + INTERVAL 1 HOUR
+      AND ts < {hour_end:DateTime('UTC')}
 ),
 per_prefix AS (
-    SELECT pop,
+    SELECT hour,
+           pop,
            peer_prefix,
            count()                              AS samples,
            quantileExactLow(0.5)(min_rtt_us)    AS min_rtt_us_median
     FROM samples
-    GROUP BY pop, peer_prefix
+    GROUP BY hour, pop, peer_prefix
 )
-SELECT {hour_start:DateTime('UTC')}             AS hour,
+SELECT hour,
        pop,
        peer_prefix,
        samples,

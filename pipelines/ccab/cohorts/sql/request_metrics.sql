@@ -11,32 +11,33 @@
 -- (from the hour's tcp samples; 'rtt:unknown' when the prefix had none), and the response size
 -- class 'size:<4MiB', 'size:4-16MiB', 'size:16MiB+' (a property of the request, pre-treatment).
 -- How: one aggregation per cohort x RTT class x size class, segments merged (GROUPING SETS).
--- Parameters: hour_start DateTime('UTC'), bulk_min_bytes UInt64.
+-- Several hours run as one statement (grouped by `hour`): a window costs one plan, not one per hour.
+-- Parameters: hour_start, hour_end DateTime('UTC') (whole hours), bulk_min_bytes UInt64.
 WITH
 bulk_requests AS (
-    SELECT pop, rollout_id, arm, kernel, cc, host, peer_prefix, body_bytes_sent, request_time_ms,
+    SELECT toStartOfHour(ts) AS hour, pop, rollout_id, arm, kernel, cc, host, peer_prefix, body_bytes_sent, request_time_ms,
            if(sample_rate > 0, 1 / sample_rate, 0)                              AS weight
     FROM http_requests
     WHERE ts >= {hour_start:DateTime('UTC')}
-      AND ts < {hour_start:DateTime('UTC')} + INTERVAL 1 HOUR
+      AND ts < {hour_end:DateTime('UTC')}
       AND body_bytes_sent >= {bulk_min_bytes:UInt64}
 ),
 classes AS (
-    SELECT pop, peer_prefix, rtt_class
+    SELECT hour, pop, peer_prefix, rtt_class
     FROM cohort_prefix_hourly_stage
-    WHERE hour = {hour_start:DateTime('UTC')}
+    WHERE hour >= {hour_start:DateTime('UTC')} AND hour < {hour_end:DateTime('UTC')}
 ),
 versions AS (
-    SELECT pop, host, cc, max(cc_version) AS cc_version
+    SELECT hour, pop, host, cc, max(cc_version) AS cc_version
     FROM cohort_connections_stage
-    WHERE hour = {hour_start:DateTime('UTC')}
-    GROUP BY pop, host, cc
+    WHERE hour >= {hour_start:DateTime('UTC')} AND hour < {hour_end:DateTime('UTC')}
+    GROUP BY hour, pop, host, cc
 ),
 computed AS (
-    SELECT r.pop AS pop, r.rollout_id AS rollout_id, r.arm AS arm, r.kernel AS kernel, r.cc AS cc,
+    SELECT r.hour AS hour, r.pop AS pop, r.rollout_id AS rollout_id, r.arm AS arm, r.kernel AS kernel, r.cc AS cc,
            r.host AS host, r.weight AS weight,
            v.cc_version                                                         AS cc_version,
-           cityHash64(r.pop, r.rollout_id, r.arm, r.kernel, r.cc, v.cc_version, r.host) AS cohort_id,
+           cityHash64(r.hour, r.pop, r.rollout_id, r.arm, r.kernel, r.cc, v.cc_version, r.host) AS cohort_id,
            if(r.request_time_ms > 0,
               r.body_bytes_sent * 8 / (r.request_time_ms / 1000), NULL)          AS value,
            toFloat64(r.body_bytes_sent * 8)                                     AS num,
@@ -46,8 +47,8 @@ computed AS (
                    r.body_bytes_sent < 16777216, 'size:4-16MiB',
                                                  'size:16MiB+')                 AS size_class
     FROM bulk_requests AS r
-    LEFT JOIN classes AS p ON p.pop = r.pop AND p.peer_prefix = r.peer_prefix
-    LEFT JOIN versions AS v ON v.pop = r.pop AND v.host = r.host AND v.cc = r.cc
+    LEFT JOIN classes AS p ON p.hour = r.hour AND p.pop = r.pop AND p.peer_prefix = r.peer_prefix
+    LEFT JOIN versions AS v ON v.hour = r.hour AND v.pop = r.pop AND v.host = r.host AND v.cc = r.cc
 ),
 classified AS (
     SELECT *,
@@ -57,7 +58,7 @@ classified AS (
 ),
 finest AS (
     SELECT cohort_id, rtt_class, size_class,
-           any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm, any(kernel) AS kernel,
+           any(hour) AS hour, any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm, any(kernel) AS kernel,
            any(cc) AS cc, any(cc_version) AS cc_version, any(host) AS host,
            countIf(valid)                                                     AS n_values,
            countIf(valid AND value = 0)                                       AS n_zero_values,
@@ -71,8 +72,7 @@ finest AS (
     FROM classified
     GROUP BY cohort_id, rtt_class, size_class
 )
-SELECT {hour_start:DateTime('UTC')}                                           AS hour,
-       pop, rollout_id, arm, kernel, cc, cc_version, host,
+SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
        multiIf(grouping(rtt_class) = 0, rtt_class, grouping(size_class) = 0, size_class, 'all') AS segment,
        'goodput_bps'                                                          AS metric,
        sum(n_values)                                                          AS n,
@@ -87,7 +87,7 @@ SELECT {hour_start:DateTime('UTC')}                                           AS
        sumMap(bins)                                                           AS hist
 FROM finest
 GROUP BY GROUPING SETS (
-    (pop, rollout_id, arm, kernel, cc, cc_version, host),
-    (pop, rollout_id, arm, kernel, cc, cc_version, host, rtt_class),
-    (pop, rollout_id, arm, kernel, cc, cc_version, host, size_class)
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host),
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, rtt_class),
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, size_class)
 )

@@ -6,33 +6,34 @@
 -- Cohort keys come from each sample itself (its arm at sampling time).
 -- How: one aggregation per cohort x metric x RTT class, then 'all' merged from it (GROUPING SETS);
 -- the big aggregation groups by a 64-bit hash of the cohort keys (see connection_metrics.sql).
--- Parameters: hour_start DateTime('UTC').
+-- Several hours run as one statement (grouped by `hour`): a window costs one plan, not one per hour.
+-- Parameters: hour_start, hour_end DateTime('UTC') (whole hours).
 WITH
 samples AS (
-    SELECT cityHash64(pop, rollout_id, arm, kernel, cc, cc_version, host)       AS cohort_id,
-           pop, rollout_id, arm, kernel, cc, ifNull(cc_version, 0) AS cc_version, host, peer_prefix,
+    SELECT cityHash64(toStartOfHour(ts), pop, rollout_id, arm, kernel, cc, cc_version, host) AS cohort_id,
+           toStartOfHour(ts) AS hour, pop, rollout_id, arm, kernel, cc, ifNull(cc_version, 0) AS cc_version, host, peer_prefix,
            if(sample_rate > 0, 1 / sample_rate, 0)                              AS weight,
            toInt64(send_q_bytes) - toInt64(notsent_bytes)                       AS inflight_bytes,
            rtt_us
     FROM tcp_samples
     WHERE ts >= {hour_start:DateTime('UTC')}
-      AND ts < {hour_start:DateTime('UTC')} + INTERVAL 1 HOUR
+      AND ts < {hour_end:DateTime('UTC')}
 ),
 classes AS (
-    SELECT pop, peer_prefix, rtt_class
+    SELECT hour, pop, peer_prefix, rtt_class
     FROM cohort_prefix_hourly_stage
-    WHERE hour = {hour_start:DateTime('UTC')}
+    WHERE hour >= {hour_start:DateTime('UTC')} AND hour < {hour_end:DateTime('UTC')}
 ),
 classed AS (
-    SELECT s.cohort_id AS cohort_id, s.pop AS pop, s.rollout_id AS rollout_id, s.arm AS arm, s.kernel AS kernel, s.cc AS cc,
+    SELECT s.cohort_id AS cohort_id, s.hour AS hour, s.pop AS pop, s.rollout_id AS rollout_id, s.arm AS arm, s.kernel AS kernel, s.cc AS cc,
            s.cc_version AS cc_version, s.host AS host, s.weight AS weight,
            s.inflight_bytes AS inflight_bytes, s.rtt_us AS rtt_us,
            if(p.rtt_class = '', 'rtt:unknown', p.rtt_class)                     AS rtt_class
     FROM samples AS s
-    LEFT JOIN classes AS p ON p.pop = s.pop AND p.peer_prefix = s.peer_prefix
+    LEFT JOIN classes AS p ON p.hour = s.hour AND p.pop = s.pop AND p.peer_prefix = s.peer_prefix
 ),
 metric_values AS (
-    SELECT cohort_id, pop, rollout_id, arm, kernel, cc, cc_version, host, rtt_class, weight,
+    SELECT cohort_id, hour, pop, rollout_id, arm, kernel, cc, cc_version, host, rtt_class, weight,
            m.1 AS metric, m.2 AS value
     FROM classed
     ARRAY JOIN [
@@ -48,7 +49,7 @@ classified AS (
 ),
 finest AS (
     SELECT cohort_id, metric, rtt_class,
-           any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm, any(kernel) AS kernel,
+           any(hour) AS hour, any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm, any(kernel) AS kernel,
            any(cc) AS cc, any(cc_version) AS cc_version, any(host) AS host,
            countIf(valid)                                                     AS n_values,
            countIf(valid AND value = 0)                                       AS n_zero_values,
@@ -60,8 +61,7 @@ finest AS (
     FROM classified
     GROUP BY cohort_id, metric, rtt_class
 )
-SELECT {hour_start:DateTime('UTC')}                                           AS hour,
-       pop, rollout_id, arm, kernel, cc, cc_version, host,
+SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
        if(grouping(rtt_class) = 0, rtt_class, 'all')                          AS segment,
        metric,
        sum(n_values)                                                          AS n,
@@ -76,6 +76,6 @@ SELECT {hour_start:DateTime('UTC')}                                           AS
        sumMap(bins)                                                           AS hist
 FROM finest
 GROUP BY GROUPING SETS (
-    (pop, rollout_id, arm, kernel, cc, cc_version, host, metric),
-    (pop, rollout_id, arm, kernel, cc, cc_version, host, metric, rtt_class)
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, metric),
+    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, metric, rtt_class)
 )
