@@ -153,11 +153,16 @@ def cluster_statements(sql: str, cluster: str = "{cluster}") -> list[str]:
     keep using ``t``. Materialized views read and write the ``_local`` tables on each shard.
     ``CREATE TABLE x AS y`` (the cohort job's stage tables) is y's definition under the name x,
     so x gets its own ``_local`` table and replication path (copying y's engine would copy y's
-    path); a dictionary is created on every node.
+    path); a dictionary is created on every node. Data backfills (``INSERT``) are left out.
     """
     out = []
     created: dict[str, str] = {}  # table -> its single-node CREATE statement
     for stmt in split_statements(sql):
+        if re.match(r"^INSERT\b", stmt):
+            # a migration's one-time backfill of rows an existing single-node warehouse already
+            # holds (e.g. 0017's daily rollups from the hourly ones): a cluster built from this DDL
+            # starts empty, and INSERT cannot run ON CLUSTER; the cohort job fills what it needs
+            continue
         same = _CREATE_AS_RE.match(stmt)
         if same and same.group(2) in created:
             stmt = created[same.group(2)].replace(f"CREATE TABLE IF NOT EXISTS {same.group(2)}",
