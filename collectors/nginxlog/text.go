@@ -202,6 +202,9 @@ type step struct {
 	next  []byte // the literal after the variable; nil when the variable ends the format
 	first byte   // next[0]
 	stop  byte   // the first byte the value cannot hold (classDefault: ", classNone: \n)
+	// plain (classDefault): the bytes a value may hold that are not next's first byte, so
+	// that firstFit skips them in one tight loop
+	plain [256]bool
 }
 
 // plan lays the segments out for firstFit: the leading literal, then one step per variable.
@@ -218,6 +221,12 @@ func plan(segs []tseg) (lead []byte, steps []step) {
 		if i+1 < len(segs) {
 			st.next = segs[i+1].lit
 			st.first = st.next[0]
+		}
+		if st.class == classDefault {
+			st.plain = setPrintable
+			if st.next != nil {
+				st.plain[st.first] = false
+			}
 		}
 		steps = append(steps, st)
 	}
@@ -241,7 +250,7 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 		switch st.class {
 		case classSet:
 			c := st.cls
-			if c.dash && pos < n && line[pos] == '-' && (st.next == nil && pos+1 == n || st.next != nil && bytes.HasPrefix(line[pos+1:], st.next)) {
+			if c.dash && pos < n && line[pos] == '-' && (st.next == nil && pos+1 == n || st.next != nil && hasPrefixAt(line, pos+1, st.next)) {
 				end = pos + 1
 				break
 			}
@@ -249,10 +258,37 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 			for end < n && c.set[line[end]] {
 				end++
 			}
-			if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !bytes.HasPrefix(line[end:], st.next) {
+			if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !hasPrefixAt(line, end, st.next) {
 				return false
 			}
-		case classDefault, classNone:
+		case classDefault:
+			// One pass: skip the bytes the value may hold; stop at the first byte that is the
+			// next literal's start (taken when the literal follows, skipped when it may be
+			// part of the value) or that the value cannot hold (", a control or non-ASCII
+			// byte, which default escaping writes as \xHH).
+			e := pos
+			for {
+				for e < n && st.plain[line[e]] {
+					e++
+				}
+				if e == n {
+					if st.next != nil {
+						return false
+					}
+					end = n
+					break
+				}
+				if c := line[e]; st.next == nil || c != st.first {
+					return false
+				} else if hasPrefixAt(line, e, st.next) {
+					end = e
+					break
+				} else if !setPrintable[c] {
+					return false
+				}
+				e++
+			}
+		case classNone:
 			limit := n
 			if i := bytes.IndexByte(line[pos:], st.stop); i >= 0 {
 				if st.next == nil {
@@ -293,19 +329,26 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 				e++
 			}
 		}
-		if st.class == classDefault {
-			for _, c := range line[pos:end] {
-				if c < 0x20 || c >= 0x7f {
-					return false // default escaping writes these as \xHH
-				}
-			}
-		}
 		if st.id != numVars {
 			f.v[st.id] = value{b: line[pos:end], kind: st.kind}
 		}
 		pos = end + len(st.next)
 	}
 	return pos == n
+}
+
+// hasPrefixAt is bytes.HasPrefix(line[i:], lit) without the call into memequal, for the
+// short literals between variables.
+func hasPrefixAt(line []byte, i int, lit []byte) bool {
+	if len(line)-i < len(lit) {
+		return false
+	}
+	for k, c := range lit {
+		if line[i+k] != c {
+			return false
+		}
+	}
+	return true
 }
 
 func (m *matcher) matchRegexp(line []byte, f *fields) bool {
