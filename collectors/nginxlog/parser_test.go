@@ -2,7 +2,9 @@ package nginxlog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
@@ -346,5 +348,55 @@ func TestUnixClientReadTimeFieldMap(t *testing.T) {
 	}
 	if _, err := NewParserOptions(`$msec $x`, "", Options{FieldMap: map[string]string{"x": "remote_user"}}); err == nil {
 		t.Error("field map to a variable no field is read from accepted")
+	}
+}
+
+// plainWord answers for eight bytes what the plain table answers for each: every byte value
+// in every position of a word, next to plain and special neighbours, for several literals'
+// first bytes.
+func TestPlainWordMatchesTable(t *testing.T) {
+	for _, first := range []byte{'"', ' ', '[', 'x', 0} {
+		st := step{first: first}
+		st.plain = setPrintable
+		fw := uint64('"') * bytesLo
+		if first != 0 {
+			st.plain[first] = false
+			fw = uint64(first) * bytesLo
+		}
+		for _, fill := range []byte{'a', 0x1f, 0x7f, 0x80, ' ', '"'} {
+			for pos := 0; pos < 8; pos++ {
+				for c := 0; c < 256; c++ {
+					var w [8]byte
+					for i := range w {
+						w[i] = fill
+					}
+					w[pos] = byte(c)
+					want := true
+					for _, b := range w {
+						want = want && st.plain[b]
+					}
+					if got := plainWord(binary.LittleEndian.Uint64(w[:]), fw); got != want {
+						t.Fatalf("first %q, word %q: plainWord %v, table %v", first, w, got, want)
+					}
+				}
+			}
+		}
+		rng := rand.New(rand.NewSource(int64(first)))
+		alphabet := []byte{'a', 'Z', ' ', '"', first, 0, 0x1f, 0x20, 0x7e, 0x7f, 0x80, 0xff, '\\'}
+		for i := 0; i < 200000; i++ {
+			var w [8]byte
+			want := true
+			for k := range w {
+				if rng.Intn(2) == 0 {
+					w[k] = byte(rng.Intn(256))
+				} else {
+					w[k] = alphabet[rng.Intn(len(alphabet))]
+				}
+				want = want && st.plain[w[k]]
+			}
+			if got := plainWord(binary.LittleEndian.Uint64(w[:]), fw); got != want {
+				t.Fatalf("first %q, word %q: plainWord %v, table %v", first, w, got, want)
+			}
+		}
 	}
 }
