@@ -212,6 +212,15 @@ func BenchmarkAppendHTTP(b *testing.B) {
 		}
 		b.SetBytes(int64(len(buf)))
 	})
+	b.Run("http_encoder", func(b *testing.B) {
+		b.ReportAllocs()
+		var enc HTTPEncoder
+		var buf []byte
+		for i := 0; i < b.N; i++ {
+			buf, _ = enc.Append(buf[:0], &r)
+		}
+		b.SetBytes(int64(len(buf)))
+	})
 	b.Run("encoding_json", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
