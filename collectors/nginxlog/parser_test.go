@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ccab-dev/ccab/collectors/internal/decimal"
 	"github.com/ccab-dev/ccab/collectors/record"
 	"github.com/ccab-dev/ccab/internal/testvectors"
 )
@@ -396,6 +397,36 @@ func TestPlainWordMatchesTable(t *testing.T) {
 			}
 			if got := plainWord(binary.LittleEndian.Uint64(w[:]), fw); got != want {
 				t.Fatalf("first %q, word %q: plainWord %v, table %v", first, w, got, want)
+			}
+		}
+	}
+}
+
+// Integers the matcher adds up while scanning give parseUint's (decimal.Uint's) value or
+// error at every length, past int64 too.
+func TestScannedIntegersMatchParseUint(t *testing.T) {
+	p, err := NewParser(`$msec $bytes_sent $tcpinfo_rtt`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := 1; k <= 25; k++ {
+		for _, s := range []string{strings.Repeat("9", k), "1" + strings.Repeat("0", k-1), strings.Repeat("0", k)} {
+			want, werr := decimal.Uint(s)
+			for _, line := range []string{"1.5 " + s + " 7", "1.5 7 " + s} {
+				r, err := p.Parse(line)
+				if (err != nil) != (werr != nil) {
+					t.Fatalf("%q: error %v, decimal.Uint %v", line, err, werr)
+				}
+				if err != nil {
+					continue
+				}
+				got := *r.BytesSent
+				if line == "1.5 7 "+s {
+					got = *r.TcpinfoRTTUs
+				}
+				if got != want {
+					t.Fatalf("%q: %d, decimal.Uint %d", line, got, want)
+				}
 			}
 		}
 	}

@@ -19,6 +19,7 @@ type vclass struct {
 	set      [256]bool // classSet: the value's bytes; classDefault: bytes default escaping leaves alone
 	dash     bool      // classSet: "-" alone is also a value (nginx's "not found")
 	nonEmpty bool      // classSet: never empty
+	digits   bool      // classSet: set is setDigits
 	re       string    // the regular expression of one value
 }
 
@@ -63,12 +64,12 @@ var (
 func varClass(v string, esc Escape) vclass {
 	switch v {
 	case "status", "bytes_sent", "body_bytes_sent", "connection", "connection_requests", "request_length", "pid":
-		return vclass{kind: classSet, set: setDigits, nonEmpty: true, re: `([0-9]+)`}
+		return vclass{kind: classSet, set: setDigits, digits: true, nonEmpty: true, re: `([0-9]+)`}
 	case "msec", "request_time", "connection_time":
 		return vclass{kind: classSet, set: setDecimal, nonEmpty: true, re: `([0-9.]+)`}
 	case "tcpinfo_rtt", "tcpinfo_rttvar", "tcpinfo_snd_cwnd", "tcpinfo_rcv_space", "remote_port", "server_port":
 		// "-" when getsockopt fails, empty with escape=json; $remote_port is empty for a unix socket
-		return vclass{kind: classSet, set: setDigits, dash: true, re: `(-|[0-9]*)`}
+		return vclass{kind: classSet, set: setDigits, digits: true, dash: true, re: `(-|[0-9]*)`}
 	case "remote_addr", "server_addr":
 		return vclass{kind: classSet, set: setAddr, nonEmpty: true, re: `([0-9a-zA-Z.:]+)`}
 	case "time_local":
@@ -279,6 +280,22 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 				break
 			}
 			end = pos
+			if c.digits {
+				// the digits, added up on the way (buildRequest then skips parseUint)
+				var num int64
+				for end < n && line[end]-'0' <= 9 {
+					num = num*10 + int64(line[end]-'0')
+					end++
+				}
+				if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !hasPrefixAt(line, end, st.next) {
+					return false
+				}
+				if st.id != numVars {
+					f.v[st.id] = value{b: line[pos:end], kind: st.kind, hasNum: end > pos && end-pos <= maxFastDigits, num: num}
+				}
+				pos = end + len(st.next)
+				continue
+			}
 			for end < n && c.set[line[end]] {
 				end++
 			}
