@@ -305,13 +305,26 @@ func method(f *fields) (string, error) {
 		}
 		return methodString(v), nil
 	}
-	v, ok, err := f.get(vRequest)
-	if err != nil || !ok {
-		return "", err
+	var m []byte
+	raw := false
+	if rv := &f.v[vRequest]; rv.kind == kindEscDefault {
+		// Default escaping: when no \xHH comes before the first space, unescaping the whole
+		// request (which cannot fail) leaves its first word as it is: read it raw.
+		m = rv.b
+		if i := bytes.IndexByte(m, ' '); i >= 0 {
+			m = m[:i]
+		}
+		raw = bytes.IndexByte(m, '\\') < 0
 	}
-	m := v
-	if i := bytes.IndexByte(v, ' '); i >= 0 {
-		m = v[:i]
+	if !raw {
+		v, ok, err := f.get(vRequest)
+		if err != nil || !ok {
+			return "", err
+		}
+		m = v
+		if i := bytes.IndexByte(v, ' '); i >= 0 {
+			m = v[:i]
+		}
 	}
 	if !isMethodToken(m) {
 		return "", nil // "-", or a garbage request line (a TLS handshake sent to port 80)

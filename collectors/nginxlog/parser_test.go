@@ -431,3 +431,21 @@ func TestScannedIntegersMatchParseUint(t *testing.T) {
 		}
 	}
 }
+
+// The method read from $request's raw first word is the one read from the unescaped
+// request: escapes before, inside and after the first word.
+func TestMethodFromEscapedRequest(t *testing.T) {
+	p, err := NewParser(`$msec "$request"`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for req, want := range map[string]string{
+		`GET / HTTP/1.1`: "GET", `G\x45T / HTTP/1.1`: "GET", `GET\x20/ HTTP/1.1`: "GET", `GET /\x22\x5C HTTP/1.1`: "GET",
+		`\x16\x03\x01`: "", `-`: "-", ``: "", ` GET /`: "", `PROPFIND`: "PROPFIND", `BREW /pot`: "BREW", `GE\x5Cx54 /`: "",
+	} {
+		r, err := p.Parse(`1.5 "` + req + `"`)
+		if err != nil || r.Method != want {
+			t.Errorf("$request %q: method %q (%v), want %q", req, r.Method, err, want)
+		}
+	}
+}
