@@ -111,6 +111,10 @@ const (
 type value struct {
 	b    []byte
 	kind valueKind
+	// num is b's integer when hasNum: a text format's digits-only value of 1 to
+	// maxFastDigits digits, added up while the matcher scanned it (parseUint's result)
+	hasNum bool
+	num    int64
 }
 
 // fields holds one line's values of the variables a record reads. Byte slices point into
@@ -222,16 +226,18 @@ func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefi
 		{vTcpinfoRTT, &r.TcpinfoRTTUs}, {vTcpinfoRTTVar, &r.TcpinfoRTTVarUs},
 		{vTcpinfoSndCwnd, &r.TcpinfoSndCwnd}, {vTcpinfoRcvSpace, &r.TcpinfoRcvSpace},
 	} {
-		s, ok, err := f.get(u.id)
-		if err != nil {
-			return err
-		}
-		if !ok || notFound(s) {
-			continue
-		}
-		v, err := parseUint(s)
-		if err != nil {
-			return fmt.Errorf("$%s: %w", varName(u.id), err)
+		v := f.v[u.id].num
+		if !f.v[u.id].hasNum {
+			s, ok, err := f.get(u.id)
+			if err != nil {
+				return err
+			}
+			if !ok || notFound(s) {
+				continue
+			}
+			if v, err = parseUint(s); err != nil {
+				return fmt.Errorf("$%s: %w", varName(u.id), err)
+			}
 		}
 		store.ints[n] = v
 		*u.dst = &store.ints[n]
@@ -299,13 +305,26 @@ func method(f *fields) (string, error) {
 		}
 		return methodString(v), nil
 	}
-	v, ok, err := f.get(vRequest)
-	if err != nil || !ok {
-		return "", err
+	var m []byte
+	raw := false
+	if rv := &f.v[vRequest]; rv.kind == kindEscDefault {
+		// Default escaping: when no \xHH comes before the first space, unescaping the whole
+		// request (which cannot fail) leaves its first word as it is: read it raw.
+		m = rv.b
+		if i := bytes.IndexByte(m, ' '); i >= 0 {
+			m = m[:i]
+		}
+		raw = bytes.IndexByte(m, '\\') < 0
 	}
-	m := v
-	if i := bytes.IndexByte(v, ' '); i >= 0 {
-		m = v[:i]
+	if !raw {
+		v, ok, err := f.get(vRequest)
+		if err != nil || !ok {
+			return "", err
+		}
+		m = v
+		if i := bytes.IndexByte(v, ' '); i >= 0 {
+			m = v[:i]
+		}
 	}
 	if !isMethodToken(m) {
 		return "", nil // "-", or a garbage request line (a TLS handshake sent to port 80)

@@ -2,11 +2,14 @@ package nginxlog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ccab-dev/ccab/collectors/internal/decimal"
 	"github.com/ccab-dev/ccab/collectors/record"
 	"github.com/ccab-dev/ccab/internal/testvectors"
 )
@@ -346,5 +349,103 @@ func TestUnixClientReadTimeFieldMap(t *testing.T) {
 	}
 	if _, err := NewParserOptions(`$msec $x`, "", Options{FieldMap: map[string]string{"x": "remote_user"}}); err == nil {
 		t.Error("field map to a variable no field is read from accepted")
+	}
+}
+
+// plainWord answers for eight bytes what the plain table answers for each: every byte value
+// in every position of a word, next to plain and special neighbours, for several literals'
+// first bytes.
+func TestPlainWordMatchesTable(t *testing.T) {
+	for _, first := range []byte{'"', ' ', '[', 'x', 0} {
+		st := step{first: first}
+		st.plain = setPrintable
+		fw := uint64('"') * bytesLo
+		if first != 0 {
+			st.plain[first] = false
+			fw = uint64(first) * bytesLo
+		}
+		for _, fill := range []byte{'a', 0x1f, 0x7f, 0x80, ' ', '"'} {
+			for pos := 0; pos < 8; pos++ {
+				for c := 0; c < 256; c++ {
+					var w [8]byte
+					for i := range w {
+						w[i] = fill
+					}
+					w[pos] = byte(c)
+					want := true
+					for _, b := range w {
+						want = want && st.plain[b]
+					}
+					if got := plainWord(binary.LittleEndian.Uint64(w[:]), fw); got != want {
+						t.Fatalf("first %q, word %q: plainWord %v, table %v", first, w, got, want)
+					}
+				}
+			}
+		}
+		rng := rand.New(rand.NewSource(int64(first)))
+		alphabet := []byte{'a', 'Z', ' ', '"', first, 0, 0x1f, 0x20, 0x7e, 0x7f, 0x80, 0xff, '\\'}
+		for i := 0; i < 200000; i++ {
+			var w [8]byte
+			want := true
+			for k := range w {
+				if rng.Intn(2) == 0 {
+					w[k] = byte(rng.Intn(256))
+				} else {
+					w[k] = alphabet[rng.Intn(len(alphabet))]
+				}
+				want = want && st.plain[w[k]]
+			}
+			if got := plainWord(binary.LittleEndian.Uint64(w[:]), fw); got != want {
+				t.Fatalf("first %q, word %q: plainWord %v, table %v", first, w, got, want)
+			}
+		}
+	}
+}
+
+// Integers the matcher adds up while scanning give parseUint's (decimal.Uint's) value or
+// error at every length, past int64 too.
+func TestScannedIntegersMatchParseUint(t *testing.T) {
+	p, err := NewParser(`$msec $bytes_sent $tcpinfo_rtt`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := 1; k <= 25; k++ {
+		for _, s := range []string{strings.Repeat("9", k), "1" + strings.Repeat("0", k-1), strings.Repeat("0", k)} {
+			want, werr := decimal.Uint(s)
+			for _, line := range []string{"1.5 " + s + " 7", "1.5 7 " + s} {
+				r, err := p.Parse(line)
+				if (err != nil) != (werr != nil) {
+					t.Fatalf("%q: error %v, decimal.Uint %v", line, err, werr)
+				}
+				if err != nil {
+					continue
+				}
+				got := *r.BytesSent
+				if line == "1.5 7 "+s {
+					got = *r.TcpinfoRTTUs
+				}
+				if got != want {
+					t.Fatalf("%q: %d, decimal.Uint %d", line, got, want)
+				}
+			}
+		}
+	}
+}
+
+// The method read from $request's raw first word is the one read from the unescaped
+// request: escapes before, inside and after the first word.
+func TestMethodFromEscapedRequest(t *testing.T) {
+	p, err := NewParser(`$msec "$request"`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for req, want := range map[string]string{
+		`GET / HTTP/1.1`: "GET", `G\x45T / HTTP/1.1`: "GET", `GET\x20/ HTTP/1.1`: "GET", `GET /\x22\x5C HTTP/1.1`: "GET",
+		`\x16\x03\x01`: "", `-`: "-", ``: "", ` GET /`: "", `PROPFIND`: "PROPFIND", `BREW /pot`: "BREW", `GE\x5Cx54 /`: "",
+	} {
+		r, err := p.Parse(`1.5 "` + req + `"`)
+		if err != nil || r.Method != want {
+			t.Errorf("$request %q: method %q (%v), want %q", req, r.Method, err, want)
+		}
 	}
 }

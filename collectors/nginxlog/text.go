@@ -2,6 +2,7 @@ package nginxlog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -18,6 +19,7 @@ type vclass struct {
 	set      [256]bool // classSet: the value's bytes; classDefault: bytes default escaping leaves alone
 	dash     bool      // classSet: "-" alone is also a value (nginx's "not found")
 	nonEmpty bool      // classSet: never empty
+	digits   bool      // classSet: set is setDigits
 	re       string    // the regular expression of one value
 }
 
@@ -62,12 +64,12 @@ var (
 func varClass(v string, esc Escape) vclass {
 	switch v {
 	case "status", "bytes_sent", "body_bytes_sent", "connection", "connection_requests", "request_length", "pid":
-		return vclass{kind: classSet, set: setDigits, nonEmpty: true, re: `([0-9]+)`}
+		return vclass{kind: classSet, set: setDigits, digits: true, nonEmpty: true, re: `([0-9]+)`}
 	case "msec", "request_time", "connection_time":
 		return vclass{kind: classSet, set: setDecimal, nonEmpty: true, re: `([0-9.]+)`}
 	case "tcpinfo_rtt", "tcpinfo_rttvar", "tcpinfo_snd_cwnd", "tcpinfo_rcv_space", "remote_port", "server_port":
 		// "-" when getsockopt fails, empty with escape=json; $remote_port is empty for a unix socket
-		return vclass{kind: classSet, set: setDigits, dash: true, re: `(-|[0-9]*)`}
+		return vclass{kind: classSet, set: setDigits, digits: true, dash: true, re: `(-|[0-9]*)`}
 	case "remote_addr", "server_addr":
 		return vclass{kind: classSet, set: setAddr, nonEmpty: true, re: `([0-9a-zA-Z.:]+)`}
 	case "time_local":
@@ -202,6 +204,30 @@ type step struct {
 	next  []byte // the literal after the variable; nil when the variable ends the format
 	first byte   // next[0]
 	stop  byte   // the first byte the value cannot hold (classDefault: ", classNone: \n)
+	// plain (classDefault): the bytes a value may hold that are not next's first byte, so
+	// that firstFit skips them in one tight loop
+	plain     [256]bool
+	firstWord uint64 // first in every byte of a word
+}
+
+// Eight bytes at a time (SWAR): bytesLo has 1 in every byte, bytesHi 0x80.
+const (
+	bytesLo = 0x0101010101010101
+	bytesHi = 0x8080808080808080
+)
+
+// hasZeroByte reports (non-zero) whether a byte of x is 0; exact.
+func hasZeroByte(x uint64) uint64 { return (x - bytesLo) &^ x & bytesHi }
+
+// plainWord reports whether all eight bytes of x (a little-endian load of the line) are bytes
+// a default-escaped value holds (printable ASCII, 0x20–0x7e, but ") and none is the
+// byte repeated in firstWord: the same answer as the plain table, for a word. Each test is
+// exact (Bit Twiddling Hacks: hasless(x, 0x20), haszero).
+func plainWord(x, firstWord uint64) bool {
+	special := (x-0x20*bytesLo)&^x&bytesHi | // a byte < 0x20
+		x&bytesHi | // a byte ≥ 0x80
+		hasZeroByte(x^0x7f*bytesLo) | hasZeroByte(x^'"'*bytesLo) | hasZeroByte(x^firstWord)
+	return special == 0
 }
 
 // plan lays the segments out for firstFit: the leading literal, then one step per variable.
@@ -218,6 +244,14 @@ func plan(segs []tseg) (lead []byte, steps []step) {
 		if i+1 < len(segs) {
 			st.next = segs[i+1].lit
 			st.first = st.next[0]
+		}
+		if st.class == classDefault {
+			st.plain = setPrintable
+			st.firstWord = '"' * bytesLo
+			if st.next != nil {
+				st.plain[st.first] = false
+				st.firstWord = uint64(st.first) * bytesLo
+			}
 		}
 		steps = append(steps, st)
 	}
@@ -241,18 +275,64 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 		switch st.class {
 		case classSet:
 			c := st.cls
-			if c.dash && pos < n && line[pos] == '-' && (st.next == nil && pos+1 == n || st.next != nil && bytes.HasPrefix(line[pos+1:], st.next)) {
+			if c.dash && pos < n && line[pos] == '-' && (st.next == nil && pos+1 == n || st.next != nil && hasPrefixAt(line, pos+1, st.next)) {
 				end = pos + 1
 				break
 			}
 			end = pos
+			if c.digits {
+				// the digits, added up on the way (buildRequest then skips parseUint)
+				var num int64
+				for end < n && line[end]-'0' <= 9 {
+					num = num*10 + int64(line[end]-'0')
+					end++
+				}
+				if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !hasPrefixAt(line, end, st.next) {
+					return false
+				}
+				if st.id != numVars {
+					f.v[st.id] = value{b: line[pos:end], kind: st.kind, hasNum: end > pos && end-pos <= maxFastDigits, num: num}
+				}
+				pos = end + len(st.next)
+				continue
+			}
 			for end < n && c.set[line[end]] {
 				end++
 			}
-			if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !bytes.HasPrefix(line[end:], st.next) {
+			if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !hasPrefixAt(line, end, st.next) {
 				return false
 			}
-		case classDefault, classNone:
+		case classDefault:
+			// One pass: skip the bytes the value may hold; stop at the first byte that is the
+			// next literal's start (taken when the literal follows, skipped when it may be
+			// part of the value) or that the value cannot hold (", a control or non-ASCII
+			// byte, which default escaping writes as \xHH).
+			e := pos
+			for {
+				for e+8 <= n && plainWord(binary.LittleEndian.Uint64(line[e:]), st.firstWord) {
+					e += 8
+				}
+				for e < n && st.plain[line[e]] {
+					e++
+				}
+				if e == n {
+					if st.next != nil {
+						return false
+					}
+					end = n
+					break
+				}
+				if c := line[e]; st.next == nil || c != st.first {
+					return false
+				} else if hasPrefixAt(line, e, st.next) {
+					end = e
+					break
+				} else if !setPrintable[c] {
+					return false
+				}
+				e++
+			}
+		case classNone:
 			limit := n
 			if i := bytes.IndexByte(line[pos:], st.stop); i >= 0 {
 				if st.next == nil {
@@ -293,19 +373,26 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 				e++
 			}
 		}
-		if st.class == classDefault {
-			for _, c := range line[pos:end] {
-				if c < 0x20 || c >= 0x7f {
-					return false // default escaping writes these as \xHH
-				}
-			}
-		}
 		if st.id != numVars {
 			f.v[st.id] = value{b: line[pos:end], kind: st.kind}
 		}
 		pos = end + len(st.next)
 	}
 	return pos == n
+}
+
+// hasPrefixAt is bytes.HasPrefix(line[i:], lit) without the call into memequal, for the
+// short literals between variables.
+func hasPrefixAt(line []byte, i int, lit []byte) bool {
+	if len(line)-i < len(lit) {
+		return false
+	}
+	for k, c := range lit {
+		if line[i+k] != c {
+			return false
+		}
+	}
+	return true
 }
 
 func (m *matcher) matchRegexp(line []byte, f *fields) bool {

@@ -10,14 +10,46 @@ import (
 // and constant key text instead of reflection. On error (a float that is not finite) dst
 // is returned unchanged.
 func AppendHTTP(dst []byte, r *HTTPRequest) ([]byte, error) {
-	b := append(dst, `{"schema":`...)
-	b = appendString(b, r.Schema)
-	b = append(b, `,"ts_ms":`...)
+	return appendHTTP(dst, r, nil)
+}
+
+// HTTPEncoder is AppendHTTP for a stream of records that share their host fields (the
+// records of one collector): it keeps the encoded text of the last schema and host fields
+// (pop, host, kernel, arm, rollout_id, cc) and copies it while they stay equal, instead of
+// escaping six strings per record. Same bytes as AppendHTTP. One per goroutine; the zero
+// value is ready.
+type HTTPEncoder struct {
+	schema    string
+	schemaEnc []byte // `{"schema":"…","ts_ms":`
+	host      [6]string
+	hostEnc   []byte // `,"pop":"…",…,"cc":"…","peer_prefix":`
+}
+
+// Append appends r to dst as AppendHTTP does.
+func (e *HTTPEncoder) Append(dst []byte, r *HTTPRequest) ([]byte, error) {
+	return appendHTTP(dst, r, e)
+}
+
+// appendHTTP is AppendHTTP, with the schema and host text from e when e is not nil.
+func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder) ([]byte, error) {
+	var b []byte
+	if e == nil {
+		b = appendHTTPSchema(dst, r.Schema)
+	} else {
+		if e.schemaEnc == nil || r.Schema != e.schema {
+			e.schema, e.schemaEnc = r.Schema, appendHTTPSchema(nil, r.Schema)
+		}
+		b = append(dst, e.schemaEnc...)
+	}
 	b = appendInt(b, r.TsMs)
-	b = appendHost(b, r.Pop, r.Host, r.Kernel, r.Arm, r.RolloutID)
-	b = append(b, `,"cc":`...)
-	b = appendString(b, r.CC)
-	b = append(b, `,"peer_prefix":`...)
+	if e == nil {
+		b = appendHTTPHost(b, r)
+	} else {
+		if k := [6]string{r.Pop, r.Host, r.Kernel, r.Arm, r.RolloutID, r.CC}; e.hostEnc == nil || k != e.host {
+			e.host, e.hostEnc = k, appendHTTPHost(nil, r)
+		}
+		b = append(b, e.hostEnc...)
+	}
 	if r.PeerPrefixNull {
 		b = append(b, "null"...)
 	} else {
@@ -47,6 +79,19 @@ func AppendHTTP(dst []byte, r *HTTPRequest) ([]byte, error) {
 		b = appendString(append(b, `,"ts_source":`...), r.TsSource)
 	}
 	return append(b, '}'), nil
+}
+
+func appendHTTPSchema(b []byte, schema string) []byte {
+	b = append(b, `{"schema":`...)
+	b = appendString(b, schema)
+	return append(b, `,"ts_ms":`...)
+}
+
+func appendHTTPHost(b []byte, r *HTTPRequest) []byte {
+	b = appendHost(b, r.Pop, r.Host, r.Kernel, r.Arm, r.RolloutID)
+	b = append(b, `,"cc":`...)
+	b = appendString(b, r.CC)
+	return append(b, `,"peer_prefix":`...)
 }
 
 // AppendTCP appends s as one JSON object (no newline) to dst, like AppendHTTP.

@@ -212,6 +212,15 @@ func BenchmarkAppendHTTP(b *testing.B) {
 		}
 		b.SetBytes(int64(len(buf)))
 	})
+	b.Run("http_encoder", func(b *testing.B) {
+		b.ReportAllocs()
+		var enc HTTPEncoder
+		var buf []byte
+		for i := 0; i < b.N; i++ {
+			buf, _ = enc.Append(buf[:0], &r)
+		}
+		b.SetBytes(int64(len(buf)))
+	})
 	b.Run("encoding_json", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
@@ -241,5 +250,39 @@ func TestAppendFloatIntegral(t *testing.T) {
 	}
 	if got, _ := AppendFloat(nil, math.Copysign(0, -1)); string(got) != "-0.0" {
 		t.Errorf("AppendFloat(-0) = %s", got)
+	}
+}
+
+// HTTPEncoder writes AppendHTTP's bytes on a stream of records whose schema and host fields
+// sometimes stay and sometimes change (one field at a time), including after an error.
+func TestHTTPEncoderMatchesAppendHTTP(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	var enc HTTPEncoder
+	var prev HTTPRequest
+	randFill(rng, reflect.ValueOf(&prev).Elem())
+	hits := 0
+	for i := 0; i < 20000; i++ {
+		var h HTTPRequest
+		randFill(rng, reflect.ValueOf(&h).Elem())
+		keep := [...]*string{&h.Schema, &h.Pop, &h.Host, &h.Kernel, &h.Arm, &h.RolloutID, &h.CC}
+		from := [...]string{prev.Schema, prev.Pop, prev.Host, prev.Kernel, prev.Arm, prev.RolloutID, prev.CC}
+		change := rng.Intn(len(keep) + 3) // mostly: every host field as in the previous record
+		for k := range keep {
+			if k != change {
+				*keep[k] = from[k]
+			}
+		}
+		if change >= len(keep) {
+			hits++
+		}
+		want, werr := AppendHTTP([]byte("prefix"), &h)
+		got, gerr := enc.Append([]byte("prefix"), &h)
+		if (werr == nil) != (gerr == nil) || !bytes.Equal(got, want) {
+			t.Fatalf("record %d: HTTPEncoder\n got %s (%v)\nwant %s (%v)", i, got, gerr, want, werr)
+		}
+		prev = h
+	}
+	if hits < 1000 {
+		t.Fatalf("only %d records reused the cached host text", hits)
 	}
 }

@@ -137,6 +137,7 @@ type Tailer struct {
 	readBuf   []byte
 	rec       record.HTTPRequest // parsed into, one line at a time (Poll runs on one goroutine)
 	scratch   nginxlog.Scratch
+	enc       record.HTTPEncoder // the host fields' text, encoded once
 
 	poolMu     sync.Mutex // guards the recycled buffers (Done callbacks return them)
 	freeChunks [][]byte

@@ -76,6 +76,7 @@ func runParseNginx(ctx context.Context, env Env, args []string) int {
 	var readErr error
 	var r record.HTTPRequest
 	var scratch nginxlog.Scratch
+	var enc record.HTTPEncoder
 	var buf []byte
 	for ctx.Err() == nil {
 		l, err := lr.NextBytes()
@@ -102,7 +103,7 @@ func runParseNginx(ctx context.Context, env Env, args []string) int {
 			continue
 		}
 		meta.StampHTTP(&r)
-		if buf, err = record.AppendHTTP(buf[:0], &r); err != nil {
+		if buf, err = enc.Append(buf[:0], &r); err != nil {
 			fmt.Fprintf(env.Stderr, "%s: line %d: %v\n", cmd, l.Num, err)
 			return ExitFailure
 		}
