@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export CCAB_DATA_DIR ?= $(CURDIR)/.ccab
 PY := .venv/bin/python
 
-.PHONY: setup demo test test-python test-airflow test-go test-fuzz test-prometheus bench clean help lab live-canary
+.PHONY: setup demo test test-python test-slow test-airflow test-go test-fuzz test-prometheus bench clean help lab live-canary
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -23,7 +23,10 @@ test-fuzz:  ## each Go fuzz target for FUZZTIME (default 100000x executions)
 	@scripts/fuzz.sh
 
 test-python:
-	@$(PY) -m pytest -q -m "not airflow_scheduler"
+	@$(PY) -m pytest -q -m "not airflow_scheduler and not slow"
+
+test-slow: setup  ## slower tier, run by CI after make test (~10-15 min): Kafka cluster leader kill, 1M-record and sharded loader SIGKILLs, Kafka outage replay, daily-rollup late rows, spillover through records
+	@$(PY) -m pytest -q -m "slow and not airflow_scheduler"
 
 test-airflow: setup  ## slower tier (~5 min quiet, ~15 min loaded): a real Airflow 3 scheduler runs ccab_cohorts_hourly
 	@$(PY) -m pytest -q -m airflow_scheduler pipelines/tests/dags

@@ -46,6 +46,7 @@ def _plan(tmp: Path) -> Path:
     return f
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spillover", [0.5, 0.0])
 def test_planted_spillover_is_recovered_from_records_through_the_warehouse(spillover, tmp_path, warehouse):
     from ccab.cohorts.job import JobConfig, run_window
