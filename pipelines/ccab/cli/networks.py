@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from ccab.base.errors import UserError
 
@@ -16,6 +18,8 @@ file formats (--format auto tells them apart by the first line):
 
 A load replaces every network at once without downtime (queries running meanwhile see the old or
 the new table, never a mix). Prefixes that no network contains are 'unknown', never dropped.
+On a sharded warehouse (CCAB_CLICKHOUSE_SHARDS) load and rank write every shard: the same networks
+and the same fleet-wide ASN ranking on each, so the shards' asn:* segments agree.
 
 examples:
   ccab sim canary-tyo1 --out .ccab/sim/canary && ccab networks load .ccab/sim/canary/networks.csv
@@ -28,7 +32,6 @@ examples:
 
 def _load(args) -> int:
     from ccab.cohorts import networks
-    from ccab.pipeline import open_warehouse
 
     try:
         parsed = networks.read_file(args.file, args.format, args.default_access)
@@ -37,10 +40,12 @@ def _load(args) -> int:
     if not parsed.networks:
         raise UserError(f"no usable networks in {args.file} ({parsed.skipped} rows skipped: "
                         f"{'; '.join(parsed.skipped_examples) or 'empty file'}); check --format")
-    with open_warehouse() as wh:
-        held = networks.load(wh, parsed.networks, str(args.file), parsed.format, parsed.skipped)
-        ranked = networks.rank_asns(wh, args.top) if args.top else []
-    print(f"loaded {held:,} networks from {args.file} ({parsed.format}); {parsed.skipped} rows skipped"
+    with _every_shard() as shards:
+        # each shard's rollups look prefixes up in its own dictionary: every shard gets the networks
+        held = [networks.load(wh, parsed.networks, str(args.file), parsed.format, parsed.skipped) for wh in shards]
+        ranked = networks.rank_asns_fleet(shards, args.top) if args.top else []
+    where = f" into each of {len(shards)} shards" if len(shards) > 1 else ""
+    print(f"loaded {held[0]:,} networks from {args.file} ({parsed.format}){where}; {parsed.skipped} rows skipped"
           + (f" ({'; '.join(parsed.skipped_examples)})" if parsed.skipped else ""))
     if args.top:
         print(f"ranked {len(ranked)} ASN(s) by connections: {', '.join(str(a) for a, _ in ranked) or 'none (no data)'}")
@@ -49,11 +54,10 @@ def _load(args) -> int:
 
 def _rank(args) -> int:
     from ccab.cohorts import networks
-    from ccab.pipeline import open_warehouse
 
     try:
-        with open_warehouse() as wh:
-            rows = networks.rank_asns(wh, args.top, args.days)
+        with _every_shard() as shards:
+            rows = networks.rank_asns_fleet(shards, args.top, args.days)
     except networks.NetworksError as exc:
         raise UserError(str(exc)) from exc
     for i, (asn, conns) in enumerate(rows, start=1):
@@ -63,21 +67,35 @@ def _rank(args) -> int:
     return 0
 
 
+@contextmanager
+def _every_shard() -> Iterator[list]:
+    """The warehouse, or each shard of it (CCAB_CLICKHOUSE_SHARDS), with the schema in place."""
+    from ccab.base.schema import migrate
+    from ccab.base.warehouse import close_all, connect_shards
+
+    shards = connect_shards()
+    try:
+        for wh in shards:
+            migrate(wh, log=lambda _m: None)
+        yield shards
+    finally:
+        close_all(shards)
+
+
 def _status(args) -> int:
     from ccab.cohorts import networks
-    from ccab.pipeline import open_warehouse
 
-    with open_warehouse() as wh:
-        st = networks.status(wh, args.hours)
+    with _every_shard() as shards:
+        st = networks.status(shards[0], args.hours)  # every shard holds the same networks
     print(json.dumps(st, indent=1, default=str))
     return 0
 
 
 def _lookup(args) -> int:
     from ccab.cohorts import networks
-    from ccab.pipeline import open_warehouse
 
-    with open_warehouse() as wh:
+    with _every_shard() as shards:
+        wh = shards[0]  # every shard holds the same networks
         for prefix, access, country, asn, name in networks.lookup(wh, args.prefixes):
             print(f"{prefix:<24} {access:<10} {country or '-':<3} AS{asn:<11d} {name}")
     return 0

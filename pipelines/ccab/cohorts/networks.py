@@ -6,7 +6,8 @@ IP-trie dictionary, looked up on ``peer_prefix`` (docs/cohorts/networks.md).
 * :func:`load` swaps the networks in without downtime: fill ``prefix_networks_next``, ``EXCHANGE
   TABLES`` (atomic), ``SYSTEM RELOAD DICTIONARY`` (the new trie is built beside the old one).
 * :func:`rank_asns` picks the top-N ASNs by connections: they get segments of their own, every
-  other known ASN is ``asn:other``.
+  other known ASN is ``asn:other``; :func:`rank_asns_fleet` the same over every shard of a
+  sharded warehouse, written to each (``ccab networks load|rank`` also load every shard).
 * :data:`ACCESS_SQL` & co. are the SQL expressions every query uses to look a prefix up: one
   definition, so the rollup, the views and the dashboards agree. A prefix no network contains is
   ``unknown`` (counted in :func:`status`), never dropped.
@@ -20,7 +21,7 @@ import ipaddress
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from ccab.base.warehouse import Warehouse
 
@@ -228,20 +229,51 @@ def rank_asns(wh: Warehouse, top: int = 20, days: int = 7) -> list[tuple[int, in
 
     Connections are counted once each (close records and polled sockets, by host x sock_id),
     pooled over the arms: the ranking must not depend on the treatment."""
+    return rank_asns_fleet([wh], top, days)
+
+
+def rank_asns_fleet(shards: Sequence[Warehouse], top: int = 20, days: int = 7) -> list[tuple[int, int]]:
+    """:func:`rank_asns` over every shard of a sharded warehouse: the connections of each shard
+    (a host's rows are all on one shard, so none is counted twice) summed per ASN over the fleet's
+    newest ``days`` days, and the same ranking written to every shard — the ``asn:*`` segments of
+    each shard's rollups must name the same ASNs, or their union is not the fleet's rollup."""
     if top < 1:
         raise NetworksError(f"--top must be >= 1, got {top}")
+    newest = max((_newest_ts(wh) for wh in shards), default=None)
+    totals: dict[int, int] = {}
+    if newest is not None:
+        for wh in shards:
+            for asn, conns in _asn_connections(wh, newest, days):
+                totals[asn] = totals.get(asn, 0) + conns
+    rows = sorted(totals.items(), key=lambda ac: (-ac[1], ac[0]))[:top]
+    for wh in shards:
+        _write_rank(wh, rows)
+    return rows
+
+
+def _newest_ts(wh: Warehouse) -> int | None:
+    """The newest raw tcp row's time (unix seconds), or None without rows."""
+    n, newest = wh.query("SELECT count(), toUnixTimestamp(max(ts)) FROM "
+                         "(SELECT ts FROM tcp_samples UNION ALL SELECT ts FROM tcp_conns)").rows[0]
+    return int(newest) if int(n) else None
+
+
+def _asn_connections(wh: Warehouse, newest_unix_s: int, days: int) -> list[tuple[int, int]]:
+    """(ASN, connections) of this warehouse's raw rows in the ``days`` days up to ``newest_unix_s``."""
     sql = f"""
         WITH conns AS (
             SELECT host, sock_id, any(peer_prefix) AS peer_prefix FROM (
-                SELECT host, sock_id, peer_prefix, ts FROM tcp_samples
-                WHERE ts >= (SELECT max(ts) FROM tcp_samples) - INTERVAL {int(days)} DAY
+                SELECT host, sock_id, peer_prefix FROM tcp_samples
+                WHERE ts >= toDateTime({{newest:UInt32}}, 'UTC') - INTERVAL {int(days)} DAY
                 UNION ALL
-                SELECT host, sock_id, peer_prefix, ts FROM tcp_conns
-                WHERE ts >= (SELECT max(ts) FROM tcp_conns) - INTERVAL {int(days)} DAY)
+                SELECT host, sock_id, peer_prefix FROM tcp_conns
+                WHERE ts >= toDateTime({{newest:UInt32}}, 'UTC') - INTERVAL {int(days)} DAY)
             GROUP BY host, sock_id)
-        SELECT {asn_sql()} AS a, count() AS c FROM conns WHERE a != 0
-        GROUP BY a ORDER BY c DESC, a LIMIT {int(top)}"""
-    rows = [(int(a), int(c)) for a, c in wh.query(sql).rows]
+        SELECT {asn_sql()} AS a, count() AS c FROM conns WHERE a != 0 GROUP BY a"""
+    return [(int(a), int(c)) for a, c in wh.query(sql, params={"newest": newest_unix_s}).rows]
+
+
+def _write_rank(wh: Warehouse, rows: list[tuple[int, int]]) -> None:
     wh.command("TRUNCATE TABLE network_asn_rank_next")
     if rows:
         data = b"\n".join(json.dumps({"asn": a, "rank": i, "connections": c}).encode()
@@ -249,7 +281,6 @@ def rank_asns(wh: Warehouse, top: int = 20, days: int = 7) -> list[tuple[int, in
         wh.insert_raw("network_asn_rank_next", data)
     wh.command("EXCHANGE TABLES network_asn_rank AND network_asn_rank_next")
     wh.command("TRUNCATE TABLE network_asn_rank_next")
-    return rows
 
 
 def lookup(wh: Warehouse, prefixes: list[str]) -> list[tuple[str, str, str, int, str]]:

@@ -36,11 +36,15 @@ PREFIX_KEY = "pop, hour, peer_prefix"
 def test_union_of_per_shard_rollups_is_the_single_node_rollup(warehouse_env, sim_dir, monkeypatch, capsys):
     files = [str(sim_dir / "ccab.tcp.v1.jsonl"), str(sim_dir / "ccab.http.v1.jsonl")]
     # single node: database ccab of the data dir
+    networks = ["networks", "load", str(sim_dir / "networks.csv"), "--top", "3"]
     assert cli.main(["load", *files]) == 0
+    assert cli.main(networks) == 0
     assert cli.main(["cohorts", "run", *WINDOW]) == 0
-    # the same records on 3 shard databases of the same engine, the job once per shard
+    # the same records on 3 shard databases of the same engine, the job once per shard; the
+    # networks and the fleet's ASN ranking loaded into every shard (the asn:* segments must agree)
     monkeypatch.setenv("CCAB_CLICKHOUSE_SHARDS", str(SHARDS))
     assert cli.main(["load", *files]) == 0
+    assert cli.main(networks) == 0
     for k in range(SHARDS):
         assert cli.main(["cohorts", "run", *WINDOW, "--shard", str(k)]) == 0
     out = capsys.readouterr().out
@@ -56,6 +60,10 @@ def test_union_of_per_shard_rollups_is_the_single_node_rollup(warehouse_env, sim
             "SELECT count() FROM (SELECT peer_prefix FROM merge(REGEXP('^ccab_shard[0-9]+$'), '^tcp_samples$') "
             "GROUP BY peer_prefix HAVING uniqExact(_database) > 1)").scalar())
         assert spanning > 0
+        # the client-network segments are really there (not all 'unknown'), ASNs of their own included
+        segments = {r[0] for r in wh.query("SELECT DISTINCT segment FROM ccab.cohort_hourly").rows}
+        assert any(s.startswith("country:") and s != "country:unknown" for s in segments), segments
+        assert sum(s.startswith("asn:") and s[4:].isdigit() for s in segments) == 3, segments
         for table, key in (("cohort_hourly", HOURLY_KEY), ("cohort_heatmap_hourly", HEATMAP_KEY)):
             single = _rows(wh, "ccab", table, key)
             union = sorted((r for db in dbs for r in _rows(wh, db, table, key)), key=repr)
