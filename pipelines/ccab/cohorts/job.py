@@ -61,6 +61,8 @@ STEPS: tuple[tuple[str, str], ...] = (
 )
 #: the raw tables behind a connection (source_fingerprints.sql names each table)
 TCP_SOURCES = ("tcp_samples", "tcp_conns")
+#: the fleet's samples an hour's prefix classes pool, on a shard (``JobConfig.prefix_samples``)
+FLEET_SAMPLES = "fleet_samples"
 #: steps whose only source is tcp samples, or http requests: skipped for hours without them
 SAMPLE_STEPS = frozenset({"prefix_classes.sql", "sample_metrics.sql"})
 REQUEST_STEPS = frozenset({"request_metrics.sql", "network_request_metrics.sql"})
@@ -183,13 +185,17 @@ def fingerprint_of(hour: datetime, rows: Mapping[tuple[str, datetime], tuple[int
 
     A connection belongs to the hour of its last sample, so ``hour`` also depends on the next
     hour's tcp samples and close records (tcp = both tables); requests depend on their own hour only.
+    On a shard whose prefix RTT classes pool the fleet's samples (``JobConfig.prefix_samples``),
+    ``rows`` also holds ``fleet_samples`` per hour: a late sample on *another* shard changes this
+    hour's classes, so it is part of the tcp fingerprint too.
     """
     empty = (0, "1970-01-01 00:00:00")
     tcp = [rows.get((t, h), empty) for h in (hour, hour + HOUR) for t in TCP_SOURCES]
+    fleet = rows.get((FLEET_SAMPLES, hour), empty)
     http = rows.get(("http_requests", hour), empty)
     return Fingerprint(
-        tcp_rows=sum(r for r, _ in tcp),
-        tcp_max_loaded_at=max(m for _, m in tcp),
+        tcp_rows=sum(r for r, _ in tcp) + fleet[0],
+        tcp_max_loaded_at=max([m for _, m in tcp] + [fleet[1]]),
         http_rows=http[0],
         http_max_loaded_at=http[1],
         own_rows=sum(r for r, _ in tcp[:len(TCP_SOURCES)]) + http[0],
@@ -251,10 +257,16 @@ def _query_columns(wh: Warehouse, table: str) -> list[str]:
     return [r[0] for r in res.rows]
 
 
-def source_rows(wh: Warehouse, start: datetime, end: datetime) -> dict[tuple[str, datetime], tuple[int, str]]:
-    """Per (raw table, hour) in ``[start, end)``: row count and newest ``_loaded_at``."""
-    res = wh.query(read_sql("source_fingerprints.sql"),
-                   params={"range_start": sql_time(start), "range_end": sql_time(end)})
+def source_rows(wh: Warehouse, start: datetime, end: datetime,
+                prefix_samples: str = "tcp_samples") -> dict[tuple[str, datetime], tuple[int, str]]:
+    """Per (raw table, hour) in ``[start, end)``: row count and newest ``_loaded_at``; with a fleet
+    source for the prefix classes (not this warehouse's ``tcp_samples``), its rows as ``fleet_samples``."""
+    sql = read_sql("source_fingerprints.sql")
+    if prefix_samples != "tcp_samples":
+        sql += (f"\nUNION ALL\nSELECT '{FLEET_SAMPLES}' AS source, toDateTime(toStartOfHour(ts), 'UTC') AS hour, "
+                f"count() AS rows, max(_loaded_at) AS max_loaded_at FROM {prefix_samples}\n"
+                "WHERE ts >= {range_start:DateTime('UTC')} AND ts < {range_end:DateTime('UTC')}\nGROUP BY hour")
+    res = wh.query(sql, params={"range_start": sql_time(start), "range_end": sql_time(end)})
     out = {}
     for source, hour, rows, max_loaded in res.rows:
         h = parse_sql_time(hour)
@@ -283,7 +295,7 @@ def stale_hours(wh: Warehouse, start: datetime, end: datetime, cfg: JobConfig | 
     hours = hours_between(start, end)
     if not hours:
         return {}
-    rows = source_rows(wh, hours[0], hours[-1] + 2 * HOUR)
+    rows = source_rows(wh, hours[0], hours[-1] + 2 * HOUR, cfg.prefix_samples)
     marks = watermarks(wh, hours[0], hours[-1] + HOUR)
     version = code_version()
     out = {}
@@ -346,7 +358,7 @@ def rollup_hours(wh: Warehouse, todo: Mapping[datetime, str], cfg: JobConfig | N
     results: dict[datetime, HourResult] = {}
     t0 = time.perf_counter()
     try:
-        rows = source_rows(wh, hours[0], hours[-1] + 2 * HOUR)
+        rows = source_rows(wh, hours[0], hours[-1] + 2 * HOUR, cfg.prefix_samples)
     except WarehouseError as exc:
         raise _job_error(hours[0], hours[-1], "read the raw-row fingerprint", exc) from exc
     fps = {h: fingerprint_of(h, rows) for h in hours}

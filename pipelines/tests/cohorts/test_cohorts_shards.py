@@ -74,3 +74,29 @@ def test_union_of_per_shard_rollups_is_the_single_node_rollup(warehouse_env, sim
             assert _rows(wh, db, "cohort_prefix_hourly", PREFIX_KEY, final="") == single_prefixes
     finally:
         wh.close()
+
+
+def test_a_late_sample_on_another_shard_makes_the_hour_stale(warehouse_env, sim_dir, monkeypatch):
+    """The prefix RTT classes of a shard's hour pool the fleet's samples, so a sample arriving late
+    on shard 1 changes shard 0's classes too: its hour must look stale to shard 0's job."""
+    from ccab.base.config import settings
+    from ccab.base.warehouse import close_all, connect_shards
+    from ccab.cohorts.job import JobConfig, fleet_samples, stale_hours
+    from datetime import datetime, timezone
+
+    monkeypatch.setenv("CCAB_CLICKHOUSE_SHARDS", str(SHARDS))
+    assert cli.main(["load", str(sim_dir / "ccab.tcp.v1.jsonl"), str(sim_dir / "ccab.http.v1.jsonl")]) == 0
+    assert cli.main(["cohorts", "run", *WINDOW]) == 0  # every shard in turn
+    start, end = datetime(2025, 11, 20, 12, tzinfo=timezone.utc), datetime(2025, 11, 20, 14, tzinfo=timezone.utc)
+    shards = connect_shards(settings())
+    try:
+        cfg = JobConfig(prefix_samples=fleet_samples("(" + "|".join(wh.database for wh in shards) + ")"))
+        assert all(stale_hours(wh, start, end, cfg) == {} for wh in shards)
+        # one sample of 12:xx arrives late on shard 1 only
+        late = shards[1]
+        late.command("INSERT INTO tcp_samples SELECT * FROM tcp_samples "
+                     "WHERE ts >= '2025-11-20 12:00:00' AND ts < '2025-11-20 13:00:00' LIMIT 1")
+        assert list(stale_hours(shards[0], start, end, cfg)) == [start]
+        assert list(stale_hours(shards[2], start, end, cfg)) == [start]
+    finally:
+        close_all(shards)
