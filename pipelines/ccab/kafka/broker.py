@@ -79,23 +79,10 @@ def _say(message: str) -> None:
 
 
 @dataclass(frozen=True)
-class Paths:
-    """Where the jar cache and the broker's state live."""
+class StateFiles:
+    """The files in one broker's state directory (the local broker's, or a cluster node's)."""
 
-    home: Path        # <cache_dir>/kafka-<version>: jars and logging config, shared by data dirs
-    state_dir: Path   # <data_dir>/kafka: everything of one local broker
-
-    @property
-    def libs(self) -> Path:
-        return self.home / "libs"
-
-    @property
-    def marker(self) -> Path:
-        return self.home / ".ccab-installed"
-
-    @property
-    def log4j_config(self) -> Path:
-        return self.home / "config" / "log4j2.properties"
+    state_dir: Path
 
     @property
     def log_dir(self) -> Path:
@@ -112,6 +99,26 @@ class Paths:
     @property
     def log_file(self) -> Path:
         return self.state_dir / "broker.log"
+
+
+@dataclass(frozen=True)
+class Paths(StateFiles):
+    """Where the jar cache and the broker's state live (``state_dir``: <data_dir>/kafka, everything
+    of one local broker)."""
+
+    home: Path        # <cache_dir>/kafka-<version>: jars and logging config, shared by data dirs
+
+    @property
+    def libs(self) -> Path:
+        return self.home / "libs"
+
+    @property
+    def marker(self) -> Path:
+        return self.home / ".ccab-installed"
+
+    @property
+    def log4j_config(self) -> Path:
+        return self.home / "config" / "log4j2.properties"
 
     @property
     def lock_file(self) -> Path:

@@ -28,7 +28,7 @@ from pathlib import Path
 from ccab.base import atomicfile
 from ccab.base.config import Settings, settings
 from ccab.kafka.broker import (
-    FORMAT_TIMEOUT_S, LOG_TAIL_LINES, Progress, _cmdline, _java, _locked, _port_is_free, _say,
+    FORMAT_TIMEOUT_S, LOG_TAIL_LINES, Progress, StateFiles, _cmdline, _java, _locked, _port_is_free, _say,
     _tail, broker_pid, install, new_cluster_id, parse_listener_port, paths as broker_paths,
 )
 from ccab.kafka.topics import KafkaLocalError, admin_client
@@ -38,29 +38,12 @@ STOP_TIMEOUT_S = 20.0
 
 
 @dataclass(frozen=True)
-class Node:
-    """One broker+controller of the cluster."""
+class Node(StateFiles):
+    """One broker+controller of the cluster (its files: :class:`StateFiles` of ``state_dir``)."""
 
     node_id: int
     port: int             # client listener
     controller_port: int  # KRaft controller listener
-    state_dir: Path
-
-    @property
-    def log_dir(self) -> Path:
-        return self.state_dir / "data"
-
-    @property
-    def properties(self) -> Path:
-        return self.state_dir / "server.properties"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.state_dir / "broker.pid"
-
-    @property
-    def log_file(self) -> Path:
-        return self.state_dir / "broker.log"
 
 
 def node_ports(port: int, brokers: int) -> list[tuple[int, int, int]]:
@@ -123,7 +106,7 @@ class Cluster:
             raise KafkaLocalError(f"--brokers must be at least 1, got {brokers}")
         self.state_dir = Path(state_dir)
         self.heap = heap
-        self.nodes = [Node(i, cp, ctl, self.state_dir / f"node-{i}") for i, cp, ctl in node_ports(port, brokers)]
+        self.nodes = [Node(state_dir=self.state_dir / f"node-{i}", node_id=i, port=cp, controller_port=ctl) for i, cp, ctl in node_ports(port, brokers)]
         self._children: dict[int, subprocess.Popen] = {}
 
     @property
