@@ -1,8 +1,12 @@
 """The daily rollups (``cohort_daily``, ``cohort_heatmap_daily``; sql/migrations/0017_cohort_daily.sql):
 each UTC day recomputed whole from the hourly tables and swapped in, like an hour of the job.
 
-The hourly job calls :func:`refresh_day` after it swapped in an hour, before that hour's
-watermark, so a failure here leaves the hour stale and the next run redoes both.
+The hourly job updates a day after it swapped in the day's hours, before their watermarks, so a
+failure here leaves the hours stale and the next run redoes both. Hours the daily tables have never
+held (their hourly partitions were empty before the swap: the usual hourly run) are *added* to
+their day (:func:`add_hours`: the hours' rows summed per key and inserted; the tables merge by key),
+so an hourly run costs one hour of rows, not the whole day so far; a day with any recomputed hour
+is recomputed whole (:func:`refresh_day`), which is exact whatever the daily table held.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from ccab.base.warehouse import Warehouse
 
 DAY = timedelta(days=1)
 
+#: the hourly tables the daily ones are computed from
+SOURCES = ("cohort_hourly", "cohort_heatmap_hourly")
 # (hourly source, daily target, its stage, the key columns after the time column, the sums)
 _TABLES = (
     ("cohort_hourly", "cohort_daily", "cohort_daily_stage",
@@ -63,3 +69,23 @@ GROUP BY {keys}""", params=params, settings={"optimize_on_insert": 0})
             wh.command(f"ALTER TABLE {target} DROP PARTITION ID '{pid}'")
         wh.command(f"ALTER TABLE {stage} DROP PARTITION ID '{pid}'")
     return counts
+
+
+def add_hours(wh: Warehouse, first: datetime, end: datetime) -> None:
+    """Add the hours ``[first, end)`` (within one UTC day) to their day in every daily table: their
+    hourly rows summed per key and inserted (``cohort_daily`` is an AggregatingMergeTree of sums,
+    ``cohort_heatmap_daily`` a SummingMergeTree: rows of one key add up, and every reader sums).
+
+    Exact only for hours the daily tables have never held; the caller (the hourly job) knows: their
+    hourly partitions were empty before it swapped them in. A run that died after this insert left
+    its hours swapped in, so its retry takes :func:`refresh_day` instead and nothing counts twice.
+    """
+    if end <= first or day_of(first) != day_of(end - timedelta(hours=1)):
+        raise ValueError(f"add_hours: [{first}, {end}) is not one or more hours of one UTC day")
+    params = {"day": sql_time(day_of(first)), "first": sql_time(first), "end": sql_time(end)}
+    for source, target, _stage, keys, sums in _TABLES:
+        wh.command(f"""INSERT INTO {target}
+SELECT {{day:DateTime('UTC')}} AS day, {keys}, {sums}
+FROM {source}
+WHERE hour >= {{first:DateTime('UTC')}} AND hour < {{end:DateTime('UTC')}}
+GROUP BY {keys}""", params=params)

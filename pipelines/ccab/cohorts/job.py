@@ -34,7 +34,7 @@ from typing import Callable, Mapping
 
 from ccab.base.chtime import HOUR, hours_between, parse_sql_time, sql_time, utc_hour
 from ccab.base.warehouse import Warehouse, WarehouseError
-from ccab.cohorts.daily import refresh_day
+from ccab.cohorts.daily import SOURCES as DAILY_SOURCES, add_hours, refresh_day
 
 SQL_DIR = Path(__file__).with_name("sql")
 DEFAULT_BULK_MIN_BYTES = 1 << 20
@@ -428,6 +428,9 @@ def _rollup_run(wh: Warehouse, run: list[datetime], fps: Mapping[datetime, Finge
             step_seconds[sql_file] = time.perf_counter() - t_step
         step = "count the stage tables"
         counts = _partition_counts(wh, stages, pids)
+        # hours the daily rollups have never held: their hourly partitions are still empty
+        held = _partition_counts(wh, list(DAILY_SOURCES), pids)
+        new_hours = {h for h, p in zip(run, pids) if not any(held.get((t, p)) for t in DAILY_SOURCES)}
         for stage, target in SWAPS:
             step = f"swap {stage} -> {target}"
             present = [p for p in pids if counts.get((stage, p))]
@@ -439,9 +442,13 @@ def _rollup_run(wh: Warehouse, run: list[datetime], fps: Mapping[datetime, Finge
             _drop_partitions(wh, [target], absent)
         step = "clear the stage tables"
         _drop_partitions(wh, stages, pids)
-        step = "refresh the run's days in the daily rollups"
+        step = "update the run's days in the daily rollups"
         for day_hour in sorted({h.replace(hour=0) for h in run}):
-            refresh_day(wh, day_hour)
+            hours = [h for h in run if h.replace(hour=0) == day_hour]  # consecutive
+            if new_hours.issuperset(hours):
+                add_hours(wh, hours[0], hours[-1] + HOUR)  # the usual hourly run: one hour of rows
+            else:
+                refresh_day(wh, day_hour)  # an hour recomputed (or a run that died): the day whole
         step = "write the watermark"
         version = code_version()
         wh.command(

@@ -107,3 +107,44 @@ def test_views_read_whole_days_from_the_daily_rollups_with_the_same_result(wareh
             f"t_from = '{DAY0:%Y-%m-%d %H:%M:%S}', t_to = '{DAY0 + timedelta(days=3):%Y-%m-%d %H:%M:%S}'")
     warehouse.command("TRUNCATE TABLE cohort_daily")
     assert warehouse.query(f"SELECT count() FROM cohort_pdf({args})").scalar() == 0
+
+
+def test_new_hours_are_added_to_their_day_and_a_retry_after_a_crash_counts_nothing_twice(warehouse, tmp_path,
+                                                                                       monkeypatch):
+    """The usual hourly run adds its hour to the day (no recomputation of the day so far); a run
+    that died after updating the day but before its watermark is redone with the day recomputed
+    whole, so the day is still the exact sum of its hours, not that plus the hour again."""
+    import ccab.cohorts.job as job
+    from ccab.base.warehouse import WarehouseError
+
+    out = tmp_path / "sim"
+    assert cli.main(["sim", "tiny", "--out", str(out), "--hours", "3", "--connections", "400", "--workers", "1",
+                     "--no-progress", "--start", DAY0.isoformat()]) == 0
+    assert not load_files(warehouse, [out / "ccab.tcp.v1.jsonl", out / "ccab.http.v1.jsonl"]).dead
+    whole_days = []
+    real_refresh = job.refresh_day
+    monkeypatch.setattr(job, "refresh_day", lambda wh, t: (whole_days.append(t), real_refresh(wh, t))[1])
+    hour = timedelta(hours=1)
+    job.run_window(warehouse, DAY0, DAY0 + hour)
+    job.run_window(warehouse, DAY0 + hour, DAY0 + 2 * hour)
+    assert whole_days == []  # both hours were new: added, the day never recomputed
+    for hourly, daily in by_day(warehouse):
+        assert hourly and hourly == daily
+
+    # hour 2 dies after its day was updated, before its watermark
+    real_command = warehouse.command
+
+    def crash_at_the_watermark(sql, *args, **kwargs):
+        if sql.lstrip().startswith("INSERT INTO cohort_watermarks"):
+            raise WarehouseError("simulated crash before the watermark")
+        return real_command(sql, *args, **kwargs)
+
+    monkeypatch.setattr(warehouse, "command", crash_at_the_watermark)
+    with pytest.raises(job.CohortJobError):
+        job.run_window(warehouse, DAY0 + 2 * hour, DAY0 + 3 * hour)
+    monkeypatch.setattr(warehouse, "command", real_command)
+    assert list(job.stale_hours(warehouse, DAY0, DAY0 + 3 * hour)) == [DAY0 + 2 * hour]
+    job.run_window(warehouse, DAY0 + 2 * hour, DAY0 + 3 * hour)  # the retry
+    for hourly, daily in by_day(warehouse):
+        assert hourly and hourly == daily  # not hour 2 twice
+    assert whole_days == [DAY0]
