@@ -73,9 +73,9 @@ func scanJSONLine(line []byte, f *fields) bool {
 			if known {
 				content := line[i+1 : end-1]
 				if esc || high && !utf8.Valid(content) {
-					f.v[id] = value{b: line[i:end], kind: kindJSONString}
+					f.v[id].set(line[i:end], kindJSONString, false, 0)
 				} else {
-					f.v[id] = value{b: content, kind: kindRaw}
+					f.v[id].set(content, kindRaw, false, 0)
 				}
 			}
 			i = end
@@ -85,7 +85,7 @@ func scanJSONLine(line []byte, f *fields) bool {
 				return false
 			}
 			if known {
-				f.v[id] = value{b: line[i:end], kind: kindRaw}
+				f.v[id].set(line[i:end], kindRaw, false, 0)
 			}
 			i = end
 		case c == 'n':
@@ -93,7 +93,7 @@ func scanJSONLine(line []byte, f *fields) bool {
 				return false
 			}
 			if known {
-				f.v[id] = value{kind: kindNull}
+				f.v[id].set(nil, kindNull, false, 0)
 			}
 			i += 4
 		default:
@@ -360,13 +360,13 @@ func jsonFieldsAlias(line []byte, f *fields, alias map[string]varID) error {
 		raw = bytes.TrimSpace(raw)
 		switch {
 		case bytes.Equal(raw, []byte("null")):
-			f.v[id] = value{kind: kindNull}
+			f.v[id].set(nil, kindNull, false, 0)
 		case len(raw) > 0 && raw[0] == '"':
-			f.v[id] = value{b: raw, kind: kindJSONString}
+			f.v[id].set(raw, kindJSONString, false, 0)
 		case len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9'):
-			f.v[id] = value{b: raw, kind: kindRaw}
+			f.v[id].set(raw, kindRaw, false, 0)
 		default:
-			f.v[id] = value{b: raw, kind: kindJSONOther}
+			f.v[id].set(raw, kindJSONOther, false, 0)
 		}
 	}
 	return nil

@@ -291,7 +291,7 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 					return false
 				}
 				if st.id != numVars {
-					f.v[st.id] = value{b: line[pos:end], kind: st.kind, hasNum: end > pos && end-pos <= maxFastDigits, num: num}
+					f.v[st.id].set(line[pos:end], st.kind, end > pos && end-pos <= maxFastDigits, num)
 				}
 				pos = end + len(st.next)
 				continue
@@ -374,7 +374,7 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 			}
 		}
 		if st.id != numVars {
-			f.v[st.id] = value{b: line[pos:end], kind: st.kind}
+			f.v[st.id].set(line[pos:end], st.kind, false, 0)
 		}
 		pos = end + len(st.next)
 	}
@@ -407,7 +407,7 @@ func (m *matcher) matchRegexp(line []byte, f *fields) bool {
 		}
 		g++
 		if s.id != numVars && loc[2*g] >= 0 {
-			f.v[s.id] = value{b: line[loc[2*g]:loc[2*g+1]], kind: s.kind}
+			f.v[s.id].set(line[loc[2*g]:loc[2*g+1]], s.kind, false, 0)
 		}
 	}
 	return true
