@@ -1,8 +1,10 @@
 package record
 
 import (
+	"encoding/binary"
 	"fmt"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // AppendHTTP appends r as one JSON object (no newline) to dst: the same bytes as
@@ -23,6 +25,20 @@ type HTTPEncoder struct {
 	schemaEnc []byte // `{"schema":"…","ts_ms":`
 	host      [6]string
 	hostEnc   []byte // `,"pop":"…",…,"cc":"…","peer_prefix":`
+	rate      Float
+	rateEnc   []byte // `,"sample_rate":…` (nil: not encoded yet)
+}
+
+// sameHost reports whether r's host fields are e.host: the strings of one Meta stamped on
+// every record share their bytes, so equal pointers and lengths answer without comparing
+// the text; otherwise the text decides.
+func (e *HTTPEncoder) sameHost(r *HTTPRequest) bool {
+	return sameString(r.Pop, e.host[0]) && sameString(r.Host, e.host[1]) && sameString(r.Kernel, e.host[2]) &&
+		sameString(r.Arm, e.host[3]) && sameString(r.RolloutID, e.host[4]) && sameString(r.CC, e.host[5])
+}
+
+func sameString(a, b string) bool {
+	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }
 
 // Append appends r to dst as AppendHTTP does.
@@ -45,8 +61,8 @@ func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder) ([]byte, error) {
 	if e == nil {
 		b = appendHTTPHost(b, r)
 	} else {
-		if k := [6]string{r.Pop, r.Host, r.Kernel, r.Arm, r.RolloutID, r.CC}; e.hostEnc == nil || k != e.host {
-			e.host, e.hostEnc = k, appendHTTPHost(nil, r)
+		if e.hostEnc == nil || !e.sameHost(r) {
+			e.host, e.hostEnc = [6]string{r.Pop, r.Host, r.Kernel, r.Arm, r.RolloutID, r.CC}, appendHTTPHost(nil, r)
 		}
 		b = append(b, e.hostEnc...)
 	}
@@ -71,9 +87,17 @@ func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder) ([]byte, error) {
 	b = appendOptInt(append(b, `,"tcpinfo_rttvar_us":`...), r.TcpinfoRTTVarUs)
 	b = appendOptInt(append(b, `,"tcpinfo_snd_cwnd":`...), r.TcpinfoSndCwnd)
 	b = appendOptInt(append(b, `,"tcpinfo_rcv_space":`...), r.TcpinfoRcvSpace)
-	b = append(b, `,"sample_rate":`...)
-	if b, err = appendFloatField(b, float64(r.SampleRate), "sample_rate"); err != nil {
-		return dst, err
+	if e != nil && e.rateEnc != nil && r.SampleRate == e.rate && r.SampleRate != 0 { // 0 and -0 print apart
+		b = append(b, e.rateEnc...)
+	} else {
+		start := len(b)
+		b = append(b, `,"sample_rate":`...)
+		if b, err = appendFloatField(b, float64(r.SampleRate), "sample_rate"); err != nil {
+			return dst, err
+		}
+		if e != nil {
+			e.rate, e.rateEnc = r.SampleRate, append(e.rateEnc[:0], b[start:]...)
+		}
 	}
 	if r.TsSource != "" {
 		b = appendString(append(b, `,"ts_source":`...), r.TsSource)
@@ -308,6 +332,11 @@ const hexDigits = "0123456789abcdef"
 // invalid UTF-8 bytes as \ufffd, U+2028 and U+2029 as \u2028 and \u2029, everything else
 // as it is.
 func appendString(b []byte, s string) []byte {
+	if plainString(s) {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -358,3 +387,39 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, s[start:]...)
 	return append(b, '"')
 }
+
+// Eight bytes at a time (SWAR): bytesLo has 1 in every byte, bytesHi 0x80.
+const (
+	bytesLo = 0x0101010101010101
+	bytesHi = 0x8080808080808080
+)
+
+// plainString reports whether s holds no byte appendString escapes or checks: every byte
+// printable ASCII (0x20–0x7f) but `"` and `\`. Such a string is written as it is. Eight
+// bytes at a time; each test is exact (Bit Twiddling Hacks: hasless(x, 0x20), haszero).
+func plainString(s string) bool {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8))
+		if (x-0x20*bytesLo)&^x&bytesHi|x&bytesHi|hasZeroByte(x^'"'*bytesLo)|hasZeroByte(x^'\\'*bytesLo) != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if !plainByte[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// hasZeroByte reports (non-zero) whether a byte of x is 0; exact.
+func hasZeroByte(x uint64) uint64 { return (x - bytesLo) &^ x & bytesHi }
+
+// plainByte: the bytes plainString accepts.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()

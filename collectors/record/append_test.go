@@ -169,6 +169,17 @@ func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 		all = append(all, string(r))
 	}
 	all = append(all, nastyStrings...)
+	// every byte value at every position of printable strings of 1 to 20 bytes: the eight-byte
+	// fast path (plainString) and its tail see each byte it must leave to the escaping loop
+	for n := 1; n <= 20; n++ {
+		for at := 0; at < n; at++ {
+			for c := 0; c < 256; c++ {
+				b := []byte(strings.Repeat("x/ -~", 4)[:n])
+				b[at] = byte(c)
+				all = append(all, string(b))
+			}
+		}
+	}
 	for _, s := range all {
 		want, err := json.Marshal(s)
 		if err != nil {
@@ -271,6 +282,14 @@ func TestHTTPEncoderMatchesAppendHTTP(t *testing.T) {
 			if k != change {
 				*keep[k] = from[k]
 			}
+		}
+		if rng.Intn(4) != 0 { // mostly the previous sample rate (its text is kept), 0 and -0 too
+			h.SampleRate = prev.SampleRate
+		} else if rng.Intn(2) == 0 {
+			h.SampleRate = Float([]float64{0, math.Copysign(0, -1), 1, 0.5, math.NaN()}[rng.Intn(5)])
+		}
+		if rng.Intn(3) == 0 { // the same text in other strings: compared by content
+			h.Host = strings.Clone(h.Host)
 		}
 		if change >= len(keep) {
 			hits++
