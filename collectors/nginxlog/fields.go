@@ -111,8 +111,9 @@ const (
 type value struct {
 	b    []byte
 	kind valueKind
-	// num is b's integer when hasNum: a text format's digits-only value of 1 to
-	// maxFastDigits digits, added up while the matcher scanned it (parseUint's result)
+	// num is b's number when hasNum, read while the matcher scanned it: for an integer
+	// variable a digits-only value of 1 to maxFastDigits digits (parseUint's result); for
+	// $msec and $request_time (class decimal) the thousandths of a value thousandths reads
 	hasNum bool
 	num    int64
 }
@@ -254,7 +255,10 @@ func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefi
 	if r.Status != nil && *r.Status > 999 {
 		return fmt.Errorf("$status %d is not an HTTP status", *r.Status)
 	}
-	if v, ok, err := f.get(vRequestTime); err != nil {
+	if v := &f.v[vRequestTime]; v.hasNum {
+		store.rt = record.Float(v.num) // thousandths: secondsToMs's fast path
+		r.RequestTimeMs = &store.rt
+	} else if v, ok, err := f.get(vRequestTime); err != nil {
 		return err
 	} else if ok && !notFound(v) {
 		ms, err := secondsToMs(v)
@@ -271,6 +275,9 @@ func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefi
 // timestamp reads $msec exactly ("1763769601.532" → 1763769601532), else $time_iso8601 or
 // $time_local (second resolution).
 func timestamp(f *fields) (int64, error) {
+	if v := &f.v[vMsec]; v.hasNum {
+		return v.num, nil // thousandths: epochMs's fast path
+	}
 	if v, ok, err := f.get(vMsec); err != nil {
 		return 0, err
 	} else if ok {

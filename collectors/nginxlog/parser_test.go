@@ -449,3 +449,54 @@ func TestMethodFromEscapedRequest(t *testing.T) {
 		}
 	}
 }
+
+// $msec and $request_time read as thousandths while the matcher scans them (scanDecimal)
+// give what package decimal gives for the same text, errors included: every string of up to
+// five digits and dots, and longer random ones.
+func TestScannedDecimalsMatchDecimal(t *testing.T) {
+	ts, err := NewParser(`$msec $status`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := NewParser(`$msec $request_time`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(s string) {
+		wantMs, werr := decimal.ScaleInt(s, 3)
+		r, err := ts.Parse(s + " 200")
+		if (err != nil) != (werr != nil || wantMs < 0) || err == nil && r.TsMs != wantMs {
+			t.Fatalf("$msec %q: ts_ms %d (%v), decimal.ScaleInt %d (%v)", s, r.TsMs, err, wantMs, werr)
+		}
+		wantF, werr := decimal.ScaleFloat(s, 3)
+		r, err = rt.Parse("1.5 " + s)
+		if (err != nil) != (werr != nil || wantF < 0) || err == nil && float64(*r.RequestTimeMs) != wantF {
+			t.Fatalf("$request_time %q: %v (%v), decimal.ScaleFloat %v (%v)", s, r.RequestTimeMs, err, wantF, werr)
+		}
+	}
+	const alphabet = "0123456789."
+	var walk func(prefix string)
+	walk = func(prefix string) {
+		if prefix != "" {
+			check(prefix)
+		}
+		if len(prefix) == 5 {
+			return
+		}
+		for i := 0; i < len(alphabet); i++ {
+			walk(prefix + alphabet[i:i+1])
+		}
+	}
+	walk("")
+	rng := rand.New(rand.NewSource(4))
+	for i := 0; i < 50000; i++ {
+		b := make([]byte, 1+rng.Intn(24))
+		for j := range b {
+			b[j] = alphabet[rng.Intn(10)]
+		}
+		if rng.Intn(4) != 0 {
+			b[rng.Intn(len(b))] = '.'
+		}
+		check(string(b))
+	}
+}

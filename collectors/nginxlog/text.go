@@ -20,6 +20,7 @@ type vclass struct {
 	dash     bool      // classSet: "-" alone is also a value (nginx's "not found")
 	nonEmpty bool      // classSet: never empty
 	digits   bool      // classSet: set is setDigits
+	decimal  bool      // classSet: set is setDecimal
 	re       string    // the regular expression of one value
 }
 
@@ -66,7 +67,7 @@ func varClass(v string, esc Escape) vclass {
 	case "status", "bytes_sent", "body_bytes_sent", "connection", "connection_requests", "request_length", "pid":
 		return vclass{kind: classSet, set: setDigits, digits: true, nonEmpty: true, re: `([0-9]+)`}
 	case "msec", "request_time", "connection_time":
-		return vclass{kind: classSet, set: setDecimal, nonEmpty: true, re: `([0-9.]+)`}
+		return vclass{kind: classSet, set: setDecimal, decimal: true, nonEmpty: true, re: `([0-9.]+)`}
 	case "tcpinfo_rtt", "tcpinfo_rttvar", "tcpinfo_snd_cwnd", "tcpinfo_rcv_space", "remote_port", "server_port":
 		// "-" when getsockopt fails, empty with escape=json; $remote_port is empty for a unix socket
 		return vclass{kind: classSet, set: setDigits, digits: true, dash: true, re: `(-|[0-9]*)`}
@@ -296,6 +297,20 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 				pos = end + len(st.next)
 				continue
 			}
+			if c.decimal {
+				// seconds with a fraction, read as thousandths on the way ($msec, $request_time)
+				var milli int64
+				var ok bool
+				end, milli, ok = scanDecimal(line, pos)
+				if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !hasPrefixAt(line, end, st.next) {
+					return false
+				}
+				if st.id != numVars {
+					f.v[st.id].set(line[pos:end], st.kind, ok, milli)
+				}
+				pos = end + len(st.next)
+				continue
+			}
 			for end < n && c.set[line[end]] {
 				end++
 			}
@@ -379,6 +394,42 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 		pos = end + len(st.next)
 	}
 	return pos == n
+}
+
+// scanDecimal reads the longest run of digits and dots at line[pos:] and returns where it
+// ends; when the run is one that thousandths reads (1 to maxFastDigits digits, then
+// optionally a dot and up to three digits), also its value in thousandths (ok).
+func scanDecimal(line []byte, pos int) (end int, milli int64, ok bool) {
+	n := len(line)
+	end = pos
+	var v int64
+	for end < n && line[end]-'0' <= 9 {
+		v = v*10 + int64(line[end]-'0')
+		end++
+	}
+	ok = end > pos && end-pos <= maxFastDigits
+	frac := 0
+	if end < n && line[end] == '.' {
+		end++
+		for end < n && line[end]-'0' <= 9 {
+			if frac < 3 {
+				v = v*10 + int64(line[end]-'0')
+			}
+			frac++
+			end++
+		}
+	}
+	for end < n && setDecimal[line[end]] { // a second dot: not a number thousandths reads
+		ok = false
+		end++
+	}
+	if !ok || frac > 3 {
+		return end, 0, false
+	}
+	for ; frac < 3; frac++ {
+		v *= 10
+	}
+	return end, v, true
 }
 
 // hasPrefixAt is bytes.HasPrefix(line[i:], lit) without the call into memequal, for the
