@@ -113,7 +113,8 @@ type value struct {
 	kind valueKind
 	// num is b's number when hasNum, read while the matcher scanned it: for an integer
 	// variable a digits-only value of 1 to maxFastDigits digits (parseUint's result); for
-	// $msec and $request_time (class decimal) the thousandths of a value thousandths reads
+	// $msec and $request_time (class decimal) the thousandths of a value thousandths reads;
+	// for $remote_addr a dotted quad parseIPv4 accepts, its four bytes (first in the highest)
 	hasNum bool
 	num    int64
 }
@@ -206,7 +207,15 @@ func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefi
 			return err
 		}
 	}
-	if v, ok, err := f.get(vRemoteAddr); err != nil {
+	if rv := &f.v[vRemoteAddr]; rv.hasNum {
+		a4 := [4]byte{byte(rv.num >> 24), byte(rv.num >> 16), byte(rv.num >> 8), byte(rv.num)}
+		if pc != nil {
+			r.PeerPrefix = pc.get(a4)
+		} else {
+			var buf [len("255.255.255.0/24")]byte
+			r.PeerPrefix = string(anon.AppendPeerPrefix4(buf[:0], a4))
+		}
+	} else if v, ok, err := f.get(vRemoteAddr); err != nil {
 		return err
 	} else if ok {
 		switch a4, ok4 := parseIPv4(v); {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math/rand"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -496,6 +497,51 @@ func TestScannedDecimalsMatchDecimal(t *testing.T) {
 		}
 		if rng.Intn(4) != 0 {
 			b[rng.Intn(len(b))] = '.'
+		}
+		check(string(b))
+	}
+}
+
+// The address scan (scanAddr) ends where the address alphabet ends and reads the dotted
+// quads parseIPv4 reads, and only those: every string of up to five bytes of "0129.:a", and
+// longer random ones.
+func TestScanAddrMatchesParseIPv4(t *testing.T) {
+	check := func(s string) {
+		line := []byte(s + " -")
+		end, a4, ok := scanAddr(line, 0)
+		run := 0
+		for run < len(line) && setAddr[line[run]] {
+			run++
+		}
+		want, wok := parseIPv4(line[:run])
+		got := [4]byte{byte(a4 >> 24), byte(a4 >> 16), byte(a4 >> 8), byte(a4)}
+		if end != run || ok != wok || ok && got != want {
+			t.Fatalf("scanAddr(%q) = %d, %v, %v; want %d, %v, %v", s, end, got, ok, run, want, wok)
+		}
+	}
+	const alphabet = "0129.:a"
+	var walk func(prefix string)
+	walk = func(prefix string) {
+		check(prefix)
+		if len(prefix) == 5 {
+			return
+		}
+		for i := 0; i < len(alphabet); i++ {
+			walk(prefix + alphabet[i:i+1])
+		}
+	}
+	walk("")
+	rng := rand.New(rand.NewSource(5))
+	for i := 0; i < 100000; i++ {
+		var b []byte
+		for f := 0; f < 2+rng.Intn(4); f++ {
+			if f > 0 {
+				b = append(b, '.')
+			}
+			b = strconv.AppendInt(b, int64(rng.Intn(300)), 10)
+			if rng.Intn(8) == 0 {
+				b = append(b, "0:a"[rng.Intn(3)])
+			}
 		}
 		check(string(b))
 	}

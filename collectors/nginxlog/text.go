@@ -21,6 +21,7 @@ type vclass struct {
 	nonEmpty bool      // classSet: never empty
 	digits   bool      // classSet: set is setDigits
 	decimal  bool      // classSet: set is setDecimal
+	addr     bool      // classSet: set is setAddr
 	re       string    // the regular expression of one value
 }
 
@@ -72,7 +73,7 @@ func varClass(v string, esc Escape) vclass {
 		// "-" when getsockopt fails, empty with escape=json; $remote_port is empty for a unix socket
 		return vclass{kind: classSet, set: setDigits, digits: true, dash: true, re: `(-|[0-9]*)`}
 	case "remote_addr", "server_addr":
-		return vclass{kind: classSet, set: setAddr, nonEmpty: true, re: `([0-9a-zA-Z.:]+)`}
+		return vclass{kind: classSet, set: setAddr, addr: true, nonEmpty: true, re: `([0-9a-zA-Z.:]+)`}
 	case "time_local":
 		return vclass{kind: classSet, set: setTimeLocal, nonEmpty: true, re: `([0-9a-zA-Z/:+ \-]+)`}
 	case "time_iso8601":
@@ -311,6 +312,20 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 				pos = end + len(st.next)
 				continue
 			}
+			if c.addr {
+				// an address, its IPv4 octets read on the way
+				var a4 uint32
+				var ok bool
+				end, a4, ok = scanAddr(line, pos)
+				if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !hasPrefixAt(line, end, st.next) {
+					return false
+				}
+				if st.id != numVars {
+					f.v[st.id].set(line[pos:end], st.kind, ok, int64(a4))
+				}
+				pos = end + len(st.next)
+				continue
+			}
 			for end < n && c.set[line[end]] {
 				end++
 			}
@@ -430,6 +445,46 @@ func scanDecimal(line []byte, pos int) (end int, milli int64, ok bool) {
 		v *= 10
 	}
 	return end, v, true
+}
+
+// scanAddr reads the longest run of address bytes (setAddr) at line[pos:] and returns where
+// it ends; when the run is a dotted quad that parseIPv4 accepts, also its four bytes, first
+// in the highest (ok).
+func scanAddr(line []byte, pos int) (end int, a4 uint32, ok bool) {
+	n := len(line)
+	end = pos
+	field, digits, oct := 0, 0, 0
+	ok = true
+	for ; end < n; end++ {
+		c := line[end]
+		if c-'0' <= 9 {
+			if digits > 0 && oct == 0 { // a leading zero
+				ok = false
+			}
+			oct = oct*10 + int(c-'0')
+			digits++
+			if oct > 255 {
+				ok, oct = false, 256 // stays out of range, never overflows
+			}
+		} else if c == '.' {
+			if digits == 0 || field == 3 {
+				ok = false
+			}
+			a4 = a4<<8 | uint32(oct&0xff)
+			field++
+			digits, oct = 0, 0
+		} else {
+			break
+		}
+	}
+	for end < n && setAddr[line[end]] { // letters or colons: IPv6, "unix:"
+		ok = false
+		end++
+	}
+	if !ok || field != 3 || digits == 0 {
+		return end, 0, false
+	}
+	return end, a4<<8 | uint32(oct), true
 }
 
 // hasPrefixAt is bytes.HasPrefix(line[i:], lit) without the call into memequal, for the
