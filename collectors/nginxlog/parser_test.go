@@ -359,7 +359,8 @@ func TestUnixClientReadTimeFieldMap(t *testing.T) {
 func TestPlainWordMatchesTable(t *testing.T) {
 	for _, first := range []byte{'"', ' ', '[', 'x', 0} {
 		st := step{first: first}
-		st.plain = setPrintable
+		st.plain = new([256]bool)
+		*st.plain = setPrintable
 		fw := uint64('"') * bytesLo
 		if first != 0 {
 			st.plain[first] = false
@@ -544,5 +545,35 @@ func TestScanAddrMatchesParseIPv4(t *testing.T) {
 			}
 		}
 		check(string(b))
+	}
+}
+
+// scanDigits (eight bytes at a time) ends where a byte loop ends and gives its value: digits
+// runs of 0 to 20 bytes followed by every byte value, at every offset, with and without
+// eight bytes left after them.
+func TestScanDigitsMatchesByteLoop(t *testing.T) {
+	rng := rand.New(rand.NewSource(6))
+	for k := 0; k <= 20; k++ {
+		for c := 0; c < 256; c++ {
+			for _, tail := range []string{"", "0123456789"} {
+				for lead := 0; lead < 3; lead++ {
+					b := []byte(strings.Repeat("x", lead))
+					for i := 0; i < k; i++ {
+						b = append(b, byte('0'+rng.Intn(10)))
+					}
+					b = append(b, byte(c))
+					b = append(b, tail...)
+					wantEnd, want := lead, int64(0)
+					for wantEnd < len(b) && b[wantEnd] >= '0' && b[wantEnd] <= '9' {
+						want = want*10 + int64(b[wantEnd]-'0')
+						wantEnd++
+					}
+					end, v := scanDigits(b, lead)
+					if end != wantEnd || wantEnd-lead <= 18 && v != want {
+						t.Fatalf("scanDigits(%q, %d) = %d, %d; want %d, %d", b, lead, end, v, wantEnd, want)
+					}
+				}
+			}
+		}
 	}
 }

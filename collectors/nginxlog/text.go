@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"regexp"
 	"strconv"
 	"strings"
@@ -206,10 +207,37 @@ type step struct {
 	next  []byte // the literal after the variable; nil when the variable ends the format
 	first byte   // next[0]
 	stop  byte   // the first byte the value cannot hold (classDefault: ", classNone: \n)
+	// nextWord, nextMask: next as a little-endian word and the mask of its bytes, when it
+	// has 1 to 8 bytes (nextMask 0 otherwise): compared with one load where 8 bytes remain
+	nextWord, nextMask uint64
+	// classSet: which reader (setDigits, setDecimal, setAddr, another set), and the class
+	set      uint8
+	dash     bool
+	nonEmpty bool
 	// plain (classDefault): the bytes a value may hold that are not next's first byte, so
 	// that firstFit skips them in one tight loop
-	plain     [256]bool
+	plain     *[256]bool
 	firstWord uint64 // first in every byte of a word
+}
+
+// Readers of a classSet value in firstFit.
+const (
+	setKindOther   uint8 = iota // the class's byte table ($time_local, $time_iso8601)
+	setKindDigits               // digits, added up (scanDigits)
+	setKindDecimal              // digits and dots, as thousandths (scanDecimal)
+	setKindAddr                 // an address, IPv4 octets read (scanAddr)
+)
+
+// endsAt reports whether a value may end at line[i]: the next literal follows, or, for the
+// last variable, the line ends there.
+func (st *step) endsAt(line []byte, i int) bool {
+	if st.nextMask != 0 && i+8 <= len(line) {
+		return binary.LittleEndian.Uint64(line[i:])&st.nextMask == st.nextWord
+	}
+	if st.next == nil {
+		return i == len(line)
+	}
+	return hasPrefixAt(line, i, st.next)
 }
 
 // Eight bytes at a time (SWAR): bytesLo has 1 in every byte, bytesHi 0x80.
@@ -247,8 +275,26 @@ func plan(segs []tseg) (lead []byte, steps []step) {
 			st.next = segs[i+1].lit
 			st.first = st.next[0]
 		}
+		if k := len(st.next); k >= 1 && k <= 8 {
+			var w [8]byte
+			copy(w[:], st.next)
+			st.nextWord = binary.LittleEndian.Uint64(w[:])
+			st.nextMask = ^uint64(0) >> (64 - 8*k)
+		}
+		if c := st.cls; st.class == classSet {
+			st.dash, st.nonEmpty = c.dash, c.nonEmpty
+			switch {
+			case c.digits:
+				st.set = setKindDigits
+			case c.decimal:
+				st.set = setKindDecimal
+			case c.addr:
+				st.set = setKindAddr
+			}
+		}
 		if st.class == classDefault {
-			st.plain = setPrintable
+			st.plain = new([256]bool)
+			*st.plain = setPrintable
 			st.firstWord = '"' * bytesLo
 			if st.next != nil {
 				st.plain[st.first] = false
@@ -276,62 +322,39 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 		end := -1
 		switch st.class {
 		case classSet:
-			c := st.cls
-			if c.dash && pos < n && line[pos] == '-' && (st.next == nil && pos+1 == n || st.next != nil && hasPrefixAt(line, pos+1, st.next)) {
+			if st.dash && pos < n && line[pos] == '-' && st.endsAt(line, pos+1) {
 				end = pos + 1
 				break
 			}
-			end = pos
-			if c.digits {
-				// the digits, added up on the way (buildRequest then skips parseUint)
-				var num int64
-				for end < n && line[end]-'0' <= 9 {
-					num = num*10 + int64(line[end]-'0')
+			// digits, decimals and IPv4 addresses are read on the way (buildRequest then
+			// skips parseUint, thousandths, parseIPv4)
+			var num int64
+			hasNum := false
+			switch st.set {
+			case setKindDigits:
+				end, num = scanDigits(line, pos)
+				hasNum = end > pos && end-pos <= maxFastDigits
+			case setKindDecimal:
+				end, num, hasNum = scanDecimal(line, pos)
+			case setKindAddr:
+				var a4 uint32
+				end, a4, hasNum = scanAddr(line, pos)
+				num = int64(a4)
+			default:
+				set := &st.cls.set
+				end = pos
+				for end < n && set[line[end]] {
 					end++
 				}
-				if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !hasPrefixAt(line, end, st.next) {
-					return false
-				}
-				if st.id != numVars {
-					f.v[st.id].set(line[pos:end], st.kind, end > pos && end-pos <= maxFastDigits, num)
-				}
-				pos = end + len(st.next)
-				continue
 			}
-			if c.decimal {
-				// seconds with a fraction, read as thousandths on the way ($msec, $request_time)
-				var milli int64
-				var ok bool
-				end, milli, ok = scanDecimal(line, pos)
-				if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !hasPrefixAt(line, end, st.next) {
-					return false
-				}
-				if st.id != numVars {
-					f.v[st.id].set(line[pos:end], st.kind, ok, milli)
-				}
-				pos = end + len(st.next)
-				continue
-			}
-			if c.addr {
-				// an address, its IPv4 octets read on the way
-				var a4 uint32
-				var ok bool
-				end, a4, ok = scanAddr(line, pos)
-				if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !hasPrefixAt(line, end, st.next) {
-					return false
-				}
-				if st.id != numVars {
-					f.v[st.id].set(line[pos:end], st.kind, ok, int64(a4))
-				}
-				pos = end + len(st.next)
-				continue
-			}
-			for end < n && c.set[line[end]] {
-				end++
-			}
-			if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !hasPrefixAt(line, end, st.next) {
+			if st.nonEmpty && end == pos || !st.endsAt(line, end) {
 				return false
 			}
+			if st.id != numVars {
+				f.v[st.id].set(line[pos:end], st.kind, hasNum, num)
+			}
+			pos = end + len(st.next)
+			continue
 		case classDefault:
 			// One pass: skip the bytes the value may hold; stop at the first byte that is the
 			// next literal's start (taken when the literal follows, skipped when it may be
@@ -354,7 +377,7 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 				}
 				if c := line[e]; st.next == nil || c != st.first {
 					return false
-				} else if hasPrefixAt(line, e, st.next) {
+				} else if st.endsAt(line, e) {
 					end = e
 					break
 				} else if !setPrintable[c] {
@@ -416,12 +439,7 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 // optionally a dot and up to three digits), also its value in thousandths (ok).
 func scanDecimal(line []byte, pos int) (end int, milli int64, ok bool) {
 	n := len(line)
-	end = pos
-	var v int64
-	for end < n && line[end]-'0' <= 9 {
-		v = v*10 + int64(line[end]-'0')
-		end++
-	}
+	end, v := scanDigits(line, pos)
 	ok = end > pos && end-pos <= maxFastDigits
 	frac := 0
 	if end < n && line[end] == '.' {
@@ -445,6 +463,54 @@ func scanDecimal(line []byte, pos int) (end int, milli int64, ok bool) {
 		v *= 10
 	}
 	return end, v, true
+}
+
+// scanDigits reads the digits at line[pos:] and returns where they end and their value (when
+// there are at most 18 of them; more wrap around). Eight bytes at a time: the digits at
+// the start of a word are counted and converted together.
+func scanDigits(line []byte, pos int) (end int, v int64) {
+	n := len(line)
+	end = pos
+	for end+8 <= n {
+		x := binary.LittleEndian.Uint64(line[end:])
+		k := leadingDigits(x)
+		if k == 0 {
+			return end, v
+		}
+		// the k digits moved to the top of the word: the bytes below read as leading zeros
+		v = v*pow10[k] + int64(digitsValue(x<<(64-8*k)))
+		end += k
+		if k < 8 {
+			return end, v
+		}
+	}
+	for end < n && line[end]-'0' <= 9 {
+		v = v*10 + int64(line[end]-'0')
+		end++
+	}
+	return end, v
+}
+
+// pow10[k] is 10^k.
+var pow10 = [9]int64{1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000}
+
+// leadingDigits is the number of ASCII digits at the start of x (a little-endian load of 8
+// bytes: the first byte in the lowest). Per byte, with no carry between bytes: a byte is a
+// digit when its low seven bits are ≥ '0' and < '9'+1 and its top bit is clear.
+func leadingDigits(x uint64) int {
+	low := x &^ bytesHi
+	geZero := (low + (0x80-'0')*bytesLo) & bytesHi
+	gtNine := (low + (0x80-'9'-1)*bytesLo) & bytesHi
+	notDigit := (^geZero | gtNine | x) & bytesHi
+	return bits.TrailingZeros64(notDigit) >> 3 // 64 >> 3 = 8 when every byte is a digit
+}
+
+// digitsValue converts eight ASCII digits (first in the lowest byte; a 0 byte reads as a
+// zero digit) to their value: pairs, then fours, then the eight (Lemire's SWAR).
+func digitsValue(x uint64) uint64 {
+	x = (x & 0x0f0f0f0f0f0f0f0f) * (10<<8 + 1) >> 8
+	x = (x & 0x00ff00ff00ff00ff) * (100<<16 + 1) >> 16
+	return (x & 0x0000ffff0000ffff) * (10000<<32 + 1) >> 32
 }
 
 // scanAddr reads the longest run of address bytes (setAddr) at line[pos:] and returns where
