@@ -57,7 +57,7 @@ func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder) ([]byte, error) {
 		}
 		b = append(dst, e.schemaEnc...)
 	}
-	b = appendInt(b, r.TsMs)
+	b = appendIntW(b, r.TsMs) // the host text follows
 	if e == nil {
 		b = appendHTTPHost(b, r)
 	} else {
@@ -71,22 +71,22 @@ func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder) ([]byte, error) {
 	} else {
 		b = appendString(b, r.PeerPrefix)
 	}
-	b = appendOptInt(append(b, `,"conn_serial":`...), r.ConnSerial)
-	b = appendOptInt(append(b, `,"conn_requests":`...), r.ConnRequests)
+	b = appendOptIntW(append(b, `,"conn_serial":`...), r.ConnSerial)
+	b = appendOptIntW(append(b, `,"conn_requests":`...), r.ConnRequests)
 	b = append(b, `,"method":`...)
 	b = appendString(b, r.Method)
-	b = appendOptInt(append(b, `,"status":`...), r.Status)
-	b = appendOptInt(append(b, `,"bytes_sent":`...), r.BytesSent)
-	b = appendOptInt(append(b, `,"body_bytes_sent":`...), r.BodyBytesSent)
+	b = appendOptIntW(append(b, `,"status":`...), r.Status)
+	b = appendOptIntW(append(b, `,"bytes_sent":`...), r.BytesSent)
+	b = appendOptIntW(append(b, `,"body_bytes_sent":`...), r.BodyBytesSent)
 	b = append(b, `,"request_time_ms":`...)
 	var err error
 	if b, err = appendOptFloat(b, r.RequestTimeMs, "request_time_ms"); err != nil {
 		return dst, err
 	}
-	b = appendOptInt(append(b, `,"tcpinfo_rtt_us":`...), r.TcpinfoRTTUs)
-	b = appendOptInt(append(b, `,"tcpinfo_rttvar_us":`...), r.TcpinfoRTTVarUs)
-	b = appendOptInt(append(b, `,"tcpinfo_snd_cwnd":`...), r.TcpinfoSndCwnd)
-	b = appendOptInt(append(b, `,"tcpinfo_rcv_space":`...), r.TcpinfoRcvSpace)
+	b = appendOptIntW(append(b, `,"tcpinfo_rtt_us":`...), r.TcpinfoRTTUs)
+	b = appendOptIntW(append(b, `,"tcpinfo_rttvar_us":`...), r.TcpinfoRTTVarUs)
+	b = appendOptIntW(append(b, `,"tcpinfo_snd_cwnd":`...), r.TcpinfoSndCwnd)
+	b = appendOptIntW(append(b, `,"tcpinfo_rcv_space":`...), r.TcpinfoRcvSpace)
 	if e != nil && e.rateEnc != nil && r.SampleRate == e.rate && r.SampleRate != 0 { // 0 and -0 print apart
 		b = append(b, e.rateEnc...)
 	} else {
@@ -308,6 +308,14 @@ func appendOptInt(b []byte, v *int64) []byte {
 		return append(b, "null"...)
 	}
 	return appendInt(b, *v)
+}
+
+// appendOptIntW is appendOptInt with appendIntW: for a field followed by another key.
+func appendOptIntW(b []byte, v *int64) []byte {
+	if v == nil {
+		return append(b, "null"...)
+	}
+	return appendIntW(b, *v)
 }
 
 func appendOptFloat(b []byte, v *Float, field string) ([]byte, error) {
