@@ -254,3 +254,27 @@ func FuzzJSONScanner(f *testing.F) {
 		}
 	})
 }
+
+// The numbers the JSON scanner reads on the way (jsonNum.value, stringNum) give the
+// reference parser's record: every read variable given numbers and strings of many shapes.
+func TestJSONScannedNumbersMatchReference(t *testing.T) {
+	p, err1 := NewParser(FormatJSON, "")
+	ref, err2 := newRefParser(FormatJSON, "")
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	shapes := []string{"0", "7", "200", "1763769600.532", "1763769600.5", "1.5", "1.2345", "0.001", "-1", "-0",
+		"1e3", "1.5E+2", "123456789012345", "1234567890123456", "123456789012345678901", "999999999999999.999",
+		`"62098"`, `""`, `"-"`, `"007"`, `"1.5"`, `"1.2345"`, `"1."`, `".5"`, `"10.0.0.1"`, `"010.0.0.1"`,
+		`"10.0.0.256"`, `"10.0.0"`, `"::1"`, `"unix:"`, `"1\u0030"`, `"12a"`, "null"}
+	keys := []string{"msec", "remote_addr", "connection", "connection_requests", "status", "bytes_sent",
+		"body_bytes_sent", "request_time", "tcpinfo_rtt", "tcpinfo_rttvar", "tcpinfo_snd_cwnd", "tcpinfo_rcv_space"}
+	for _, k := range keys {
+		for _, v := range shapes {
+			line := `{"msec":1763769600.532,"remote_addr":"198.51.100.7","status":200,"` + k + `":` + v + `}`
+			if d := sameAsReference(p, ref, line); d != "" {
+				t.Errorf("%s: %s", line, d)
+			}
+		}
+	}
+}

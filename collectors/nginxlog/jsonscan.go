@@ -2,6 +2,7 @@ package nginxlog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
@@ -38,8 +39,7 @@ func scanJSONLine(line []byte, f *fields) bool {
 		ks := i + 1
 		// The ccab log_format's keys come in a known order: try the expected one first.
 		id, known := expect, true
-		if name := varName(expect); expect == numVars || !bytes.HasPrefix(line[ks:], []byte(name)) ||
-			ks+len(name) >= len(line) || line[ks+len(name)] != '"' {
+		if expect == numVars || !quotedKeys[expect].at(line, ks) {
 			j := ks
 			for j < len(line) && keyByte[line[j]] {
 				j++
@@ -50,7 +50,7 @@ func scanJSONLine(line []byte, f *fields) bool {
 			id, known = lookupVar(line[ks:j])
 			i = j + 1
 		} else {
-			i = ks + len(name) + 1
+			i = ks + quotedKeys[expect].n
 		}
 		expect = numVars
 		if known {
@@ -75,17 +75,19 @@ func scanJSONLine(line []byte, f *fields) bool {
 				if esc || high && !utf8.Valid(content) {
 					f.v[id].set(line[i:end], kindJSONString, false, 0)
 				} else {
-					f.v[id].set(content, kindRaw, false, 0)
+					num, hasNum := stringNum(id, content)
+					f.v[id].set(content, kindRaw, hasNum, num)
 				}
 			}
 			i = end
 		case c == '-' || c >= '0' && c <= '9':
-			end, ok := scanNumber(line, i)
+			end, jn, ok := scanNumberNum(line, i)
 			if !ok {
 				return false
 			}
 			if known {
-				f.v[id].set(line[i:end], kindRaw, false, 0)
+				num, hasNum := jn.value(id)
+				f.v[id].set(line[i:end], kindRaw, hasNum, num)
 			}
 			i = end
 		case c == 'n':
@@ -218,30 +220,97 @@ func isHex(c byte) bool {
 // scanNumber checks the JSON number at b[i] (-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)
 // and returns the index after it.
 func scanNumber(b []byte, i int) (int, bool) {
+	end, _, ok := scanNumberNum(b, i)
+	return end, ok
+}
+
+// jsonNum is what scanNumberNum reads of a number on the way: its integer digits and up to
+// three digits of its fraction, as one integer v.
+type jsonNum struct {
+	v           int64
+	intN, fracN int  // digits before and after the dot
+	signOrExp   bool // a minus sign or an exponent: no fast value
+}
+
+// value is the number as buildRequest reads variable id from its text (hasNum: thousandths
+// for $msec and $request_time, parseUint for the integer variables); ok is false when
+// buildRequest must read the text itself.
+func (n jsonNum) value(id varID) (num int64, ok bool) {
+	if n.signOrExp || n.intN < 1 || n.intN > maxFastDigits {
+		return 0, false
+	}
+	switch id {
+	case vMsec, vRequestTime:
+		if n.fracN > 3 {
+			return 0, false
+		}
+		v := n.v
+		for k := n.fracN; k < 3; k++ {
+			v *= 10
+		}
+		return v, true
+	case vConnection, vConnectionRequests, vStatus, vBytesSent, vBodyBytesSent,
+		vTcpinfoRTT, vTcpinfoRTTVar, vTcpinfoSndCwnd, vTcpinfoRcvSpace:
+		return n.v, n.fracN == 0
+	}
+	return 0, false
+}
+
+// stringNum is jsonNum.value for a string value's raw content (no escapes): the integer
+// variables' digits, $msec and $request_time as thousandths, $remote_addr's IPv4 octets (as
+// a text format's scanner stores them).
+func stringNum(id varID, s []byte) (num int64, ok bool) {
+	switch id {
+	case vMsec, vRequestTime:
+		return thousandths(s)
+	case vConnection, vConnectionRequests, vStatus, vBytesSent, vBodyBytesSent,
+		vTcpinfoRTT, vTcpinfoRTTVar, vTcpinfoSndCwnd, vTcpinfoRcvSpace:
+		end, v := scanDigits(s, 0)
+		return v, end == len(s) && end >= 1 && end <= maxFastDigits
+	case vRemoteAddr:
+		end, a4, ok := scanAddr(s, 0)
+		return int64(a4), ok && end == len(s)
+	}
+	return 0, false
+}
+
+// scanNumberNum is scanNumber, reading the number's digits on the way (jsonNum).
+func scanNumberNum(b []byte, i int) (int, jsonNum, bool) {
+	var n jsonNum
 	if i < len(b) && b[i] == '-' {
+		n.signOrExp = true
 		i++
 	}
 	switch {
 	case i < len(b) && b[i] == '0':
+		n.intN = 1
 		i++
 	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		start := i
 		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			n.v = n.v*10 + int64(b[i]-'0')
 			i++
 		}
+		n.intN = i - start
 	default:
-		return 0, false
+		return 0, n, false
 	}
 	if i < len(b) && b[i] == '.' {
 		i++
 		start := i
 		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			if i-start < 3 {
+				n.v = n.v*10 + int64(b[i]-'0')
+			}
 			i++
 		}
 		if i == start {
-			return 0, false
+			return 0, n, false
 		}
+		n.fracN = i - start
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		n.signOrExp = true
 		i++
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
@@ -251,10 +320,48 @@ func scanNumber(b []byte, i int) (int, bool) {
 			i++
 		}
 		if i == start {
-			return 0, false
+			return 0, n, false
 		}
 	}
-	return i, true
+	return i, n, true
+}
+
+// quotedKey is a variable's name and the quote after it, as 8-byte words for at.
+type quotedKey struct {
+	s    string
+	n    int
+	w, m [3]uint64 // the words of s and the masks of their bytes
+}
+
+// quotedKeys are the keys scanJSONLine expects, by varID.
+var quotedKeys = func() (k [numVars]quotedKey) {
+	for id := varID(0); id < numVars; id++ {
+		q := &k[id]
+		q.s = varName(id) + `"`
+		q.n = len(q.s)
+		var buf [24]byte
+		copy(buf[:], q.s)
+		for w := 0; w < 3; w++ {
+			q.w[w] = binary.LittleEndian.Uint64(buf[8*w:])
+			for b := 0; b < 8; b++ {
+				if 8*w+b < q.n {
+					q.m[w] |= 0xff << (8 * b)
+				}
+			}
+		}
+	}
+	return k
+}()
+
+// at reports whether line[i:] starts with the key: three masked word compares where 24
+// bytes remain (no call), else a string compare.
+func (q *quotedKey) at(line []byte, i int) bool {
+	if i+24 <= len(line) {
+		return (binary.LittleEndian.Uint64(line[i:])^q.w[0])&q.m[0]|
+			(binary.LittleEndian.Uint64(line[i+8:])^q.w[1])&q.m[1]|
+			(binary.LittleEndian.Uint64(line[i+16:])^q.w[2])&q.m[2] == 0
+	}
+	return i+q.n <= len(line) && string(line[i:i+q.n]) == q.s
 }
 
 // skipValue checks the JSON value at b[i] and returns the index after it.
