@@ -333,12 +333,26 @@ func method(f *fields) (string, error) {
 	raw := false
 	if rv := &f.v[vRequest]; rv.kind == kindEscDefault {
 		// Default escaping: when no \xHH comes before the first space, unescaping the whole
-		// request (which cannot fail) leaves its first word as it is: read it raw.
-		m = rv.b
-		if i := bytes.IndexByte(m, ' '); i >= 0 {
-			m = m[:i]
+		// request (which cannot fail) leaves its first word as it is: read it raw. One pass
+		// over the first word finds its end and checks that it is a method token.
+		b := rv.b
+		raw = true
+		token := true
+		i := 0
+		for ; i < len(b) && b[i] != ' '; i++ {
+			c := b[i]
+			if c == '\\' {
+				raw = false
+				break
+			}
+			token = token && (c >= 'A' && c <= 'Z' || c == '-' || c == '_')
 		}
-		raw = bytes.IndexByte(m, '\\') < 0
+		if raw {
+			if !token || i == 0 || i > 32 {
+				return "", nil // as isMethodToken below
+			}
+			return methodString(b[:i]), nil
+		}
 	}
 	if !raw {
 		v, ok, err := f.get(vRequest)

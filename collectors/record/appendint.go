@@ -110,17 +110,28 @@ func digits8(u uint32) uint64 {
 	return x | 0x3030303030303030
 }
 
-// putTrimmed writes u < 10^8 without leading zeros; cap(b)-len(b) ≥ 8.
+// putTrimmed writes u < 10^8 without leading zeros; cap(b)-len(b) ≥ 8. The length comes
+// from u's bit length (short latency), not from the digits: the next field's position does
+// not wait for the multiplications of digits8.
 func putTrimmed(b []byte, u uint32) []byte {
-	w := digits8(u)
-	lz := bits.TrailingZeros64(w^0x3030303030303030) >> 3 // leading zeros; 8 for u == 0
-	if lz == 8 {
-		lz = 7
-	}
+	n := digitCount(u)
 	l := len(b)
-	binary.LittleEndian.PutUint64(b[l:l+8], w>>(8*lz))
-	return b[:l+8-lz]
+	binary.LittleEndian.PutUint64(b[l:l+8], digits8(u)>>(64-8*n))
+	return b[:l+n]
 }
+
+// digitCount is the number of decimal digits of u < 10^8 (1 for 0): floor(log10(u)) + 1 from
+// the bit length (Bit Twiddling Hacks' IntegerLog10).
+func digitCount(u uint32) int {
+	t := bits.Len32(u) * 1233 >> 12
+	if u >= pow10u32[t] {
+		t++
+	}
+	return max(t, 1)
+}
+
+// pow10u32[i] is 10^i.
+var pow10u32 = [10]uint32{1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000}
 
 // put8 writes u < 10^8 as exactly eight digits; cap(b)-len(b) ≥ 8.
 func put8(b []byte, u uint32) []byte {
