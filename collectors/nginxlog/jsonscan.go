@@ -33,13 +33,16 @@ func scanJSONLine(line []byte, f *fields) bool {
 	}
 	expect := vMsec
 	for {
-		if i >= len(line) || line[i] != '"' {
-			return false
-		}
-		ks := i + 1
-		// The ccab log_format's keys come in a known order: try the expected one first.
+		// The ccab log_format's keys come in a known order: try the expected one first, with
+		// its quotes and colon (`"msec":`).
 		id, known := expect, true
-		if expect == numVars || !quotedKeys[expect].at(line, ks) {
+		if expect != numVars && quotedKeys[expect].at(line, i) {
+			i += quotedKeys[expect].n
+		} else {
+			if i >= len(line) || line[i] != '"' {
+				return false
+			}
+			ks := i + 1
 			j := ks
 			for j < len(line) && keyByte[line[j]] {
 				j++
@@ -48,21 +51,28 @@ func scanJSONLine(line []byte, f *fields) bool {
 				return false // an escaped key (or a bad one): the general path compares it unescaped
 			}
 			id, known = lookupVar(line[ks:j])
-			i = j + 1
-		} else {
-			i = ks + quotedKeys[expect].n
+			i = skipWS(line, j+1)
+			if i >= len(line) || line[i] != ':' {
+				return false
+			}
+			i++
 		}
 		expect = numVars
 		if known {
 			expect = ccabNext(id)
 		}
 		i = skipWS(line, i)
-		if i >= len(line) || line[i] != ':' {
-			return false
-		}
-		i = skipWS(line, i+1)
 		if i >= len(line) {
 			return false
+		}
+		if known && line[i] == '"' {
+			// a string of digits (an integer variable: $tcpinfo_*) or of address bytes
+			// ($remote_addr) read in one pass, its number on the way, as stringNum would
+			if e, num, hasNum, ok := plainStringNum(line, i+1, id); ok {
+				f.v[id].set(line[i+1:e], kindRaw, hasNum, num)
+				i = e + 1
+				goto next
+			}
 		}
 		switch c := line[i]; {
 		case c == '"':
@@ -108,6 +118,7 @@ func scanJSONLine(line []byte, f *fields) bool {
 			}
 			i = end
 		}
+	next:
 		i = skipWS(line, i)
 		if i >= len(line) {
 			return false
@@ -274,6 +285,29 @@ func stringNum(id varID, s []byte) (num int64, ok bool) {
 	return 0, false
 }
 
+// plainStringNum reads the content of the string that starts at line[i] (after its quote)
+// when id is an integer variable and the content is digits, or id is $remote_addr and the
+// content is address bytes: e is the closing quote, num and hasNum as stringNum gives them.
+// ok is false for any other string (scanString reads it).
+func plainStringNum(line []byte, i int, id varID) (e int, num int64, hasNum, ok bool) {
+	switch id {
+	case vConnection, vConnectionRequests, vStatus, vBytesSent, vBodyBytesSent,
+		vTcpinfoRTT, vTcpinfoRTTVar, vTcpinfoSndCwnd, vTcpinfoRcvSpace:
+		e, num = scanDigits(line, i)
+		hasNum = e > i && e-i <= maxFastDigits
+	case vRemoteAddr:
+		var a4 uint32
+		e, a4, hasNum = scanAddr(line, i)
+		num = int64(a4)
+	default:
+		return 0, 0, false, false
+	}
+	if e >= len(line) || line[e] != '"' {
+		return 0, 0, false, false
+	}
+	return e, num, hasNum, true
+}
+
 // scanNumberNum is scanNumber, reading the number's digits on the way (jsonNum).
 func scanNumberNum(b []byte, i int) (int, jsonNum, bool) {
 	var n jsonNum
@@ -326,7 +360,7 @@ func scanNumberNum(b []byte, i int) (int, jsonNum, bool) {
 	return i, n, true
 }
 
-// quotedKey is a variable's name and the quote after it, as 8-byte words for at.
+// quotedKey is a variable's name in quotes and the colon after it, as 8-byte words for at.
 type quotedKey struct {
 	s    string
 	n    int
@@ -337,7 +371,7 @@ type quotedKey struct {
 var quotedKeys = func() (k [numVars]quotedKey) {
 	for id := varID(0); id < numVars; id++ {
 		q := &k[id]
-		q.s = varName(id) + `"`
+		q.s = `"` + varName(id) + `":`
 		q.n = len(q.s)
 		var buf [24]byte
 		copy(buf[:], q.s)
