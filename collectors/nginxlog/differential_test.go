@@ -48,11 +48,19 @@ func sameAsReference(p *Parser, ref *refParser, line string) string {
 	w, err1 := record.AppendHTTP(nil, &want)
 	g, err2 := record.AppendHTTP(nil, &got)
 	i, err3 := record.AppendHTTP(nil, &into)
-	if err := errors.Join(err1, err2, err3); err != nil {
+	// the integers copied from the line's text (Scratch.IntTexts), into a roomy buffer (one
+	// 8-byte copy each) and a tight one
+	var enc record.HTTPEncoder
+	tx, err4 := enc.AppendTexts(make([]byte, 0, 4096), &into, sc.IntTexts())
+	tt, err5 := enc.AppendTexts(nil, &into, sc.IntTexts())
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return "encode: " + err.Error()
 	}
 	if !bytes.Equal(w, g) || !bytes.Equal(w, i) {
 		return "record\n   got " + string(g) + "\n  into " + string(i) + "\n  want " + string(w)
+	}
+	if !bytes.Equal(w, tx) || !bytes.Equal(w, tt) {
+		return "record from the line's integer text\n   got " + string(tx) + "\n  tight " + string(tt) + "\n  want " + string(w)
 	}
 	return ""
 }

@@ -199,8 +199,9 @@ func (pc *prefixCache) get(a [4]byte) string {
 }
 
 // buildRequest maps nginx variables to http_request/1 fields in r (zero on entry); its
-// nullable numbers point into store. pc may be nil. Host fields are the caller's.
-func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefixCache, readTime bool) error {
+// nullable numbers point into store. pc may be nil. Host fields are the caller's. texts (nil
+// or zero on entry) receives the integers whose text in the line is their canonical decimal.
+func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefixCache, texts *record.IntTexts, readTime bool) error {
 	var err error
 	if !readTime {
 		if r.TsMs, err = timestamp(f); err != nil {
@@ -235,7 +236,7 @@ func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefi
 		}
 	}
 	n := 0
-	for _, u := range [...]struct {
+	for k, u := range [...]struct {
 		id  varID
 		dst **int64
 	}{
@@ -244,8 +245,14 @@ func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefi
 		{vTcpinfoRTT, &r.TcpinfoRTTUs}, {vTcpinfoRTTVar, &r.TcpinfoRTTVarUs},
 		{vTcpinfoSndCwnd, &r.TcpinfoSndCwnd}, {vTcpinfoRcvSpace, &r.TcpinfoRcvSpace},
 	} {
-		v := f.v[u.id].num
-		if !f.v[u.id].hasNum {
+		fv := &f.v[u.id]
+		v := fv.num
+		if fv.hasNum {
+			// digits only (1 to maxFastDigits): canonical unless a leading zero
+			if texts != nil && (len(fv.b) == 1 || fv.b[0] != '0') {
+				texts[k] = fv.b
+			}
+		} else {
 			s, ok, err := f.get(u.id)
 			if err != nil {
 				return err

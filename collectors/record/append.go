@@ -12,8 +12,11 @@ import (
 // and constant key text instead of reflection. On error (a float that is not finite) dst
 // is returned unchanged.
 func AppendHTTP(dst []byte, r *HTTPRequest) ([]byte, error) {
-	return appendHTTP(dst, r, nil)
+	return appendHTTP(dst, r, nil, nil)
 }
+
+// noTexts: no integer given as text.
+var noTexts IntTexts
 
 // HTTPEncoder is AppendHTTP for a stream of records that share their host fields (the
 // records of one collector): it keeps the encoded text of the last schema and host fields
@@ -43,11 +46,46 @@ func sameString(a, b string) bool {
 
 // Append appends r to dst as AppendHTTP does.
 func (e *HTTPEncoder) Append(dst []byte, r *HTTPRequest) ([]byte, error) {
-	return appendHTTP(dst, r, e)
+	return appendHTTP(dst, r, e, nil)
 }
 
-// appendHTTP is AppendHTTP, with the schema and host text from e when e is not nil.
-func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder) ([]byte, error) {
+// IntTexts is the decimal text of a record's nullable integers as a parser read them, in
+// contract order: conn_serial, conn_requests, status, bytes_sent, body_bytes_sent,
+// tcpinfo_rtt_us, tcpinfo_rttvar_us, tcpinfo_snd_cwnd, tcpinfo_rcv_space. A text that is not
+// nil must be exactly strconv.FormatInt of its field's value (digits, no leading zero) and at
+// most 15 bytes; the encoder copies it instead of formatting the number.
+type IntTexts [9][]byte
+
+// AppendTexts is Append with the integers' text from t where it is given: the same bytes,
+// copied from the parsed line instead of formatted.
+func (e *HTTPEncoder) AppendTexts(dst []byte, r *HTTPRequest, t *IntTexts) ([]byte, error) {
+	return appendHTTP(dst, r, e, t)
+}
+
+// appendIntText appends v, from its text when t (when not nil) gives it: one 8-byte copy when
+// the text has 8 bytes of capacity behind it (a slice of a longer line) and b has room; like
+// appendIntW it may write up to 8 bytes past the number.
+func appendIntText(b []byte, v *int64, t []byte) []byte {
+	if v == nil {
+		return append(b, "null"...)
+	}
+	if t == nil {
+		return appendIntW(b, *v)
+	}
+	if n := len(t); n <= 8 && cap(t) >= 8 && cap(b)-len(b) >= 8 {
+		l := len(b)
+		binary.LittleEndian.PutUint64(b[l:l+8], binary.LittleEndian.Uint64(t[:8]))
+		return b[:l+n]
+	}
+	return append(b, t...)
+}
+
+// appendHTTP is AppendHTTP, with the schema and host text from e when e is not nil, and
+// integer text from t when t is not nil.
+func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder, t *IntTexts) ([]byte, error) {
+	if t == nil {
+		t = &noTexts
+	}
 	var b []byte
 	if e == nil {
 		b = appendHTTPSchema(dst, r.Schema)
@@ -71,22 +109,22 @@ func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder) ([]byte, error) {
 	} else {
 		b = appendString(b, r.PeerPrefix)
 	}
-	b = appendOptIntW(append(b, `,"conn_serial":`...), r.ConnSerial)
-	b = appendOptIntW(append(b, `,"conn_requests":`...), r.ConnRequests)
+	b = appendIntText(append(b, `,"conn_serial":`...), r.ConnSerial, t[0])
+	b = appendIntText(append(b, `,"conn_requests":`...), r.ConnRequests, t[1])
 	b = append(b, `,"method":`...)
 	b = appendString(b, r.Method)
-	b = appendOptIntW(append(b, `,"status":`...), r.Status)
-	b = appendOptIntW(append(b, `,"bytes_sent":`...), r.BytesSent)
-	b = appendOptIntW(append(b, `,"body_bytes_sent":`...), r.BodyBytesSent)
+	b = appendIntText(append(b, `,"status":`...), r.Status, t[2])
+	b = appendIntText(append(b, `,"bytes_sent":`...), r.BytesSent, t[3])
+	b = appendIntText(append(b, `,"body_bytes_sent":`...), r.BodyBytesSent, t[4])
 	b = append(b, `,"request_time_ms":`...)
 	var err error
 	if b, err = appendOptFloat(b, r.RequestTimeMs, "request_time_ms"); err != nil {
 		return dst, err
 	}
-	b = appendOptIntW(append(b, `,"tcpinfo_rtt_us":`...), r.TcpinfoRTTUs)
-	b = appendOptIntW(append(b, `,"tcpinfo_rttvar_us":`...), r.TcpinfoRTTVarUs)
-	b = appendOptIntW(append(b, `,"tcpinfo_snd_cwnd":`...), r.TcpinfoSndCwnd)
-	b = appendOptIntW(append(b, `,"tcpinfo_rcv_space":`...), r.TcpinfoRcvSpace)
+	b = appendIntText(append(b, `,"tcpinfo_rtt_us":`...), r.TcpinfoRTTUs, t[5])
+	b = appendIntText(append(b, `,"tcpinfo_rttvar_us":`...), r.TcpinfoRTTVarUs, t[6])
+	b = appendIntText(append(b, `,"tcpinfo_snd_cwnd":`...), r.TcpinfoSndCwnd, t[7])
+	b = appendIntText(append(b, `,"tcpinfo_rcv_space":`...), r.TcpinfoRcvSpace, t[8])
 	if e != nil && e.rateEnc != nil && r.SampleRate == e.rate && r.SampleRate != 0 { // 0 and -0 print apart
 		b = append(b, e.rateEnc...)
 	} else {

@@ -305,3 +305,36 @@ func TestHTTPEncoderMatchesAppendHTTP(t *testing.T) {
 		t.Fatalf("only %d records reused the cached host text", hits)
 	}
 }
+
+// AppendTexts writes AppendHTTP's bytes when integers come as their text: texts with and
+// without 8 bytes of capacity behind them, buffers with and without room.
+func TestAppendTextsMatchesAppendHTTP(t *testing.T) {
+	rng := rand.New(rand.NewSource(8))
+	var enc HTTPEncoder
+	for i := 0; i < 20000; i++ {
+		var h HTTPRequest
+		randFill(rng, reflect.ValueOf(&h).Elem())
+		ints := [...]*int64{h.ConnSerial, h.ConnRequests, h.Status, h.BytesSent, h.BodyBytesSent,
+			h.TcpinfoRTTUs, h.TcpinfoRTTVarUs, h.TcpinfoSndCwnd, h.TcpinfoRcvSpace}
+		var texts IntTexts
+		for k, p := range ints {
+			if p == nil || *p < 0 || *p >= 1e15 || rng.Intn(4) == 0 {
+				continue
+			}
+			line := strconv.AppendInt([]byte("x"), *p, 10)
+			if rng.Intn(2) == 0 {
+				line = append(line, " 12345678"...) // the text is followed by more of the line
+			}
+			texts[k] = line[1 : 1+len(strconv.FormatInt(*p, 10))]
+		}
+		want, werr := AppendHTTP([]byte("prefix"), &h)
+		buf := []byte("prefix")
+		if rng.Intn(2) == 0 {
+			buf = append(make([]byte, 0, 4096), buf...)
+		}
+		got, gerr := enc.AppendTexts(buf, &h, &texts)
+		if (werr == nil) != (gerr == nil) || !bytes.Equal(got, want) {
+			t.Fatalf("record %d: AppendTexts\n got %s (%v)\nwant %s (%v)", i, got, gerr, want, werr)
+		}
+	}
+}
