@@ -321,7 +321,7 @@ func scanNumberNum(b []byte, i int) (int, jsonNum, bool) {
 		i++
 	case i < len(b) && b[i] >= '1' && b[i] <= '9':
 		start := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		for i < len(b) && b[i]-'0' <= 9 {
 			n.v = n.v*10 + int64(b[i]-'0')
 			i++
 		}
@@ -332,7 +332,7 @@ func scanNumberNum(b []byte, i int) (int, jsonNum, bool) {
 	if i < len(b) && b[i] == '.' {
 		i++
 		start := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		for i < len(b) && b[i]-'0' <= 9 {
 			if i-start < 3 {
 				n.v = n.v*10 + int64(b[i]-'0')
 			}
@@ -350,7 +350,7 @@ func scanNumberNum(b []byte, i int) (int, jsonNum, bool) {
 			i++
 		}
 		start := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		for i < len(b) && b[i]-'0' <= 9 {
 			i++
 		}
 		if i == start {
@@ -390,12 +390,17 @@ var quotedKeys = func() (k [numVars]quotedKey) {
 // at reports whether line[i:] starts with the key: three masked word compares where 24
 // bytes remain (no call), else a string compare.
 func (q *quotedKey) at(line []byte, i int) bool {
-	if i+24 <= len(line) {
-		return (binary.LittleEndian.Uint64(line[i:])^q.w[0])&q.m[0]|
-			(binary.LittleEndian.Uint64(line[i+8:])^q.w[1])&q.m[1]|
-			(binary.LittleEndian.Uint64(line[i+16:])^q.w[2])&q.m[2] == 0
+	if i+24 > len(line) {
+		return i+q.n <= len(line) && string(line[i:i+q.n]) == q.s
 	}
-	return i+q.n <= len(line) && string(line[i:i+q.n]) == q.s
+	d := (binary.LittleEndian.Uint64(line[i:]) ^ q.w[0]) & q.m[0]
+	if q.n > 8 {
+		d |= (binary.LittleEndian.Uint64(line[i+8:]) ^ q.w[1]) & q.m[1]
+		if q.n > 16 {
+			d |= (binary.LittleEndian.Uint64(line[i+16:]) ^ q.w[2]) & q.m[2]
+		}
+	}
+	return d == 0
 }
 
 // skipValue checks the JSON value at b[i] and returns the index after it.

@@ -109,27 +109,27 @@ func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder, t *IntTexts) ([]byte
 	} else {
 		b = appendString(b, r.PeerPrefix)
 	}
-	b = appendIntText(append(b, `,"conn_serial":`...), r.ConnSerial, t[0])
-	b = appendIntText(append(b, `,"conn_requests":`...), r.ConnRequests, t[1])
-	b = append(b, `,"method":`...)
+	b = appendIntText(appendKey(b, &keyConnSerial), r.ConnSerial, t[0])
+	b = appendIntText(appendKey(b, &keyConnRequests), r.ConnRequests, t[1])
+	b = appendKey(b, &keyMethod)
 	b = appendString(b, r.Method)
-	b = appendIntText(append(b, `,"status":`...), r.Status, t[2])
-	b = appendIntText(append(b, `,"bytes_sent":`...), r.BytesSent, t[3])
-	b = appendIntText(append(b, `,"body_bytes_sent":`...), r.BodyBytesSent, t[4])
-	b = append(b, `,"request_time_ms":`...)
+	b = appendIntText(appendKey(b, &keyStatus), r.Status, t[2])
+	b = appendIntText(appendKey(b, &keyBytesSent), r.BytesSent, t[3])
+	b = appendIntText(appendKey(b, &keyBodyBytesSent), r.BodyBytesSent, t[4])
+	b = appendKey(b, &keyRequestTimeMs)
 	var err error
 	if b, err = appendOptFloat(b, r.RequestTimeMs, "request_time_ms"); err != nil {
 		return dst, err
 	}
-	b = appendIntText(append(b, `,"tcpinfo_rtt_us":`...), r.TcpinfoRTTUs, t[5])
-	b = appendIntText(append(b, `,"tcpinfo_rttvar_us":`...), r.TcpinfoRTTVarUs, t[6])
-	b = appendIntText(append(b, `,"tcpinfo_snd_cwnd":`...), r.TcpinfoSndCwnd, t[7])
-	b = appendIntText(append(b, `,"tcpinfo_rcv_space":`...), r.TcpinfoRcvSpace, t[8])
+	b = appendIntText(appendKey(b, &keyTcpinfoRttUs), r.TcpinfoRTTUs, t[5])
+	b = appendIntText(appendKey(b, &keyTcpinfoRttvarUs), r.TcpinfoRTTVarUs, t[6])
+	b = appendIntText(appendKey(b, &keyTcpinfoSndCwnd), r.TcpinfoSndCwnd, t[7])
+	b = appendIntText(appendKey(b, &keyTcpinfoRcvSpace), r.TcpinfoRcvSpace, t[8])
 	if e != nil && e.rateEnc != nil && r.SampleRate == e.rate && r.SampleRate != 0 { // 0 and -0 print apart
 		b = append(b, e.rateEnc...)
 	} else {
 		start := len(b)
-		b = append(b, `,"sample_rate":`...)
+		b = append(b, keySampleRate.s...) // the end of the record: nothing may be written past it
 		if b, err = appendFloatField(b, float64(r.SampleRate), "sample_rate"); err != nil {
 			return dst, err
 		}
@@ -138,9 +138,60 @@ func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder, t *IntTexts) ([]byte
 		}
 	}
 	if r.TsSource != "" {
-		b = appendString(append(b, `,"ts_source":`...), r.TsSource)
+		b = appendString(append(b, keyTsSource.s...), r.TsSource)
 	}
 	return append(b, '}'), nil
+}
+
+// The keys of http_request/1 after the host fields, as words for appendKey.
+var (
+	keyConnSerial = mkKey(`,"conn_serial":`)
+	keyConnRequests = mkKey(`,"conn_requests":`)
+	keyMethod = mkKey(`,"method":`)
+	keyStatus = mkKey(`,"status":`)
+	keyBytesSent = mkKey(`,"bytes_sent":`)
+	keyBodyBytesSent = mkKey(`,"body_bytes_sent":`)
+	keyRequestTimeMs = mkKey(`,"request_time_ms":`)
+	keyTcpinfoRttUs = mkKey(`,"tcpinfo_rtt_us":`)
+	keyTcpinfoRttvarUs = mkKey(`,"tcpinfo_rttvar_us":`)
+	keyTcpinfoSndCwnd = mkKey(`,"tcpinfo_snd_cwnd":`)
+	keyTcpinfoRcvSpace = mkKey(`,"tcpinfo_rcv_space":`)
+	keySampleRate = mkKey(`,"sample_rate":`)
+	keyTsSource = mkKey(`,"ts_source":`)
+)
+
+// keyWords is a key's text (at most 24 bytes) as three little-endian words.
+type keyWords struct {
+	s string
+	w [3]uint64
+}
+
+func mkKey(s string) keyWords {
+	if len(s) > 24 {
+		panic("record: key longer than 24 bytes: " + s)
+	}
+	var buf [24]byte
+	copy(buf[:], s)
+	k := keyWords{s: s}
+	for i := range k.w {
+		k.w[i] = binary.LittleEndian.Uint64(buf[8*i:])
+	}
+	return k
+}
+
+// appendKey appends a key with three 8-byte writes when b has room (no call): like
+// appendIntW it may write up to 24 bytes from the key's start, which the record's next
+// bytes overwrite (every key it writes is followed by a value and the sample_rate field).
+func appendKey(b []byte, k *keyWords) []byte {
+	l := len(b)
+	if cap(b)-l < 24 {
+		return append(b, k.s...)
+	}
+	w := b[l : l+24]
+	binary.LittleEndian.PutUint64(w, k.w[0])
+	binary.LittleEndian.PutUint64(w[8:], k.w[1])
+	binary.LittleEndian.PutUint64(w[16:], k.w[2])
+	return b[:l+len(k.s)]
 }
 
 func appendHTTPSchema(b []byte, schema string) []byte {
