@@ -145,19 +145,19 @@ func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder, t *IntTexts) ([]byte
 
 // The keys of http_request/1 after the host fields, as words for appendKey.
 var (
-	keyConnSerial = mkKey(`,"conn_serial":`)
-	keyConnRequests = mkKey(`,"conn_requests":`)
-	keyMethod = mkKey(`,"method":`)
-	keyStatus = mkKey(`,"status":`)
-	keyBytesSent = mkKey(`,"bytes_sent":`)
-	keyBodyBytesSent = mkKey(`,"body_bytes_sent":`)
-	keyRequestTimeMs = mkKey(`,"request_time_ms":`)
-	keyTcpinfoRttUs = mkKey(`,"tcpinfo_rtt_us":`)
+	keyConnSerial      = mkKey(`,"conn_serial":`)
+	keyConnRequests    = mkKey(`,"conn_requests":`)
+	keyMethod          = mkKey(`,"method":`)
+	keyStatus          = mkKey(`,"status":`)
+	keyBytesSent       = mkKey(`,"bytes_sent":`)
+	keyBodyBytesSent   = mkKey(`,"body_bytes_sent":`)
+	keyRequestTimeMs   = mkKey(`,"request_time_ms":`)
+	keyTcpinfoRttUs    = mkKey(`,"tcpinfo_rtt_us":`)
 	keyTcpinfoRttvarUs = mkKey(`,"tcpinfo_rttvar_us":`)
-	keyTcpinfoSndCwnd = mkKey(`,"tcpinfo_snd_cwnd":`)
+	keyTcpinfoSndCwnd  = mkKey(`,"tcpinfo_snd_cwnd":`)
 	keyTcpinfoRcvSpace = mkKey(`,"tcpinfo_rcv_space":`)
-	keySampleRate = mkKey(`,"sample_rate":`)
-	keyTsSource = mkKey(`,"ts_source":`)
+	keySampleRate      = mkKey(`,"sample_rate":`)
+	keyTsSource        = mkKey(`,"ts_source":`)
 )
 
 // keyWords is a key's text (at most 24 bytes) as three little-endian words.
