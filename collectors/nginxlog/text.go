@@ -252,11 +252,13 @@ func hasZeroByte(x uint64) uint64 { return (x - bytesLo) &^ x & bytesHi }
 // a default-escaped value holds (printable ASCII, 0x20–0x7e, but ") and none is the
 // byte repeated in firstWord: the same answer as the plain table, for a word. Each test is
 // exact (Bit Twiddling Hacks: hasless(x, 0x20), haszero).
-func plainWord(x, firstWord uint64) bool {
-	special := (x-0x20*bytesLo)&^x&bytesHi | // a byte < 0x20
+func plainWord(x, firstWord uint64) bool { return specialBytes(x, firstWord) == 0 }
+
+// specialBytes is non-zero when a byte of x is not one plainWord accepts.
+func specialBytes(x, firstWord uint64) uint64 {
+	return (x-0x20*bytesLo)&^x&bytesHi | // a byte < 0x20
 		x&bytesHi | // a byte ≥ 0x80
 		hasZeroByte(x^0x7f*bytesLo) | hasZeroByte(x^'"'*bytesLo) | hasZeroByte(x^firstWord)
-	return special == 0
 }
 
 // plan lays the segments out for firstFit: the leading literal, then one step per variable.
@@ -361,6 +363,11 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 			// byte, which default escaping writes as \xHH).
 			e := pos
 			for {
+				// sixteen bytes per test while they last (two independent words), then eight
+				for e+16 <= n && specialBytes(binary.LittleEndian.Uint64(line[e:]), st.firstWord)|
+					specialBytes(binary.LittleEndian.Uint64(line[e+8:]), st.firstWord) == 0 {
+					e += 16
+				}
 				for e+8 <= n && plainWord(binary.LittleEndian.Uint64(line[e:]), st.firstWord) {
 					e += 8
 				}
