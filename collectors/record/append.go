@@ -399,14 +399,6 @@ func appendOptInt(b []byte, v *int64) []byte {
 	return appendInt(b, *v)
 }
 
-// appendOptIntW is appendOptInt with appendIntW: for a field followed by another key.
-func appendOptIntW(b []byte, v *int64) []byte {
-	if v == nil {
-		return append(b, "null"...)
-	}
-	return appendIntW(b, *v)
-}
-
 func appendOptFloat(b []byte, v *Float, field string) ([]byte, error) {
 	if v == nil {
 		return append(b, "null"...), nil
