@@ -48,11 +48,19 @@ func sameAsReference(p *Parser, ref *refParser, line string) string {
 	w, err1 := record.AppendHTTP(nil, &want)
 	g, err2 := record.AppendHTTP(nil, &got)
 	i, err3 := record.AppendHTTP(nil, &into)
-	if err := errors.Join(err1, err2, err3); err != nil {
+	// the integers copied from the line's text (Scratch.IntTexts), into a roomy buffer (one
+	// 8-byte copy each) and a tight one
+	var enc record.HTTPEncoder
+	tx, err4 := enc.AppendTexts(make([]byte, 0, 4096), &into, sc.IntTexts())
+	tt, err5 := enc.AppendTexts(nil, &into, sc.IntTexts())
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return "encode: " + err.Error()
 	}
 	if !bytes.Equal(w, g) || !bytes.Equal(w, i) {
 		return "record\n   got " + string(g) + "\n  into " + string(i) + "\n  want " + string(w)
+	}
+	if !bytes.Equal(w, tx) || !bytes.Equal(w, tt) {
+		return "record from the line's integer text\n   got " + string(tx) + "\n  tight " + string(tt) + "\n  want " + string(w)
 	}
 	return ""
 }
@@ -253,4 +261,28 @@ func FuzzJSONScanner(f *testing.F) {
 			t.Fatalf("line %q: %s", line, d)
 		}
 	})
+}
+
+// The numbers the JSON scanner reads on the way (jsonNum.value, stringNum) give the
+// reference parser's record: every read variable given numbers and strings of many shapes.
+func TestJSONScannedNumbersMatchReference(t *testing.T) {
+	p, err1 := NewParser(FormatJSON, "")
+	ref, err2 := newRefParser(FormatJSON, "")
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	shapes := []string{"0", "7", "200", "1763769600.532", "1763769600.5", "1.5", "1.2345", "0.001", "-1", "-0",
+		"1e3", "1.5E+2", "123456789012345", "1234567890123456", "123456789012345678901", "999999999999999.999",
+		`"62098"`, `""`, `"-"`, `"007"`, `"1.5"`, `"1.2345"`, `"1."`, `".5"`, `"10.0.0.1"`, `"010.0.0.1"`,
+		`"10.0.0.256"`, `"10.0.0"`, `"::1"`, `"unix:"`, `"1\u0030"`, `"12a"`, "null"}
+	keys := []string{"msec", "remote_addr", "connection", "connection_requests", "status", "bytes_sent",
+		"body_bytes_sent", "request_time", "tcpinfo_rtt", "tcpinfo_rttvar", "tcpinfo_snd_cwnd", "tcpinfo_rcv_space"}
+	for _, k := range keys {
+		for _, v := range shapes {
+			line := `{"msec":1763769600.532,"remote_addr":"198.51.100.7","status":200,"` + k + `":` + v + `}`
+			if d := sameAsReference(p, ref, line); d != "" {
+				t.Errorf("%s: %s", line, d)
+			}
+		}
+	}
 }

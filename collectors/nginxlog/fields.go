@@ -111,10 +111,20 @@ const (
 type value struct {
 	b    []byte
 	kind valueKind
-	// num is b's integer when hasNum: a text format's digits-only value of 1 to
-	// maxFastDigits digits, added up while the matcher scanned it (parseUint's result)
+	// num is b's number when hasNum, read while the matcher scanned it: for an integer
+	// variable a digits-only value of 1 to maxFastDigits digits (parseUint's result); for
+	// $msec and $request_time (class decimal) the thousandths of a value thousandths reads;
+	// for $remote_addr a dotted quad parseIPv4 accepts, its four bytes (first in the highest)
 	hasNum bool
 	num    int64
+}
+
+// set stores a value field by field: a composite literal assigned through the index is
+// built on the stack and copied with 16-byte loads that cannot be forwarded from the 8-byte
+// stores that built it (a store-forwarding stall on every stored value: ~13 % of
+// parse-nginx's profile).
+func (v *value) set(b []byte, kind valueKind, hasNum bool, num int64) {
+	v.b, v.kind, v.hasNum, v.num = b, kind, hasNum, num
 }
 
 // fields holds one line's values of the variables a record reads. Byte slices point into
@@ -189,15 +199,24 @@ func (pc *prefixCache) get(a [4]byte) string {
 }
 
 // buildRequest maps nginx variables to http_request/1 fields in r (zero on entry); its
-// nullable numbers point into store. pc may be nil. Host fields are the caller's.
-func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefixCache, readTime bool) error {
+// nullable numbers point into store. pc may be nil. Host fields are the caller's. texts (nil
+// or zero on entry) receives the integers whose text in the line is their canonical decimal.
+func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefixCache, texts *record.IntTexts, readTime bool) error {
 	var err error
 	if !readTime {
 		if r.TsMs, err = timestamp(f); err != nil {
 			return err
 		}
 	}
-	if v, ok, err := f.get(vRemoteAddr); err != nil {
+	if rv := &f.v[vRemoteAddr]; rv.hasNum {
+		a4 := [4]byte{byte(rv.num >> 24), byte(rv.num >> 16), byte(rv.num >> 8), byte(rv.num)}
+		if pc != nil {
+			r.PeerPrefix = pc.get(a4)
+		} else {
+			var buf [len("255.255.255.0/24")]byte
+			r.PeerPrefix = string(anon.AppendPeerPrefix4(buf[:0], a4))
+		}
+	} else if v, ok, err := f.get(vRemoteAddr); err != nil {
 		return err
 	} else if ok {
 		switch a4, ok4 := parseIPv4(v); {
@@ -217,7 +236,7 @@ func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefi
 		}
 	}
 	n := 0
-	for _, u := range [...]struct {
+	for k, u := range [...]struct {
 		id  varID
 		dst **int64
 	}{
@@ -226,8 +245,14 @@ func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefi
 		{vTcpinfoRTT, &r.TcpinfoRTTUs}, {vTcpinfoRTTVar, &r.TcpinfoRTTVarUs},
 		{vTcpinfoSndCwnd, &r.TcpinfoSndCwnd}, {vTcpinfoRcvSpace, &r.TcpinfoRcvSpace},
 	} {
-		v := f.v[u.id].num
-		if !f.v[u.id].hasNum {
+		fv := &f.v[u.id]
+		v := fv.num
+		if fv.hasNum {
+			// digits only (1 to maxFastDigits): canonical unless a leading zero
+			if texts != nil && (len(fv.b) == 1 || fv.b[0] != '0') {
+				texts[k] = fv.b
+			}
+		} else {
 			s, ok, err := f.get(u.id)
 			if err != nil {
 				return err
@@ -246,7 +271,10 @@ func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefi
 	if r.Status != nil && *r.Status > 999 {
 		return fmt.Errorf("$status %d is not an HTTP status", *r.Status)
 	}
-	if v, ok, err := f.get(vRequestTime); err != nil {
+	if v := &f.v[vRequestTime]; v.hasNum {
+		store.rt = record.Float(v.num) // thousandths: secondsToMs's fast path
+		r.RequestTimeMs = &store.rt
+	} else if v, ok, err := f.get(vRequestTime); err != nil {
 		return err
 	} else if ok && !notFound(v) {
 		ms, err := secondsToMs(v)
@@ -263,6 +291,9 @@ func buildRequest(f *fields, r *record.HTTPRequest, store *recordInts, pc *prefi
 // timestamp reads $msec exactly ("1763769601.532" → 1763769601532), else $time_iso8601 or
 // $time_local (second resolution).
 func timestamp(f *fields) (int64, error) {
+	if v := &f.v[vMsec]; v.hasNum {
+		return v.num, nil // thousandths: epochMs's fast path
+	}
 	if v, ok, err := f.get(vMsec); err != nil {
 		return 0, err
 	} else if ok {
@@ -309,12 +340,26 @@ func method(f *fields) (string, error) {
 	raw := false
 	if rv := &f.v[vRequest]; rv.kind == kindEscDefault {
 		// Default escaping: when no \xHH comes before the first space, unescaping the whole
-		// request (which cannot fail) leaves its first word as it is: read it raw.
-		m = rv.b
-		if i := bytes.IndexByte(m, ' '); i >= 0 {
-			m = m[:i]
+		// request (which cannot fail) leaves its first word as it is: read it raw. One pass
+		// over the first word finds its end and checks that it is a method token.
+		b := rv.b
+		raw = true
+		token := true
+		i := 0
+		for ; i < len(b) && b[i] != ' '; i++ {
+			c := b[i]
+			if c == '\\' {
+				raw = false
+				break
+			}
+			token = token && (c >= 'A' && c <= 'Z' || c == '-' || c == '_')
 		}
-		raw = bytes.IndexByte(m, '\\') < 0
+		if raw {
+			if !token || i == 0 || i > 32 {
+				return "", nil // as isMethodToken below
+			}
+			return methodString(b[:i]), nil
+		}
 	}
 	if !raw {
 		v, ok, err := f.get(vRequest)

@@ -2,6 +2,7 @@ package nginxlog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
@@ -32,14 +33,16 @@ func scanJSONLine(line []byte, f *fields) bool {
 	}
 	expect := vMsec
 	for {
-		if i >= len(line) || line[i] != '"' {
-			return false
-		}
-		ks := i + 1
-		// The ccab log_format's keys come in a known order: try the expected one first.
+		// The ccab log_format's keys come in a known order: try the expected one first, with
+		// its quotes and colon (`"msec":`).
 		id, known := expect, true
-		if name := varName(expect); expect == numVars || !bytes.HasPrefix(line[ks:], []byte(name)) ||
-			ks+len(name) >= len(line) || line[ks+len(name)] != '"' {
+		if expect != numVars && quotedKeys[expect].at(line, i) {
+			i += quotedKeys[expect].n
+		} else {
+			if i >= len(line) || line[i] != '"' {
+				return false
+			}
+			ks := i + 1
 			j := ks
 			for j < len(line) && keyByte[line[j]] {
 				j++
@@ -48,21 +51,28 @@ func scanJSONLine(line []byte, f *fields) bool {
 				return false // an escaped key (or a bad one): the general path compares it unescaped
 			}
 			id, known = lookupVar(line[ks:j])
-			i = j + 1
-		} else {
-			i = ks + len(name) + 1
+			i = skipWS(line, j+1)
+			if i >= len(line) || line[i] != ':' {
+				return false
+			}
+			i++
 		}
 		expect = numVars
 		if known {
 			expect = ccabNext(id)
 		}
 		i = skipWS(line, i)
-		if i >= len(line) || line[i] != ':' {
-			return false
-		}
-		i = skipWS(line, i+1)
 		if i >= len(line) {
 			return false
+		}
+		if known && line[i] == '"' {
+			// a string of digits (an integer variable: $tcpinfo_*) or of address bytes
+			// ($remote_addr) read in one pass, its number on the way, as stringNum would
+			if e, num, hasNum, ok := plainStringNum(line, i+1, id); ok {
+				f.v[id].set(line[i+1:e], kindRaw, hasNum, num)
+				i = e + 1
+				goto next
+			}
 		}
 		switch c := line[i]; {
 		case c == '"':
@@ -73,19 +83,21 @@ func scanJSONLine(line []byte, f *fields) bool {
 			if known {
 				content := line[i+1 : end-1]
 				if esc || high && !utf8.Valid(content) {
-					f.v[id] = value{b: line[i:end], kind: kindJSONString}
+					f.v[id].set(line[i:end], kindJSONString, false, 0)
 				} else {
-					f.v[id] = value{b: content, kind: kindRaw}
+					num, hasNum := stringNum(id, content)
+					f.v[id].set(content, kindRaw, hasNum, num)
 				}
 			}
 			i = end
 		case c == '-' || c >= '0' && c <= '9':
-			end, ok := scanNumber(line, i)
+			end, jn, ok := scanNumberNum(line, i)
 			if !ok {
 				return false
 			}
 			if known {
-				f.v[id] = value{b: line[i:end], kind: kindRaw}
+				num, hasNum := jn.value(id)
+				f.v[id].set(line[i:end], kindRaw, hasNum, num)
 			}
 			i = end
 		case c == 'n':
@@ -93,7 +105,7 @@ func scanJSONLine(line []byte, f *fields) bool {
 				return false
 			}
 			if known {
-				f.v[id] = value{kind: kindNull}
+				f.v[id].set(nil, kindNull, false, 0)
 			}
 			i += 4
 		default:
@@ -106,6 +118,7 @@ func scanJSONLine(line []byte, f *fields) bool {
 			}
 			i = end
 		}
+	next:
 		i = skipWS(line, i)
 		if i >= len(line) {
 			return false
@@ -218,43 +231,176 @@ func isHex(c byte) bool {
 // scanNumber checks the JSON number at b[i] (-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)
 // and returns the index after it.
 func scanNumber(b []byte, i int) (int, bool) {
+	end, _, ok := scanNumberNum(b, i)
+	return end, ok
+}
+
+// jsonNum is what scanNumberNum reads of a number on the way: its integer digits and up to
+// three digits of its fraction, as one integer v.
+type jsonNum struct {
+	v           int64
+	intN, fracN int  // digits before and after the dot
+	signOrExp   bool // a minus sign or an exponent: no fast value
+}
+
+// value is the number as buildRequest reads variable id from its text (hasNum: thousandths
+// for $msec and $request_time, parseUint for the integer variables); ok is false when
+// buildRequest must read the text itself.
+func (n jsonNum) value(id varID) (num int64, ok bool) {
+	if n.signOrExp || n.intN < 1 || n.intN > maxFastDigits {
+		return 0, false
+	}
+	switch id {
+	case vMsec, vRequestTime:
+		if n.fracN > 3 {
+			return 0, false
+		}
+		v := n.v
+		for k := n.fracN; k < 3; k++ {
+			v *= 10
+		}
+		return v, true
+	case vConnection, vConnectionRequests, vStatus, vBytesSent, vBodyBytesSent,
+		vTcpinfoRTT, vTcpinfoRTTVar, vTcpinfoSndCwnd, vTcpinfoRcvSpace:
+		return n.v, n.fracN == 0
+	}
+	return 0, false
+}
+
+// stringNum is jsonNum.value for a string value's raw content (no escapes): the integer
+// variables' digits, $msec and $request_time as thousandths, $remote_addr's IPv4 octets (as
+// a text format's scanner stores them).
+func stringNum(id varID, s []byte) (num int64, ok bool) {
+	switch id {
+	case vMsec, vRequestTime:
+		return thousandths(s)
+	case vConnection, vConnectionRequests, vStatus, vBytesSent, vBodyBytesSent,
+		vTcpinfoRTT, vTcpinfoRTTVar, vTcpinfoSndCwnd, vTcpinfoRcvSpace:
+		end, v := scanDigits(s, 0)
+		return v, end == len(s) && end >= 1 && end <= maxFastDigits
+	case vRemoteAddr:
+		end, a4, ok := scanAddr(s, 0)
+		return int64(a4), ok && end == len(s)
+	}
+	return 0, false
+}
+
+// plainStringNum reads the content of the string that starts at line[i] (after its quote)
+// when id is an integer variable and the content is digits, or id is $remote_addr and the
+// content is address bytes: e is the closing quote, num and hasNum as stringNum gives them.
+// ok is false for any other string (scanString reads it).
+func plainStringNum(line []byte, i int, id varID) (e int, num int64, hasNum, ok bool) {
+	switch id {
+	case vConnection, vConnectionRequests, vStatus, vBytesSent, vBodyBytesSent,
+		vTcpinfoRTT, vTcpinfoRTTVar, vTcpinfoSndCwnd, vTcpinfoRcvSpace:
+		e, num = scanDigits(line, i)
+		hasNum = e > i && e-i <= maxFastDigits
+	case vRemoteAddr:
+		var a4 uint32
+		e, a4, hasNum = scanAddr(line, i)
+		num = int64(a4)
+	default:
+		return 0, 0, false, false
+	}
+	if e >= len(line) || line[e] != '"' {
+		return 0, 0, false, false
+	}
+	return e, num, hasNum, true
+}
+
+// scanNumberNum is scanNumber, reading the number's digits on the way (jsonNum).
+func scanNumberNum(b []byte, i int) (int, jsonNum, bool) {
+	var n jsonNum
 	if i < len(b) && b[i] == '-' {
+		n.signOrExp = true
 		i++
 	}
 	switch {
 	case i < len(b) && b[i] == '0':
+		n.intN = 1
 		i++
 	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		start := i
+		for i < len(b) && b[i]-'0' <= 9 {
+			n.v = n.v*10 + int64(b[i]-'0')
 			i++
 		}
+		n.intN = i - start
 	default:
-		return 0, false
+		return 0, n, false
 	}
 	if i < len(b) && b[i] == '.' {
 		i++
 		start := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		for i < len(b) && b[i]-'0' <= 9 {
+			if i-start < 3 {
+				n.v = n.v*10 + int64(b[i]-'0')
+			}
 			i++
 		}
 		if i == start {
-			return 0, false
+			return 0, n, false
 		}
+		n.fracN = i - start
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		n.signOrExp = true
 		i++
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
 		start := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		for i < len(b) && b[i]-'0' <= 9 {
 			i++
 		}
 		if i == start {
-			return 0, false
+			return 0, n, false
 		}
 	}
-	return i, true
+	return i, n, true
+}
+
+// quotedKey is a variable's name in quotes and the colon after it, as 8-byte words for at.
+type quotedKey struct {
+	s    string
+	n    int
+	w, m [3]uint64 // the words of s and the masks of their bytes
+}
+
+// quotedKeys are the keys scanJSONLine expects, by varID.
+var quotedKeys = func() (k [numVars]quotedKey) {
+	for id := varID(0); id < numVars; id++ {
+		q := &k[id]
+		q.s = `"` + varName(id) + `":`
+		q.n = len(q.s)
+		var buf [24]byte
+		copy(buf[:], q.s)
+		for w := 0; w < 3; w++ {
+			q.w[w] = binary.LittleEndian.Uint64(buf[8*w:])
+			for b := 0; b < 8; b++ {
+				if 8*w+b < q.n {
+					q.m[w] |= 0xff << (8 * b)
+				}
+			}
+		}
+	}
+	return k
+}()
+
+// at reports whether line[i:] starts with the key: three masked word compares where 24
+// bytes remain (no call), else a string compare.
+func (q *quotedKey) at(line []byte, i int) bool {
+	if i+24 > len(line) {
+		return i+q.n <= len(line) && string(line[i:i+q.n]) == q.s
+	}
+	d := (binary.LittleEndian.Uint64(line[i:]) ^ q.w[0]) & q.m[0]
+	if q.n > 8 {
+		d |= (binary.LittleEndian.Uint64(line[i+8:]) ^ q.w[1]) & q.m[1]
+		if q.n > 16 {
+			d |= (binary.LittleEndian.Uint64(line[i+16:]) ^ q.w[2]) & q.m[2]
+		}
+	}
+	return d == 0
 }
 
 // skipValue checks the JSON value at b[i] and returns the index after it.
@@ -360,13 +506,13 @@ func jsonFieldsAlias(line []byte, f *fields, alias map[string]varID) error {
 		raw = bytes.TrimSpace(raw)
 		switch {
 		case bytes.Equal(raw, []byte("null")):
-			f.v[id] = value{kind: kindNull}
+			f.v[id].set(nil, kindNull, false, 0)
 		case len(raw) > 0 && raw[0] == '"':
-			f.v[id] = value{b: raw, kind: kindJSONString}
+			f.v[id].set(raw, kindJSONString, false, 0)
 		case len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9'):
-			f.v[id] = value{b: raw, kind: kindRaw}
+			f.v[id].set(raw, kindRaw, false, 0)
 		default:
-			f.v[id] = value{b: raw, kind: kindJSONOther}
+			f.v[id].set(raw, kindJSONOther, false, 0)
 		}
 	}
 	return nil

@@ -194,7 +194,7 @@ func (p *Parser) Parse(line string) (record.HTTPRequest, error) {
 // reference to line. A Parser is safe for concurrent use.
 func (p *Parser) ParseBytes(line []byte) (record.HTTPRequest, error) {
 	var r record.HTTPRequest
-	if err := p.parse(line, &r, new(recordInts), nil); err != nil {
+	if err := p.parse(line, &r, new(recordInts), nil, nil); err != nil {
 		return record.HTTPRequest{}, err
 	}
 	return r, nil
@@ -205,7 +205,12 @@ func (p *Parser) ParseBytes(line []byte) (record.HTTPRequest, error) {
 type Scratch struct {
 	ints     recordInts
 	prefixes prefixCache
+	texts    record.IntTexts
 }
+
+// IntTexts is the text of the last record's integers, for record.HTTPEncoder.AppendTexts:
+// slices of the line given to ParseInto, valid while it is.
+func (s *Scratch) IntTexts() *record.IntTexts { return &s.texts }
 
 // ParseInto parses line into *r (all of it: fields the line does not set are zeroed)
 // without allocating, except for a client prefix not seen lately and an unusual line. r's
@@ -213,10 +218,11 @@ type Scratch struct {
 // (record.AppendHTTP) or copy it before.
 func (p *Parser) ParseInto(line []byte, r *record.HTTPRequest, s *Scratch) error {
 	s.ints = recordInts{}
-	return p.parse(line, r, &s.ints, &s.prefixes)
+	s.texts = record.IntTexts{}
+	return p.parse(line, r, &s.ints, &s.prefixes, &s.texts)
 }
 
-func (p *Parser) parse(line []byte, r *record.HTTPRequest, store *recordInts, pc *prefixCache) error {
+func (p *Parser) parse(line []byte, r *record.HTTPRequest, store *recordInts, pc *prefixCache, texts *record.IntTexts) error {
 	*r = record.HTTPRequest{}
 	var f fields
 	if p.syslog == SyslogOn || p.syslog == SyslogAuto && (p.m == nil || p.m.autoSyslog) {
@@ -239,7 +245,7 @@ func (p *Parser) parse(line []byte, r *record.HTTPRequest, store *recordInts, pc
 	} else if !p.m.match(line, &f) {
 		return &ParseError{Reason: ReasonNoMatch, Err: p.m.diagnose(string(line))}
 	}
-	if err := buildRequest(&f, r, store, pc, p.readTime); err != nil {
+	if err := buildRequest(&f, r, store, pc, texts, p.readTime); err != nil {
 		*r = record.HTTPRequest{}
 		return &ParseError{Reason: ReasonBadValue, Err: err}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math/rand"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -358,7 +359,8 @@ func TestUnixClientReadTimeFieldMap(t *testing.T) {
 func TestPlainWordMatchesTable(t *testing.T) {
 	for _, first := range []byte{'"', ' ', '[', 'x', 0} {
 		st := step{first: first}
-		st.plain = setPrintable
+		st.plain = new([256]bool)
+		*st.plain = setPrintable
 		fw := uint64('"') * bytesLo
 		if first != 0 {
 			st.plain[first] = false
@@ -446,6 +448,132 @@ func TestMethodFromEscapedRequest(t *testing.T) {
 		r, err := p.Parse(`1.5 "` + req + `"`)
 		if err != nil || r.Method != want {
 			t.Errorf("$request %q: method %q (%v), want %q", req, r.Method, err, want)
+		}
+	}
+}
+
+// $msec and $request_time read as thousandths while the matcher scans them (scanDecimal)
+// give what package decimal gives for the same text, errors included: every string of up to
+// five digits and dots, and longer random ones.
+func TestScannedDecimalsMatchDecimal(t *testing.T) {
+	ts, err := NewParser(`$msec $status`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := NewParser(`$msec $request_time`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(s string) {
+		wantMs, werr := decimal.ScaleInt(s, 3)
+		r, err := ts.Parse(s + " 200")
+		if (err != nil) != (werr != nil || wantMs < 0) || err == nil && r.TsMs != wantMs {
+			t.Fatalf("$msec %q: ts_ms %d (%v), decimal.ScaleInt %d (%v)", s, r.TsMs, err, wantMs, werr)
+		}
+		wantF, werr := decimal.ScaleFloat(s, 3)
+		r, err = rt.Parse("1.5 " + s)
+		if (err != nil) != (werr != nil || wantF < 0) || err == nil && float64(*r.RequestTimeMs) != wantF {
+			t.Fatalf("$request_time %q: %v (%v), decimal.ScaleFloat %v (%v)", s, r.RequestTimeMs, err, wantF, werr)
+		}
+	}
+	const alphabet = "0123456789."
+	var walk func(prefix string)
+	walk = func(prefix string) {
+		if prefix != "" {
+			check(prefix)
+		}
+		if len(prefix) == 5 {
+			return
+		}
+		for i := 0; i < len(alphabet); i++ {
+			walk(prefix + alphabet[i:i+1])
+		}
+	}
+	walk("")
+	rng := rand.New(rand.NewSource(4))
+	for i := 0; i < 50000; i++ {
+		b := make([]byte, 1+rng.Intn(24))
+		for j := range b {
+			b[j] = alphabet[rng.Intn(10)]
+		}
+		if rng.Intn(4) != 0 {
+			b[rng.Intn(len(b))] = '.'
+		}
+		check(string(b))
+	}
+}
+
+// The address scan (scanAddr) ends where the address alphabet ends and reads the dotted
+// quads parseIPv4 reads, and only those: every string of up to five bytes of "0129.:a", and
+// longer random ones.
+func TestScanAddrMatchesParseIPv4(t *testing.T) {
+	check := func(s string) {
+		line := []byte(s + " -")
+		end, a4, ok := scanAddr(line, 0)
+		run := 0
+		for run < len(line) && setAddr[line[run]] {
+			run++
+		}
+		want, wok := parseIPv4(line[:run])
+		got := [4]byte{byte(a4 >> 24), byte(a4 >> 16), byte(a4 >> 8), byte(a4)}
+		if end != run || ok != wok || ok && got != want {
+			t.Fatalf("scanAddr(%q) = %d, %v, %v; want %d, %v, %v", s, end, got, ok, run, want, wok)
+		}
+	}
+	const alphabet = "0129.:a"
+	var walk func(prefix string)
+	walk = func(prefix string) {
+		check(prefix)
+		if len(prefix) == 5 {
+			return
+		}
+		for i := 0; i < len(alphabet); i++ {
+			walk(prefix + alphabet[i:i+1])
+		}
+	}
+	walk("")
+	rng := rand.New(rand.NewSource(5))
+	for i := 0; i < 100000; i++ {
+		var b []byte
+		for f := 0; f < 2+rng.Intn(4); f++ {
+			if f > 0 {
+				b = append(b, '.')
+			}
+			b = strconv.AppendInt(b, int64(rng.Intn(300)), 10)
+			if rng.Intn(8) == 0 {
+				b = append(b, "0:a"[rng.Intn(3)])
+			}
+		}
+		check(string(b))
+	}
+}
+
+// scanDigits (eight bytes at a time) ends where a byte loop ends and gives its value: digits
+// runs of 0 to 20 bytes followed by every byte value, at every offset, with and without
+// eight bytes left after them.
+func TestScanDigitsMatchesByteLoop(t *testing.T) {
+	rng := rand.New(rand.NewSource(6))
+	for k := 0; k <= 20; k++ {
+		for c := 0; c < 256; c++ {
+			for _, tail := range []string{"", "0123456789"} {
+				for lead := 0; lead < 3; lead++ {
+					b := []byte(strings.Repeat("x", lead))
+					for i := 0; i < k; i++ {
+						b = append(b, byte('0'+rng.Intn(10)))
+					}
+					b = append(b, byte(c))
+					b = append(b, tail...)
+					wantEnd, want := lead, int64(0)
+					for wantEnd < len(b) && b[wantEnd] >= '0' && b[wantEnd] <= '9' {
+						want = want*10 + int64(b[wantEnd]-'0')
+						wantEnd++
+					}
+					end, v := scanDigits(b, lead)
+					if end != wantEnd || wantEnd-lead <= 18 && v != want {
+						t.Fatalf("scanDigits(%q, %d) = %d, %d; want %d, %d", b, lead, end, v, wantEnd, want)
+					}
+				}
+			}
 		}
 	}
 }

@@ -20,6 +20,8 @@ type vclass struct {
 	dash     bool      // classSet: "-" alone is also a value (nginx's "not found")
 	nonEmpty bool      // classSet: never empty
 	digits   bool      // classSet: set is setDigits
+	decimal  bool      // classSet: set is setDecimal
+	addr     bool      // classSet: set is setAddr
 	re       string    // the regular expression of one value
 }
 
@@ -66,12 +68,12 @@ func varClass(v string, esc Escape) vclass {
 	case "status", "bytes_sent", "body_bytes_sent", "connection", "connection_requests", "request_length", "pid":
 		return vclass{kind: classSet, set: setDigits, digits: true, nonEmpty: true, re: `([0-9]+)`}
 	case "msec", "request_time", "connection_time":
-		return vclass{kind: classSet, set: setDecimal, nonEmpty: true, re: `([0-9.]+)`}
+		return vclass{kind: classSet, set: setDecimal, decimal: true, nonEmpty: true, re: `([0-9.]+)`}
 	case "tcpinfo_rtt", "tcpinfo_rttvar", "tcpinfo_snd_cwnd", "tcpinfo_rcv_space", "remote_port", "server_port":
 		// "-" when getsockopt fails, empty with escape=json; $remote_port is empty for a unix socket
 		return vclass{kind: classSet, set: setDigits, digits: true, dash: true, re: `(-|[0-9]*)`}
 	case "remote_addr", "server_addr":
-		return vclass{kind: classSet, set: setAddr, nonEmpty: true, re: `([0-9a-zA-Z.:]+)`}
+		return vclass{kind: classSet, set: setAddr, addr: true, nonEmpty: true, re: `([0-9a-zA-Z.:]+)`}
 	case "time_local":
 		return vclass{kind: classSet, set: setTimeLocal, nonEmpty: true, re: `([0-9a-zA-Z/:+ \-]+)`}
 	case "time_iso8601":
@@ -204,10 +206,37 @@ type step struct {
 	next  []byte // the literal after the variable; nil when the variable ends the format
 	first byte   // next[0]
 	stop  byte   // the first byte the value cannot hold (classDefault: ", classNone: \n)
+	// nextWord, nextMask: next as a little-endian word and the mask of its bytes, when it
+	// has 1 to 8 bytes (nextMask 0 otherwise): compared with one load where 8 bytes remain
+	nextWord, nextMask uint64
+	// classSet: which reader (setDigits, setDecimal, setAddr, another set), and the class
+	set      uint8
+	dash     bool
+	nonEmpty bool
 	// plain (classDefault): the bytes a value may hold that are not next's first byte, so
 	// that firstFit skips them in one tight loop
-	plain     [256]bool
+	plain     *[256]bool
 	firstWord uint64 // first in every byte of a word
+}
+
+// Readers of a classSet value in firstFit.
+const (
+	setKindOther   uint8 = iota // the class's byte table ($time_local, $time_iso8601)
+	setKindDigits               // digits, added up (scanDigits)
+	setKindDecimal              // digits and dots, as thousandths (scanDecimal)
+	setKindAddr                 // an address, IPv4 octets read (scanAddr)
+)
+
+// endsAt reports whether a value may end at line[i]: the next literal follows, or, for the
+// last variable, the line ends there.
+func (st *step) endsAt(line []byte, i int) bool {
+	if st.nextMask != 0 && i+8 <= len(line) {
+		return binary.LittleEndian.Uint64(line[i:])&st.nextMask == st.nextWord
+	}
+	if st.next == nil {
+		return i == len(line)
+	}
+	return hasPrefixAt(line, i, st.next)
 }
 
 // Eight bytes at a time (SWAR): bytesLo has 1 in every byte, bytesHi 0x80.
@@ -223,11 +252,13 @@ func hasZeroByte(x uint64) uint64 { return (x - bytesLo) &^ x & bytesHi }
 // a default-escaped value holds (printable ASCII, 0x20–0x7e, but ") and none is the
 // byte repeated in firstWord: the same answer as the plain table, for a word. Each test is
 // exact (Bit Twiddling Hacks: hasless(x, 0x20), haszero).
-func plainWord(x, firstWord uint64) bool {
-	special := (x-0x20*bytesLo)&^x&bytesHi | // a byte < 0x20
+func plainWord(x, firstWord uint64) bool { return specialBytes(x, firstWord) == 0 }
+
+// specialBytes is non-zero when a byte of x is not one plainWord accepts.
+func specialBytes(x, firstWord uint64) uint64 {
+	return (x-0x20*bytesLo)&^x&bytesHi | // a byte < 0x20
 		x&bytesHi | // a byte ≥ 0x80
 		hasZeroByte(x^0x7f*bytesLo) | hasZeroByte(x^'"'*bytesLo) | hasZeroByte(x^firstWord)
-	return special == 0
 }
 
 // plan lays the segments out for firstFit: the leading literal, then one step per variable.
@@ -245,8 +276,26 @@ func plan(segs []tseg) (lead []byte, steps []step) {
 			st.next = segs[i+1].lit
 			st.first = st.next[0]
 		}
+		if k := len(st.next); k >= 1 && k <= 8 {
+			var w [8]byte
+			copy(w[:], st.next)
+			st.nextWord = binary.LittleEndian.Uint64(w[:])
+			st.nextMask = ^uint64(0) >> (64 - 8*k)
+		}
+		if c := st.cls; st.class == classSet {
+			st.dash, st.nonEmpty = c.dash, c.nonEmpty
+			switch {
+			case c.digits:
+				st.set = setKindDigits
+			case c.decimal:
+				st.set = setKindDecimal
+			case c.addr:
+				st.set = setKindAddr
+			}
+		}
 		if st.class == classDefault {
-			st.plain = setPrintable
+			st.plain = new([256]bool)
+			*st.plain = setPrintable
 			st.firstWord = '"' * bytesLo
 			if st.next != nil {
 				st.plain[st.first] = false
@@ -274,34 +323,39 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 		end := -1
 		switch st.class {
 		case classSet:
-			c := st.cls
-			if c.dash && pos < n && line[pos] == '-' && (st.next == nil && pos+1 == n || st.next != nil && hasPrefixAt(line, pos+1, st.next)) {
+			if st.dash && pos < n && line[pos] == '-' && st.endsAt(line, pos+1) {
 				end = pos + 1
 				break
 			}
-			end = pos
-			if c.digits {
-				// the digits, added up on the way (buildRequest then skips parseUint)
-				var num int64
-				for end < n && line[end]-'0' <= 9 {
-					num = num*10 + int64(line[end]-'0')
+			// digits, decimals and IPv4 addresses are read on the way (buildRequest then
+			// skips parseUint, thousandths, parseIPv4)
+			var num int64
+			hasNum := false
+			switch st.set {
+			case setKindDigits:
+				end, num = scanDigits(line, pos)
+				hasNum = end > pos && end-pos <= maxFastDigits
+			case setKindDecimal:
+				end, num, hasNum = scanDecimal(line, pos)
+			case setKindAddr:
+				var a4 uint32
+				end, a4, hasNum = scanAddr(line, pos)
+				num = int64(a4)
+			default:
+				set := &st.cls.set
+				end = pos
+				for end < n && set[line[end]] {
 					end++
 				}
-				if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !hasPrefixAt(line, end, st.next) {
-					return false
-				}
-				if st.id != numVars {
-					f.v[st.id] = value{b: line[pos:end], kind: st.kind, hasNum: end > pos && end-pos <= maxFastDigits, num: num}
-				}
-				pos = end + len(st.next)
-				continue
 			}
-			for end < n && c.set[line[end]] {
-				end++
-			}
-			if c.nonEmpty && end == pos || st.next == nil && end != n || st.next != nil && !hasPrefixAt(line, end, st.next) {
+			if st.nonEmpty && end == pos || !st.endsAt(line, end) {
 				return false
 			}
+			if st.id != numVars {
+				f.v[st.id].set(line[pos:end], st.kind, hasNum, num)
+			}
+			pos = end + len(st.next)
+			continue
 		case classDefault:
 			// One pass: skip the bytes the value may hold; stop at the first byte that is the
 			// next literal's start (taken when the literal follows, skipped when it may be
@@ -309,6 +363,11 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 			// byte, which default escaping writes as \xHH).
 			e := pos
 			for {
+				// sixteen bytes per test while they last (two independent words), then eight
+				for e+16 <= n && specialBytes(binary.LittleEndian.Uint64(line[e:]), st.firstWord)|
+					specialBytes(binary.LittleEndian.Uint64(line[e+8:]), st.firstWord) == 0 {
+					e += 16
+				}
 				for e+8 <= n && plainWord(binary.LittleEndian.Uint64(line[e:]), st.firstWord) {
 					e += 8
 				}
@@ -324,7 +383,7 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 				}
 				if c := line[e]; st.next == nil || c != st.first {
 					return false
-				} else if hasPrefixAt(line, e, st.next) {
+				} else if st.endsAt(line, e) {
 					end = e
 					break
 				} else if !setPrintable[c] {
@@ -374,11 +433,95 @@ func (m *matcher) firstFit(line []byte, f *fields) bool {
 			}
 		}
 		if st.id != numVars {
-			f.v[st.id] = value{b: line[pos:end], kind: st.kind}
+			f.v[st.id].set(line[pos:end], st.kind, false, 0)
 		}
 		pos = end + len(st.next)
 	}
 	return pos == n
+}
+
+// scanDecimal reads the longest run of digits and dots at line[pos:] and returns where it
+// ends; when the run is one that thousandths reads (1 to maxFastDigits digits, then
+// optionally a dot and up to three digits), also its value in thousandths (ok).
+func scanDecimal(line []byte, pos int) (end int, milli int64, ok bool) {
+	n := len(line)
+	end, v := scanDigits(line, pos)
+	ok = end > pos && end-pos <= maxFastDigits
+	frac := 0
+	if end < n && line[end] == '.' {
+		end++
+		for end < n && line[end]-'0' <= 9 {
+			if frac < 3 {
+				v = v*10 + int64(line[end]-'0')
+			}
+			frac++
+			end++
+		}
+	}
+	for end < n && setDecimal[line[end]] { // a second dot: not a number thousandths reads
+		ok = false
+		end++
+	}
+	if !ok || frac > 3 {
+		return end, 0, false
+	}
+	for ; frac < 3; frac++ {
+		v *= 10
+	}
+	return end, v, true
+}
+
+// scanDigits reads the digits at line[pos:] and returns where they end and their value (when
+// there are at most 18 of them; more wrap around). A byte loop: eight bytes at a time
+// (counting a word's leading digits and converting them with multiplications) measured
+// slower on the short numbers of a log line.
+func scanDigits(line []byte, pos int) (end int, v int64) {
+	end = pos
+	for end < len(line) && line[end]-'0' <= 9 {
+		v = v*10 + int64(line[end]-'0')
+		end++
+	}
+	return end, v
+}
+
+// scanAddr reads the longest run of address bytes (setAddr) at line[pos:] and returns where
+// it ends; when the run is a dotted quad that parseIPv4 accepts, also its four bytes, first
+// in the highest (ok).
+func scanAddr(line []byte, pos int) (end int, a4 uint32, ok bool) {
+	n := len(line)
+	end = pos
+	field, digits, oct := 0, 0, 0
+	ok = true
+	for ; end < n; end++ {
+		c := line[end]
+		if c-'0' <= 9 {
+			if digits > 0 && oct == 0 { // a leading zero
+				ok = false
+			}
+			oct = oct*10 + int(c-'0')
+			digits++
+			if oct > 255 {
+				ok, oct = false, 256 // stays out of range, never overflows
+			}
+		} else if c == '.' {
+			if digits == 0 || field == 3 {
+				ok = false
+			}
+			a4 = a4<<8 | uint32(oct&0xff)
+			field++
+			digits, oct = 0, 0
+		} else {
+			break
+		}
+	}
+	for end < n && setAddr[line[end]] { // letters or colons: IPv6, "unix:"
+		ok = false
+		end++
+	}
+	if !ok || field != 3 || digits == 0 {
+		return end, 0, false
+	}
+	return end, a4<<8 | uint32(oct), true
 }
 
 // hasPrefixAt is bytes.HasPrefix(line[i:], lit) without the call into memequal, for the
@@ -407,7 +550,7 @@ func (m *matcher) matchRegexp(line []byte, f *fields) bool {
 		}
 		g++
 		if s.id != numVars && loc[2*g] >= 0 {
-			f.v[s.id] = value{b: line[loc[2*g]:loc[2*g+1]], kind: s.kind}
+			f.v[s.id].set(line[loc[2*g]:loc[2*g+1]], s.kind, false, 0)
 		}
 	}
 	return true

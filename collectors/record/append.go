@@ -1,8 +1,10 @@
 package record
 
 import (
+	"encoding/binary"
 	"fmt"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // AppendHTTP appends r as one JSON object (no newline) to dst: the same bytes as
@@ -10,8 +12,11 @@ import (
 // and constant key text instead of reflection. On error (a float that is not finite) dst
 // is returned unchanged.
 func AppendHTTP(dst []byte, r *HTTPRequest) ([]byte, error) {
-	return appendHTTP(dst, r, nil)
+	return appendHTTP(dst, r, nil, nil)
 }
+
+// noTexts: no integer given as text.
+var noTexts IntTexts
 
 // HTTPEncoder is AppendHTTP for a stream of records that share their host fields (the
 // records of one collector): it keeps the encoded text of the last schema and host fields
@@ -23,15 +28,64 @@ type HTTPEncoder struct {
 	schemaEnc []byte // `{"schema":"…","ts_ms":`
 	host      [6]string
 	hostEnc   []byte // `,"pop":"…",…,"cc":"…","peer_prefix":`
+	rate      Float
+	rateEnc   []byte // `,"sample_rate":…` (nil: not encoded yet)
+}
+
+// sameHost reports whether r's host fields are e.host: the strings of one Meta stamped on
+// every record share their bytes, so equal pointers and lengths answer without comparing
+// the text; otherwise the text decides.
+func (e *HTTPEncoder) sameHost(r *HTTPRequest) bool {
+	return sameString(r.Pop, e.host[0]) && sameString(r.Host, e.host[1]) && sameString(r.Kernel, e.host[2]) &&
+		sameString(r.Arm, e.host[3]) && sameString(r.RolloutID, e.host[4]) && sameString(r.CC, e.host[5])
+}
+
+func sameString(a, b string) bool {
+	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }
 
 // Append appends r to dst as AppendHTTP does.
 func (e *HTTPEncoder) Append(dst []byte, r *HTTPRequest) ([]byte, error) {
-	return appendHTTP(dst, r, e)
+	return appendHTTP(dst, r, e, nil)
 }
 
-// appendHTTP is AppendHTTP, with the schema and host text from e when e is not nil.
-func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder) ([]byte, error) {
+// IntTexts is the decimal text of a record's nullable integers as a parser read them, in
+// contract order: conn_serial, conn_requests, status, bytes_sent, body_bytes_sent,
+// tcpinfo_rtt_us, tcpinfo_rttvar_us, tcpinfo_snd_cwnd, tcpinfo_rcv_space. A text that is not
+// nil must be exactly strconv.FormatInt of its field's value (digits, no leading zero) and at
+// most 15 bytes; the encoder copies it instead of formatting the number.
+type IntTexts [9][]byte
+
+// AppendTexts is Append with the integers' text from t where it is given: the same bytes,
+// copied from the parsed line instead of formatted.
+func (e *HTTPEncoder) AppendTexts(dst []byte, r *HTTPRequest, t *IntTexts) ([]byte, error) {
+	return appendHTTP(dst, r, e, t)
+}
+
+// appendIntText appends v, from its text when t (when not nil) gives it: one 8-byte copy when
+// the text has 8 bytes of capacity behind it (a slice of a longer line) and b has room; like
+// appendIntW it may write up to 8 bytes past the number.
+func appendIntText(b []byte, v *int64, t []byte) []byte {
+	if v == nil {
+		return append(b, "null"...)
+	}
+	if t == nil {
+		return appendIntW(b, *v)
+	}
+	if n := len(t); n <= 8 && cap(t) >= 8 && cap(b)-len(b) >= 8 {
+		l := len(b)
+		binary.LittleEndian.PutUint64(b[l:l+8], binary.LittleEndian.Uint64(t[:8]))
+		return b[:l+n]
+	}
+	return append(b, t...)
+}
+
+// appendHTTP is AppendHTTP, with the schema and host text from e when e is not nil, and
+// integer text from t when t is not nil.
+func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder, t *IntTexts) ([]byte, error) {
+	if t == nil {
+		t = &noTexts
+	}
 	var b []byte
 	if e == nil {
 		b = appendHTTPSchema(dst, r.Schema)
@@ -41,12 +95,12 @@ func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder) ([]byte, error) {
 		}
 		b = append(dst, e.schemaEnc...)
 	}
-	b = appendInt(b, r.TsMs)
+	b = appendIntW(b, r.TsMs) // the host text follows
 	if e == nil {
 		b = appendHTTPHost(b, r)
 	} else {
-		if k := [6]string{r.Pop, r.Host, r.Kernel, r.Arm, r.RolloutID, r.CC}; e.hostEnc == nil || k != e.host {
-			e.host, e.hostEnc = k, appendHTTPHost(nil, r)
+		if e.hostEnc == nil || !e.sameHost(r) {
+			e.host, e.hostEnc = [6]string{r.Pop, r.Host, r.Kernel, r.Arm, r.RolloutID, r.CC}, appendHTTPHost(nil, r)
 		}
 		b = append(b, e.hostEnc...)
 	}
@@ -55,30 +109,89 @@ func appendHTTP(dst []byte, r *HTTPRequest, e *HTTPEncoder) ([]byte, error) {
 	} else {
 		b = appendString(b, r.PeerPrefix)
 	}
-	b = appendOptInt(append(b, `,"conn_serial":`...), r.ConnSerial)
-	b = appendOptInt(append(b, `,"conn_requests":`...), r.ConnRequests)
-	b = append(b, `,"method":`...)
+	b = appendIntText(appendKey(b, &keyConnSerial), r.ConnSerial, t[0])
+	b = appendIntText(appendKey(b, &keyConnRequests), r.ConnRequests, t[1])
+	b = appendKey(b, &keyMethod)
 	b = appendString(b, r.Method)
-	b = appendOptInt(append(b, `,"status":`...), r.Status)
-	b = appendOptInt(append(b, `,"bytes_sent":`...), r.BytesSent)
-	b = appendOptInt(append(b, `,"body_bytes_sent":`...), r.BodyBytesSent)
-	b = append(b, `,"request_time_ms":`...)
+	b = appendIntText(appendKey(b, &keyStatus), r.Status, t[2])
+	b = appendIntText(appendKey(b, &keyBytesSent), r.BytesSent, t[3])
+	b = appendIntText(appendKey(b, &keyBodyBytesSent), r.BodyBytesSent, t[4])
+	b = appendKey(b, &keyRequestTimeMs)
 	var err error
 	if b, err = appendOptFloat(b, r.RequestTimeMs, "request_time_ms"); err != nil {
 		return dst, err
 	}
-	b = appendOptInt(append(b, `,"tcpinfo_rtt_us":`...), r.TcpinfoRTTUs)
-	b = appendOptInt(append(b, `,"tcpinfo_rttvar_us":`...), r.TcpinfoRTTVarUs)
-	b = appendOptInt(append(b, `,"tcpinfo_snd_cwnd":`...), r.TcpinfoSndCwnd)
-	b = appendOptInt(append(b, `,"tcpinfo_rcv_space":`...), r.TcpinfoRcvSpace)
-	b = append(b, `,"sample_rate":`...)
-	if b, err = appendFloatField(b, float64(r.SampleRate), "sample_rate"); err != nil {
-		return dst, err
+	b = appendIntText(appendKey(b, &keyTcpinfoRttUs), r.TcpinfoRTTUs, t[5])
+	b = appendIntText(appendKey(b, &keyTcpinfoRttvarUs), r.TcpinfoRTTVarUs, t[6])
+	b = appendIntText(appendKey(b, &keyTcpinfoSndCwnd), r.TcpinfoSndCwnd, t[7])
+	b = appendIntText(appendKey(b, &keyTcpinfoRcvSpace), r.TcpinfoRcvSpace, t[8])
+	if e != nil && e.rateEnc != nil && r.SampleRate == e.rate && r.SampleRate != 0 { // 0 and -0 print apart
+		b = append(b, e.rateEnc...)
+	} else {
+		start := len(b)
+		b = append(b, keySampleRate.s...) // the end of the record: nothing may be written past it
+		if b, err = appendFloatField(b, float64(r.SampleRate), "sample_rate"); err != nil {
+			return dst, err
+		}
+		if e != nil {
+			e.rate, e.rateEnc = r.SampleRate, append(e.rateEnc[:0], b[start:]...)
+		}
 	}
 	if r.TsSource != "" {
-		b = appendString(append(b, `,"ts_source":`...), r.TsSource)
+		b = appendString(append(b, keyTsSource.s...), r.TsSource)
 	}
 	return append(b, '}'), nil
+}
+
+// The keys of http_request/1 after the host fields, as words for appendKey.
+var (
+	keyConnSerial      = mkKey(`,"conn_serial":`)
+	keyConnRequests    = mkKey(`,"conn_requests":`)
+	keyMethod          = mkKey(`,"method":`)
+	keyStatus          = mkKey(`,"status":`)
+	keyBytesSent       = mkKey(`,"bytes_sent":`)
+	keyBodyBytesSent   = mkKey(`,"body_bytes_sent":`)
+	keyRequestTimeMs   = mkKey(`,"request_time_ms":`)
+	keyTcpinfoRttUs    = mkKey(`,"tcpinfo_rtt_us":`)
+	keyTcpinfoRttvarUs = mkKey(`,"tcpinfo_rttvar_us":`)
+	keyTcpinfoSndCwnd  = mkKey(`,"tcpinfo_snd_cwnd":`)
+	keyTcpinfoRcvSpace = mkKey(`,"tcpinfo_rcv_space":`)
+	keySampleRate      = mkKey(`,"sample_rate":`)
+	keyTsSource        = mkKey(`,"ts_source":`)
+)
+
+// keyWords is a key's text (at most 24 bytes) as three little-endian words.
+type keyWords struct {
+	s string
+	w [3]uint64
+}
+
+func mkKey(s string) keyWords {
+	if len(s) > 24 {
+		panic("record: key longer than 24 bytes: " + s)
+	}
+	var buf [24]byte
+	copy(buf[:], s)
+	k := keyWords{s: s}
+	for i := range k.w {
+		k.w[i] = binary.LittleEndian.Uint64(buf[8*i:])
+	}
+	return k
+}
+
+// appendKey appends a key with three 8-byte writes when b has room (no call): like
+// appendIntW it may write up to 24 bytes from the key's start, which the record's next
+// bytes overwrite (every key it writes is followed by a value and the sample_rate field).
+func appendKey(b []byte, k *keyWords) []byte {
+	l := len(b)
+	if cap(b)-l < 24 {
+		return append(b, k.s...)
+	}
+	w := b[l : l+24]
+	binary.LittleEndian.PutUint64(w, k.w[0])
+	binary.LittleEndian.PutUint64(w[8:], k.w[1])
+	binary.LittleEndian.PutUint64(w[16:], k.w[2])
+	return b[:l+len(k.s)]
 }
 
 func appendHTTPSchema(b []byte, schema string) []byte {
@@ -308,6 +421,11 @@ const hexDigits = "0123456789abcdef"
 // invalid UTF-8 bytes as \ufffd, U+2028 and U+2029 as \u2028 and \u2029, everything else
 // as it is.
 func appendString(b []byte, s string) []byte {
+	if plainString(s) {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -358,3 +476,39 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, s[start:]...)
 	return append(b, '"')
 }
+
+// Eight bytes at a time (SWAR): bytesLo has 1 in every byte, bytesHi 0x80.
+const (
+	bytesLo = 0x0101010101010101
+	bytesHi = 0x8080808080808080
+)
+
+// plainString reports whether s holds no byte appendString escapes or checks: every byte
+// printable ASCII (0x20–0x7f) but `"` and `\`. Such a string is written as it is. Eight
+// bytes at a time; each test is exact (Bit Twiddling Hacks: hasless(x, 0x20), haszero).
+func plainString(s string) bool {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8))
+		if (x-0x20*bytesLo)&^x&bytesHi|x&bytesHi|hasZeroByte(x^'"'*bytesLo)|hasZeroByte(x^'\\'*bytesLo) != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if !plainByte[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// hasZeroByte reports (non-zero) whether a byte of x is 0; exact.
+func hasZeroByte(x uint64) uint64 { return (x - bytesLo) &^ x & bytesHi }
+
+// plainByte: the bytes plainString accepts.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()

@@ -169,6 +169,17 @@ func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 		all = append(all, string(r))
 	}
 	all = append(all, nastyStrings...)
+	// every byte value at every position of printable strings of 1 to 20 bytes: the eight-byte
+	// fast path (plainString) and its tail see each byte it must leave to the escaping loop
+	for n := 1; n <= 20; n++ {
+		for at := 0; at < n; at++ {
+			for c := 0; c < 256; c++ {
+				b := []byte(strings.Repeat("x/ -~", 4)[:n])
+				b[at] = byte(c)
+				all = append(all, string(b))
+			}
+		}
+	}
 	for _, s := range all {
 		want, err := json.Marshal(s)
 		if err != nil {
@@ -272,6 +283,14 @@ func TestHTTPEncoderMatchesAppendHTTP(t *testing.T) {
 				*keep[k] = from[k]
 			}
 		}
+		if rng.Intn(4) != 0 { // mostly the previous sample rate (its text is kept), 0 and -0 too
+			h.SampleRate = prev.SampleRate
+		} else if rng.Intn(2) == 0 {
+			h.SampleRate = Float([]float64{0, math.Copysign(0, -1), 1, 0.5, math.NaN()}[rng.Intn(5)])
+		}
+		if rng.Intn(3) == 0 { // the same text in other strings: compared by content
+			h.Host = strings.Clone(h.Host)
+		}
 		if change >= len(keep) {
 			hits++
 		}
@@ -284,5 +303,46 @@ func TestHTTPEncoderMatchesAppendHTTP(t *testing.T) {
 	}
 	if hits < 1000 {
 		t.Fatalf("only %d records reused the cached host text", hits)
+	}
+}
+
+// AppendTexts writes AppendHTTP's bytes when integers come as their text: texts with and
+// without 8 bytes of capacity behind them, buffers with and without room.
+func TestAppendTextsMatchesAppendHTTP(t *testing.T) {
+	rng := rand.New(rand.NewSource(8))
+	var enc HTTPEncoder
+	for i := 0; i < 20000; i++ {
+		var h HTTPRequest
+		randFill(rng, reflect.ValueOf(&h).Elem())
+		ints := [...]*int64{h.ConnSerial, h.ConnRequests, h.Status, h.BytesSent, h.BodyBytesSent,
+			h.TcpinfoRTTUs, h.TcpinfoRTTVarUs, h.TcpinfoSndCwnd, h.TcpinfoRcvSpace}
+		var texts IntTexts
+		for k, p := range ints {
+			if p == nil || *p < 0 || *p >= 1e15 || rng.Intn(4) == 0 {
+				continue
+			}
+			line := strconv.AppendInt([]byte("x"), *p, 10)
+			if rng.Intn(2) == 0 {
+				line = append(line, " 12345678"...) // the text is followed by more of the line
+			}
+			texts[k] = line[1 : 1+len(strconv.FormatInt(*p, 10))]
+		}
+		want, werr := AppendHTTP([]byte("prefix"), &h)
+		buf := []byte("prefix")
+		if rng.Intn(2) == 0 {
+			buf = append(make([]byte, 0, 4096), buf...)
+			for k := len(buf); k < cap(buf); k++ {
+				buf[:cap(buf)][k] = '#'
+			}
+		}
+		got, gerr := enc.AppendTexts(buf, &h, &texts)
+		if (werr == nil) != (gerr == nil) || !bytes.Equal(got, want) {
+			t.Fatalf("record %d: AppendTexts\n got %s (%v)\nwant %s (%v)", i, got, gerr, want, werr)
+		}
+		// the word writes past a key or a number are overwritten by the record itself:
+		// nothing changes beyond its end
+		if gerr == nil && cap(got) == 4096 && strings.Trim(string(got[len(got):cap(got)]), "#") != "" {
+			t.Fatalf("record %d: AppendTexts wrote past the record's end: %q", i, got[len(got):len(got)+32])
+		}
 	}
 }

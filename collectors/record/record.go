@@ -265,13 +265,17 @@ func (f Float) MarshalJSON() ([]byte, error) {
 
 // AppendFloat appends x as a JSON number that always reads back as a float.
 func AppendFloat(b []byte, x float64) ([]byte, error) {
+	// An integral value below 2^53 prints as its integer and ".0" (strconv's shortest 'f'
+	// form of it is the integer's digits); -0 is left to strconv. The conversion to int64 and
+	// back is exact for such values (and the test needs no call: math.Trunc is one without
+	// SSE4.1, GOAMD64=v1); NaN fails the range test.
+	if x > -(1<<53) && x < 1<<53 {
+		if i := int64(x); float64(i) == x && (i != 0 || !math.Signbit(x)) {
+			return append(appendInt(b, i), '.', '0'), nil
+		}
+	}
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return nil, ErrNotFinite
-	}
-	// An integral value below 2^53 prints as its integer and ".0" (strconv's shortest 'f'
-	// form of it is the integer's digits); -0 is left to strconv.
-	if x == math.Trunc(x) && math.Abs(x) < 1<<53 && (x != 0 || !math.Signbit(x)) {
-		return append(appendInt(b, int64(x)), '.', '0'), nil
 	}
 	// Same choice of notation as encoding/json, then make sure a float stays a float.
 	format := byte('f')

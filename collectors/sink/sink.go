@@ -475,17 +475,13 @@ func (s *Sink) produce(pm *pmsg, now time.Time) {
 	if pm.msg.Stream != s.streamText || s.streamB == nil {
 		s.streamText, s.streamB = pm.msg.Stream, []byte(pm.msg.Stream)
 	}
-	pm.hdr = [2]kgo.RecordHeader{
-		{Key: HeaderStream, Value: s.streamB},
-		{Key: HeaderPos, Value: strconv.AppendInt(pm.pos[:0], pm.msg.Pos, 10)},
-	}
-	pm.rec = kgo.Record{
-		Topic:     pm.msg.Topic,
-		Key:       s.keyBytes,
-		Value:     pm.msg.Value,
-		Timestamp: now,
-		Headers:   pm.hdr[:],
-	}
+	// Field by field into the zero pmsg (a pmsg is produced at most once): composite
+	// literals are built on the stack and copied with loads that stall on the stores that
+	// built them.
+	pm.hdr[0].Key, pm.hdr[0].Value = HeaderStream, s.streamB
+	pm.hdr[1].Key, pm.hdr[1].Value = HeaderPos, strconv.AppendInt(pm.pos[:0], pm.msg.Pos, 10)
+	pm.rec.Topic, pm.rec.Key, pm.rec.Value = pm.msg.Topic, s.keyBytes, pm.msg.Value
+	pm.rec.Timestamp, pm.rec.Headers = now, pm.hdr[:]
 	rec := &pm.rec
 	if s.inflight == 0 {
 		s.lastProgress = now

@@ -270,7 +270,7 @@ func (fo *follower) line(meta record.Meta, line []byte, end int64, b *batch) {
 		b.msgs = t.msgSlice()
 	}
 	start := len(b.arena)
-	arena, err := t.enc.Append(b.arena, r)
+	arena, err := t.enc.AppendTexts(b.arena, r, t.scratch.IntTexts())
 	if err != nil {
 		t.m.ParseErrors.WithLabelValues("encode").Inc()
 		return

@@ -103,7 +103,7 @@ func runParseNginx(ctx context.Context, env Env, args []string) int {
 			continue
 		}
 		meta.StampHTTP(&r)
-		if buf, err = enc.Append(buf[:0], &r); err != nil {
+		if buf, err = enc.AppendTexts(buf[:0], &r, scratch.IntTexts()); err != nil {
 			fmt.Fprintf(env.Stderr, "%s: line %d: %v\n", cmd, l.Num, err)
 			return ExitFailure
 		}
