@@ -3,6 +3,17 @@
 
 How a batch goes in (no per-row Python objects on the hot path):
 
+0. The plain path, for the usual clean batch (:meth:`BatchWriter._write_plain`): the payloads
+   joined once (the only per-record Python), the checks of step 1 made over the whole batch
+   by byte counts and one ``translate`` (every record starts with the canonical prefix and ends
+   with ``}``, no newline inside, nothing suspect), and one ``INSERT ... SELECT`` from the bytes
+   in which ClickHouse attaches each row's source position: the batch's runs of consecutive
+   offsets (:func:`offset_runs`, numpy) go in as array parameters and row ``n``
+   (``rowNumberInAllBlocks()``, one stream after the order-keeping parallel parser) finds its
+   run; a line holding two objects makes a row too many and the insert throws instead of
+   shifting positions. Same landing table, settings, one block and dedup token as step 2. A
+   batch it refuses (a bad row; nothing was inserted) goes to step 3 directly; one that is not
+   plain (or cut in more than ``MAX_PLAIN_RUNS`` runs) takes steps 1-3.
 1. Cheap byte checks per record: size limit, and "starts with ``{"schema":"<the expected
    schema>",`` and ends with ``}``" (what every producer of ours writes). One regex and one
    UTF-8 check over the whole batch look for what ClickHouse's JSON reader would bend rather
@@ -10,7 +21,9 @@ How a batch goes in (no per-row Python objects on the hot path):
    read as 1), raw control characters, invalid UTF-8. The records that fail any of these take
    the *careful* path (:func:`careful`): decoded strictly in Python (no duplicate keys, exact
    integers checked against their field's width, the top-level ``schema`` as the one
-   definition of the record's schema). Which path a record takes depends on its bytes alone,
+   definition of the record's schema; a number beyond an integer field's width in a record
+   without nested objects or backslashes is found by a regex, :func:`_wide_int_reason`, where
+   that cannot change its fate). Which path a record takes depends on its bytes alone,
    never on its neighbours. The record's source position (``_topic``, ``_partition``,
    ``_offset``) is spliced into the object's text.
 2. The whole batch is inserted as JSONEachRow into the schema's ``*_landing`` table (Null engine,
@@ -48,7 +61,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import orjson
-from ccab.base.contracts import (AUDIT_FIELDS, WIDE_INT_DIGITS, DuplicateKey, Schema, constraints, input_structure,
+from ccab.base.contracts import (AUDIT_FIELDS, INT_RANGES, SCHEMAS, WIDE_INT_DIGITS, DuplicateKey, Schema, constraints, input_structure,
                                   int_range_errors, reason_from_constraint, strict_loads, validate)
 from ccab.base.warehouse import Warehouse, WarehouseError
 
@@ -156,6 +169,8 @@ class BatchResult:
         self.dead.update(other.dead)
 
 
+# Each schema's integer fields by name (the careful path's shortcut).
+_INT_FIELDS = {s.name: {f.name: f for f in s.fields if f.kind in INT_RANGES} for s in SCHEMAS.values()}
 _CANONICAL_SCHEMA_RE = re.compile(rb'\{"schema":"([a-z_]{1,40}/[0-9]{1,4})",')
 
 
@@ -224,6 +239,9 @@ def careful(rec: Record, schema: Schema, max_record_bytes: int) -> tuple[bytes |
     line, reason = precheck(rec, max_record_bytes)
     if reason:
         return None, reason
+    wide = _wide_int_reason(rec.payload, schema)
+    if wide:
+        return None, wide
     try:
         value = strict_loads(rec.payload)
     except ValueError as exc:
@@ -239,6 +257,29 @@ def careful(rec: Record, schema: Schema, max_record_bytes: int) -> tuple[bytes |
     if errors:
         return None, errors[0]
     return line, None
+
+
+_WIDE_VALUE_RE = re.compile(rb':(-?[0-9]{%d,})[,}]' % WIDE_INT_DIGITS)  # its member's name: the string before
+
+
+def _wide_int_reason(payload: bytes, schema: Schema) -> str | None:
+    """The careful path's usual verdict without its strict decode: a record with no nested
+    object and no backslash (so no string holds a quote, and every ``"name":<digits>`` is a
+    top-level member) whose integer field holds a number beyond the field's width is dead
+    whatever else the strict reading would find. None: the full careful path decides."""
+    if b"\\" in payload or payload.count(b"{") != 1:
+        return None
+    fields = _INT_FIELDS[schema.name]
+    for m in _WIDE_VALUE_RE.finditer(payload):
+        end = m.start() - 1  # the closing quote of the member's name, if it is one
+        if payload[end:end + 1] != b'"':
+            continue
+        f = fields.get(payload[payload.rfind(b'"', 0, end) + 1:end].decode("utf-8", "replace"))
+        if f is not None:
+            lo, hi = f.int_range
+            if not lo <= int(m.group(1)) <= hi:
+                return f"field {f.name}: integer out of range {lo}..{hi}"
+    return None
 
 
 def _reason_from_error(err: WarehouseError) -> str:

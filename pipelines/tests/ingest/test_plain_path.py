@@ -90,3 +90,33 @@ def test_records_the_reader_refuses_with_rarer_error_codes_are_dead_letters_not_
                               line(tcp_sample(2)).replace(b'"kernel":"', b'"kernel":"\\ud800', 1)]):
         res = BatchWriter(warehouse).write(TCP_SAMPLE, Batch("ccab.tcp.v1", [body], [0], [n]))
         assert (res.inserted, res.dead_total) == (0, 1), res.dead
+
+
+def test_the_careful_paths_shortcut_for_wide_integers_agrees_with_the_strict_reading(monkeypatch):
+    """A record with a number beyond its field's width is dead by a regex over its bytes, not a
+    strict decode: only where that cannot change its fate (no nested object, no backslash)."""
+    from ccab.ingest import batch as B
+
+    base = line(tcp_sample(1))
+    big = str(2**64 + 1).encode()
+    cases = [
+        base.replace(b'"bytes_acked":', b'"bytes_acked":' + big + b',"z":', 1),  # the usual one
+        base.replace(b'"ts_ms":', b'"ts_ms":-' + big + b',"z":', 1),
+        base[:-1] + b',"meta":{"bytes_acked":' + big + b'}}',  # nested: not a contract field
+        base[:-1] + b',"note":"\\",\\"bytes_acked\\":' + big + b',\\""}',  # inside a string
+        base[:-1] + b',"bytes_acked":' + big + b'}',  # also a duplicate key
+        base[:-1] + b',"sample_rate_x":' + big + b'}',  # unknown member: loads
+        base.replace(b'"sample_rate":1.0', b'"sample_rate":' + big, 1),  # a float field: loads
+        base.replace(b'"bytes_acked":', b'"bytes_acked":0' + big + b',"z":', 1),  # leading zero: not JSON
+        base.replace(b'"bytes_acked":', b'"bytes_acked":' + str(2**64 - 1).encode() + b',"z":', 1),  # the edge: loads
+    ]
+    for n, body in enumerate(cases):
+        rec = B.Record(body, "t", 0, n)
+        fast = B.careful(rec, TCP_SAMPLE, 1 << 20)
+        with monkeypatch.context() as m:
+            m.setattr(B, "_wide_int_reason", lambda *_a: None)
+            strict = B.careful(rec, TCP_SAMPLE, 1 << 20)
+        assert (fast[0] is None) == (strict[0] is None), (n, fast[1], strict[1])
+        if strict[1] and "integer out of range" in strict[1]:
+            assert fast[1] == strict[1]
+    assert B._wide_int_reason(cases[0], TCP_SAMPLE) == "field bytes_acked: integer out of range 0..18446744073709551615"
