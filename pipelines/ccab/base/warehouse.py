@@ -101,6 +101,13 @@ class Warehouse(Protocol):
         loader classifies a rejected batch's rows this way, in one pass)."""
         ...
 
+    def command_input(self, sql: str, data: bytes, fmt: str, structure: str, params: dict | None = None,
+                      settings: dict | None = None) -> None:
+        """Run the statement ``sql`` (an ``INSERT ... SELECT``) where ``{input}`` names ``data``
+        read as ``fmt`` with ``structure``: how the loader inserts a batch with columns
+        ClickHouse adds (the source position of each row)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -224,6 +231,18 @@ class ChdbWarehouse:
         finally:
             os.unlink(path)
 
+    def command_input(self, sql: str, data: bytes, fmt: str, structure: str, params: dict | None = None,
+                      settings: dict | None = None) -> None:
+        if "'" in structure:
+            raise ValueError("structure must not contain quotes")
+        fd, path = tempfile.mkstemp(prefix="ccab-input-", suffix=".data", dir=_TMP_DIR)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            self.command(sql.replace("{input}", f"file('{path}', {fmt}, '{structure}')"), params, settings)
+        finally:
+            os.unlink(path)
+
     def close(self) -> None:
         if not self._owner:
             return
@@ -295,6 +314,17 @@ class ServerWarehouse:
             raise _error_from(exc, sql) from exc
         return QueryResult(list(r.column_names), [tuple(x) for x in r.result_rows],
                            [t.name for t in r.column_types])
+
+    def command_input(self, sql: str, data: bytes, fmt: str, structure: str, params: dict | None = None,
+                      settings: dict | None = None) -> None:
+        from clickhouse_connect.driver.external import ExternalData
+
+        ext = ExternalData(file_name="ccab_input", data=data, fmt=fmt, structure=structure)
+        try:
+            self._client.command(sql.replace("{input}", "ccab_input"), parameters=params, settings=settings,
+                                 external_data=ext)
+        except Exception as exc:
+            raise _error_from(exc, sql) from exc
 
     def close(self) -> None:
         self._client.close()

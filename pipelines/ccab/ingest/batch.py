@@ -3,6 +3,17 @@
 
 How a batch goes in (no per-row Python objects on the hot path):
 
+0. The plain path, for the usual clean batch (:meth:`BatchWriter._write_plain`): the payloads
+   joined once (the only per-record Python), the checks of step 1 made over the whole batch
+   by byte counts and one ``translate`` (every record starts with the canonical prefix and ends
+   with ``}``, no newline inside, nothing suspect), and one ``INSERT ... SELECT`` from the bytes
+   in which ClickHouse attaches each row's source position: the batch's runs of consecutive
+   offsets (:func:`offset_runs`, numpy) go in as array parameters and row ``n``
+   (``rowNumberInAllBlocks()``, one stream after the order-keeping parallel parser) finds its
+   run; a line holding two objects makes a row too many and the insert throws instead of
+   shifting positions. Same landing table, settings, one block and dedup token as step 2. A
+   batch it refuses (a bad row; nothing was inserted) goes to step 3 directly; one that is not
+   plain (or cut in more than ``MAX_PLAIN_RUNS`` runs) takes steps 1-3.
 1. Cheap byte checks per record: size limit, and "starts with ``{"schema":"<the expected
    schema>",`` and ends with ``}``" (what every producer of ours writes). One regex and one
    UTF-8 check over the whole batch look for what ClickHouse's JSON reader would bend rather
@@ -10,7 +21,9 @@ How a batch goes in (no per-row Python objects on the hot path):
    read as 1), raw control characters, invalid UTF-8. The records that fail any of these take
    the *careful* path (:func:`careful`): decoded strictly in Python (no duplicate keys, exact
    integers checked against their field's width, the top-level ``schema`` as the one
-   definition of the record's schema). Which path a record takes depends on its bytes alone,
+   definition of the record's schema; a number beyond an integer field's width in a record
+   without nested objects or backslashes is found by a regex, :func:`_wide_int_reason`, where
+   that cannot change its fate). Which path a record takes depends on its bytes alone,
    never on its neighbours. The record's source position (``_topic``, ``_partition``,
    ``_offset``) is spliced into the object's text.
 2. The whole batch is inserted as JSONEachRow into the schema's ``*_landing`` table (Null engine,
@@ -46,8 +59,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
 import orjson
-from ccab.base.contracts import (WIDE_INT_DIGITS, DuplicateKey, Schema, constraints, input_structure,
+from ccab.base.contracts import (AUDIT_FIELDS, INT_RANGES, SCHEMAS, WIDE_INT_DIGITS, DuplicateKey, Schema, constraints, input_structure,
                                   int_range_errors, reason_from_constraint, strict_loads, validate)
 from ccab.base.warehouse import Warehouse, WarehouseError
 
@@ -70,7 +84,8 @@ INSERT_SETTINGS = {
     "max_insert_block_size": 1 << 20,
 }
 # Error codes that mean "the data is bad", as opposed to "the warehouse is unwell".
-_DATA_ERROR_CODES = {6, 26, 27, 32, 38, 41, 53, 69, 70, 72, 117, 130, 131, 169, 321, 349, 386, 394, 469, 691}
+_DATA_ERROR_CODES = {6, 25, 26, 27, 32, 38, 41, 53, 69, 70, 72, 117, 130, 131, 169, 321, 349, 386, 394, 467, 469, 691}
+_THROW_IF = 395  # FUNCTION_THROW_IF_VALUE_IS_NON_ZERO: the plain path's row count check
 _ROW_RE = re.compile(r"at row (\d+)")
 _CONSTRAINT_RE = re.compile(r"Constraint `(\w+)`")
 _CONSTRAINT_VALUES_RE = re.compile(r"Column values: (.*?)\. \(VIOLATED")
@@ -154,6 +169,8 @@ class BatchResult:
         self.dead.update(other.dead)
 
 
+# Each schema's integer fields by name (the careful path's shortcut).
+_INT_FIELDS = {s.name: {f.name: f for f in s.fields if f.kind in INT_RANGES} for s in SCHEMAS.values()}
 _CANONICAL_SCHEMA_RE = re.compile(rb'\{"schema":"([a-z_]{1,40}/[0-9]{1,4})",')
 
 
@@ -222,6 +239,9 @@ def careful(rec: Record, schema: Schema, max_record_bytes: int) -> tuple[bytes |
     line, reason = precheck(rec, max_record_bytes)
     if reason:
         return None, reason
+    wide = _wide_int_reason(rec.payload, schema)
+    if wide:
+        return None, wide
     try:
         value = strict_loads(rec.payload)
     except ValueError as exc:
@@ -237,6 +257,29 @@ def careful(rec: Record, schema: Schema, max_record_bytes: int) -> tuple[bytes |
     if errors:
         return None, errors[0]
     return line, None
+
+
+_WIDE_VALUE_RE = re.compile(rb':(-?[0-9]{%d,})[,}]' % WIDE_INT_DIGITS)  # its member's name: the string before
+
+
+def _wide_int_reason(payload: bytes, schema: Schema) -> str | None:
+    """The careful path's usual verdict without its strict decode: a record with no nested
+    object and no backslash (so no string holds a quote, and every ``"name":<digits>`` is a
+    top-level member) whose integer field holds a number beyond the field's width is dead
+    whatever else the strict reading would find. None: the full careful path decides."""
+    if b"\\" in payload or payload.count(b"{") != 1:
+        return None
+    fields = _INT_FIELDS[schema.name]
+    for m in _WIDE_VALUE_RE.finditer(payload):
+        end = m.start() - 1  # the closing quote of the member's name, if it is one
+        if payload[end:end + 1] != b'"':
+            continue
+        f = fields.get(payload[payload.rfind(b'"', 0, end) + 1:end].decode("utf-8", "replace"))
+        if f is not None:
+            lo, hi = f.int_range
+            if not lo <= int(m.group(1)) <= hi:
+                return f"field {f.name}: integer out of range {lo}..{hi}"
+    return None
 
 
 def _reason_from_error(err: WarehouseError) -> str:
@@ -338,6 +381,84 @@ def _stage_settings(n_rows: int) -> dict:
     return settings
 
 
+# How many runs of consecutive offsets a batch may have for the plain path (ClickHouse finds each
+# row's run by counting run starts: cost rows x runs); a batch cut in more pieces takes the
+# per-record path. Kafka hands out each partition in long runs (one fetch each).
+MAX_PLAIN_RUNS = 256
+
+
+@dataclass
+class Runs:
+    """A batch as runs of consecutive offsets of one partition: the first row of each run, its
+    partition and first offset; ``spans``: the first and last offset per partition."""
+
+    starts: list[int]
+    parts: list[int]
+    firsts: list[int]
+    spans: dict[int, list[int]]
+
+    def params(self) -> dict:
+        return {"rs": self.starts, "rp": self.parts, "ro": self.firsts}
+
+
+def offset_runs(partitions: list[int], offsets: list[int]) -> Runs | None:
+    """The batch's runs, computed by numpy over the columns (no per-record Python); None
+    beyond ``MAX_PLAIN_RUNS`` runs."""
+    p = np.asarray(partitions, dtype=np.int64)
+    o = np.asarray(offsets, dtype=np.int64)
+    cut = np.flatnonzero((p[1:] != p[:-1]) | (o[1:] != o[:-1] + 1)) + 1
+    if len(cut) >= MAX_PLAIN_RUNS:
+        return None
+    starts = [0, *cut.tolist()]
+    ends = [*cut.tolist(), len(p)]
+    parts = p[starts].tolist()
+    firsts = o[starts].tolist()
+    spans: dict[int, list[int]] = {}
+    for part, first, a, b in zip(parts, firsts, starts, ends):
+        if part in spans:
+            spans[part][1] = first + (b - a) - 1
+        else:
+            spans[part] = [first, first + (b - a) - 1]
+    return Runs(starts, parts, firsts, spans)
+
+
+def _plain(data: bytes, n: int, head: bytes, limit: int, payloads: list[bytes]) -> bool:
+    """Whether all ``n`` records joined in ``data`` may go in as they are: each starts with the
+    schema's canonical prefix ``head`` and ends with ``}``, holds no newline, is within ``limit``
+    bytes, and the batch holds nothing suspect (wide digit runs, control characters, invalid
+    UTF-8). Byte counts over the whole batch, at C speed."""
+    if not data.startswith(head) or not data.endswith(b"}"):
+        return False
+    # every newline is a separator, and each is "}" + newline + the next record's prefix
+    if data.count(b"\n") != n - 1 or data.count(b"}\n" + head) != n - 1:
+        return False
+    if len(data) > limit and max(map(len, payloads)) > limit:
+        return False
+    if not _utf8(data):
+        return False
+    t = data.translate(_CLASSES)
+    return t.find(_WIDE_RUN) < 0 and t.find(b"\x01") < 0
+
+
+def _plain_structure(schema: Schema) -> str:
+    """The landing columns without the source position (ClickHouse adds it)."""
+    audit = {f.name for f in AUDIT_FIELDS}
+    return ", ".join(c for c in input_structure(schema).split(", ") if c.split(" ", 1)[0] not in audit)
+
+
+def _plain_insert_sql(schema: Schema) -> str:
+    """Rows read in order (``max_threads=1``: one stream after the parallel parser, which keeps
+    the order), numbered by ``rowNumberInAllBlocks()``; row ``n`` is in run ``k`` (the number
+    of run starts <= n), at offset ``first[k] + n - start[k]``."""
+    cols = ", ".join(f.name for f in schema.fields)
+    return (f"INSERT INTO {schema.landing_table} ({cols}, _topic, _partition, _offset) "
+            f"SELECT {cols}, {{topic:String}}, {{rp:Array(UInt32)}}[_k], "
+            # a line that held two objects makes more rows than lines: refused, never shifted
+            f"{{ro:Array(UInt64)}}[_k] + (_n - {{rs:Array(UInt64)}}[_k]) + throwIf(_n >= {{rows:UInt64}}, 'more rows than records') "
+            f"FROM (SELECT *, rowNumberInAllBlocks() AS _n, arrayCount(x -> x <= _n, {{rs:Array(UInt64)}}) AS _k "
+            f"FROM {{input}})")
+
+
 class BatchWriter:
     """Inserts batches of one schema into the warehouse; see the module docstring."""
 
@@ -348,11 +469,18 @@ class BatchWriter:
 
     def write(self, schema: Schema, batch: Batch) -> BatchResult:
         result = BatchResult()
+        refused = False  # the plain insert refused the batch: a direct insert would too
+        if schema.name not in self._staging and len(batch):
+            plain = self._write_plain(schema, batch)
+            if plain == "in":
+                result.inserted = len(batch)
+                return result
+            refused = plain == "refused"
         lines, kept, dead = self._prepare(schema, batch)
         self._dead(schema, dead, result)  # dead letters always land before the good rows
         if not lines:
             return result
-        if schema.name not in self._staging:
+        if schema.name not in self._staging and not refused:
             try:
                 self._insert(schema.landing_table, batch, kept, lines)
                 result.inserted = len(lines)
@@ -363,6 +491,32 @@ class BatchWriter:
         # Rejected (or the previous batch of this schema was): parse once into the staging table.
         result.inserted = self._write_staged(schema, batch, kept, lines, result)
         return result
+
+    def _write_plain(self, schema: Schema, batch: Batch) -> str:
+        """The clean batch's path: the consumer's bytes joined once (the only per-record
+        Python), checked over the whole batch at C speed (every record in the canonical form,
+        nothing suspect), and inserted by one ``INSERT ... SELECT`` in which ClickHouse attaches
+        each row's source position from the batch's runs of consecutive offsets. Returns "in",
+        "refused" (ClickHouse refused a row; nothing was inserted) or "" (the batch needs the
+        per-record path: not canonical, suspect bytes, or cut in too many runs)."""
+        n = len(batch)
+        runs = offset_runs(batch.partitions, batch.offsets)
+        if runs is None:
+            return ""
+        data = b"\n".join(batch.payloads)
+        if not _plain(data, n, schema_prefix(schema.name), self.max_record_bytes, batch.payloads):
+            return ""
+        token = _token(batch.topic, runs.spans, data if batch.hash_content else None)
+        try:
+            self.wh.command_input(
+                _plain_insert_sql(schema), data, "JSONEachRow", _plain_structure(schema),
+                params={"topic": batch.topic, "rows": n, **runs.params()},
+                settings=dict(INSERT_SETTINGS, max_threads=1, insert_deduplication_token=token))
+        except WarehouseError as err:
+            if err.code not in _DATA_ERROR_CODES and err.code != _THROW_IF:
+                raise
+            return "refused"  # a bad row: the staged path finds it (nothing was inserted)
+        return "in"
 
     def _write_staged(self, schema: Schema, batch: Batch, kept: list[int], lines: list[bytes],
                       result: BatchResult) -> int:
