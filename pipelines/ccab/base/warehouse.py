@@ -10,12 +10,13 @@ database named in the URL path).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Iterator, Protocol
 from urllib.parse import urlparse
 
 import orjson
@@ -135,6 +136,25 @@ class _SharedSession:
     current: str | None = None
 
 
+@contextlib.contextmanager
+def _data_file(data: bytes) -> Iterator[str]:
+    """``data`` in a private temp file (tmpfs when there is one) for ``file()`` to read; removed after."""
+    fd, path = tempfile.mkstemp(prefix="ccab-input-", suffix=".data", dir=_TMP_DIR)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        yield path
+    finally:
+        os.unlink(path)
+
+
+def _with_input(sql: str, path: str, fmt: str, structure: str) -> str:
+    """``sql`` with its ``{input}`` placeholder naming the data file read as ``fmt`` with ``structure``."""
+    if "'" in structure:
+        raise ValueError("structure must not contain quotes")
+    return sql.replace("{input}", f"file('{path}', {fmt}, '{structure}')")
+
+
 class ChdbWarehouse:
     """Embedded ClickHouse (chdb) on a directory. One process at a time may hold the path."""
 
@@ -211,37 +231,18 @@ class ChdbWarehouse:
         # ClickHouse parses the bytes, never Python. Reading them with file() is about twice as
         # fast in chdb as inline data after FORMAT (bench/loader), so the batch goes through a
         # private temp file (tmpfs when there is one).
-        fd, path = tempfile.mkstemp(prefix="ccab-insert-", suffix=".data", dir=_TMP_DIR)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+        with _data_file(data) as path:
             self._run(f"INSERT INTO {table} SELECT * FROM file('{path}', {fmt}){_settings_clause(settings)}")
-        finally:
-            os.unlink(path)
 
     def query_input(self, sql: str, data: bytes, fmt: str, structure: str,
                     settings: dict | None = None) -> QueryResult:
-        if "'" in structure:
-            raise ValueError("structure must not contain quotes")
-        fd, path = tempfile.mkstemp(prefix="ccab-input-", suffix=".data", dir=_TMP_DIR)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            return self.query(sql.replace("{input}", f"file('{path}', {fmt}, '{structure}')"), settings=settings)
-        finally:
-            os.unlink(path)
+        with _data_file(data) as path:
+            return self.query(_with_input(sql, path, fmt, structure), settings=settings)
 
     def command_input(self, sql: str, data: bytes, fmt: str, structure: str, params: dict | None = None,
                       settings: dict | None = None) -> None:
-        if "'" in structure:
-            raise ValueError("structure must not contain quotes")
-        fd, path = tempfile.mkstemp(prefix="ccab-input-", suffix=".data", dir=_TMP_DIR)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            self.command(sql.replace("{input}", f"file('{path}', {fmt}, '{structure}')"), params, settings)
-        finally:
-            os.unlink(path)
+        with _data_file(data) as path:
+            self.command(_with_input(sql, path, fmt, structure), params, settings)
 
     def close(self) -> None:
         if not self._owner:
