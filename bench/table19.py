@@ -17,7 +17,7 @@ ROWS = [
     ("loader", "loader vs one direct INSERT of the same bytes", "≥ 0.85 in every round", "2 (loader half)", None),
     ("collector", "collector `run` path (tailer → parser → sink)", "≥ 1M lines/s/core", "2 (collector half)", None),
     ("kafka", "Kafka", "a real 3-broker cluster survives a broker loss", "3",
-     "test: pipelines/tests/kafka/test_kafka_cluster.py (make test; kill the partition leader under "
+     "test: pipelines/tests/kafka/test_kafka_cluster.py (make test-slow, which .ci/run runs after make test; kill the partition leader under "
      "collector+loader load → 0 lost, 0 duplicated; agents+controller through a broker loss)"),
     ("clickhouse", "ClickHouse cluster", "built and tested", "4",
      "tests: pipelines/tests/ingest/test_shards.py (loader on 3 shard databases of one chdb engine, "
