@@ -17,67 +17,12 @@ if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v nginx >/dev
   echo "close capture bench: skipped (needs root, ip, tc and nginx)"
   exit 0
 fi
-tmp=$(mktemp -d)
-srv="cc14b-srv-$$"
-cli="cc14b-cli-$$"
-pids=()
 old_allowed=$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control)
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  [ -f "$tmp/nginx/nginx.pid" ] && kill "$(cat "$tmp/nginx/nginx.pid")" 2>/dev/null || true
-  ip netns delete "$srv" 2>/dev/null || true
-  ip netns delete "$cli" 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+case " $old_allowed " in *" cubic "*) ;; *) sysctl -q -w net.ipv4.tcp_allowed_congestion_control="$old_allowed cubic" ;; esac
+. bench/collector/nginx_lab.sh
+nginx_lab_up cc14b 231 "tcp_nopush on;" cubic
 CGO_ENABLED=0 go build -o "$tmp/ccab-collector" ./collectors/cmd/ccab-collector
 CGO_ENABLED=0 go build -o "$tmp/closebench" ./bench/collector/closebench
-
-case " $old_allowed " in *" cubic "*) ;; *) sysctl -q -w net.ipv4.tcp_allowed_congestion_control="$old_allowed cubic" ;; esac
-ip netns add "$srv"
-ip netns add "$cli"
-ip -n "$srv" link set lo up
-ip -n "$cli" link set lo up
-ip -n "$srv" link add cc14bf$$ type veth peer name cc14cf$$ netns "$cli"
-ip -n "$srv" link add cc14bt$$ type veth peer name cc14ct$$ netns "$cli"
-ip -n "$srv" addr add 10.231.1.1/24 dev cc14bf$$
-ip -n "$cli" addr add 10.231.1.2/24 dev cc14cf$$
-ip -n "$srv" addr add 10.231.2.1/24 dev cc14bt$$
-ip -n "$cli" addr add 10.231.2.2/24 dev cc14ct$$
-for d in cc14bf$$ cc14bt$$; do ip -n "$srv" link set "$d" up; done
-for d in cc14cf$$ cc14ct$$; do ip -n "$cli" link set "$d" up; done
-tc -n "$srv" qdisc add dev cc14bt$$ root tbf rate 50mbit burst 16k limit 30000
-ip netns exec "$srv" sysctl -q -w net.ipv4.tcp_congestion_control=cubic
-ip netns exec "$cli" sysctl -q -w net.ipv4.ip_local_port_range="1024 65535"
-
-mkdir -p "$tmp/nginx/www"
-for s in 1024 4096 16384 65536 262144 1048576; do head -c "$s" /dev/urandom >"$tmp/nginx/www/$s"; done
-cat >"$tmp/nginx/nginx.conf" <<EOF
-worker_processes 1;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/error.log warn;
-user root;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $tmp/nginx/body;
-    proxy_temp_path $tmp/nginx/proxy;
-    fastcgi_temp_path $tmp/nginx/fastcgi;
-    uwsgi_temp_path $tmp/nginx/uwsgi;
-    scgi_temp_path $tmp/nginx/scgi;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_timeout 10;
-    default_type application/octet-stream;
-    server {
-        listen 10.231.1.1:80 backlog=1024;
-        listen 10.231.2.1:80 backlog=1024;
-        root $tmp/nginx/www;
-    }
-}
-EOF
-ip netns exec "$srv" nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf"
-for _ in $(seq 50); do [ -s "$tmp/nginx/nginx.pid" ] && break; sleep 0.1; done
 
 salt="bench-$$"
 tck=$(getconf CLK_TCK)

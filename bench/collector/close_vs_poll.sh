@@ -19,64 +19,11 @@ if [ "$(id -u)" != 0 ] || ! command -v nginx >/dev/null || ! command -v tc >/dev
 fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-tmp=$(mktemp -d)
-srv="cvp-srv-$$"
-cli="cvp-cli-$$"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  [ -f "$tmp/nginx/nginx.pid" ] && kill "$(cat "$tmp/nginx/nginx.pid")" 2>/dev/null || true
-  ip netns delete "$srv" 2>/dev/null || true
-  ip netns delete "$cli" 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+. bench/collector/nginx_lab.sh
+nginx_lab_up cvp 232
+head -c 33554432 /dev/urandom >"$tmp/nginx/www/big"
 CGO_ENABLED=0 go build -o "$tmp/ccab-collector" ./collectors/cmd/ccab-collector
 CGO_ENABLED=0 go build -o "$tmp/closebench" ./bench/collector/closebench
-
-ip netns add "$srv"
-ip netns add "$cli"
-ip -n "$srv" link set lo up
-ip -n "$cli" link set lo up
-ip -n "$srv" link add cvpf$$ type veth peer name cvpcf$$ netns "$cli"
-ip -n "$srv" link add cvpt$$ type veth peer name cvpct$$ netns "$cli"
-ip -n "$srv" addr add 10.232.1.1/24 dev cvpf$$
-ip -n "$cli" addr add 10.232.1.2/24 dev cvpcf$$
-ip -n "$srv" addr add 10.232.2.1/24 dev cvpt$$
-ip -n "$cli" addr add 10.232.2.2/24 dev cvpct$$
-for d in cvpf$$ cvpt$$; do ip -n "$srv" link set "$d" up; done
-for d in cvpcf$$ cvpct$$; do ip -n "$cli" link set "$d" up; done
-tc -n "$srv" qdisc add dev cvpt$$ root tbf rate 50mbit burst 16k limit 30000
-ip netns exec "$cli" sysctl -q -w net.ipv4.ip_local_port_range="1024 65535"
-
-mkdir -p "$tmp/nginx/www"
-for s in 1024 4096 16384 65536 262144 1048576; do head -c "$s" /dev/urandom >"$tmp/nginx/www/$s"; done
-head -c 33554432 /dev/urandom >"$tmp/nginx/www/big"
-cat >"$tmp/nginx/nginx.conf" <<EOF
-worker_processes 1;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/error.log warn;
-user root;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $tmp/nginx/body;
-    proxy_temp_path $tmp/nginx/proxy;
-    fastcgi_temp_path $tmp/nginx/fastcgi;
-    uwsgi_temp_path $tmp/nginx/uwsgi;
-    scgi_temp_path $tmp/nginx/scgi;
-    sendfile on;
-    keepalive_timeout 10;
-    default_type application/octet-stream;
-    server {
-        listen 10.232.1.1:80 backlog=1024;
-        listen 10.232.2.1:80 backlog=1024;
-        root $tmp/nginx/www;
-    }
-}
-EOF
-ip netns exec "$srv" nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf"
-for _ in $(seq 50); do [ -s "$tmp/nginx/nginx.pid" ] && break; sleep 0.1; done
 
 "$tmp/ccab-collector" run --output stdout --nginx-enabled=false --tcp-info-enabled \
   --tcp-info-namespaces "$srv" --tcp-info-local-ports 80 --tcp-info-salt "cvp-$$" --tcp-info-sample-rate 1 \
