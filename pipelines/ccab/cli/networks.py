@@ -86,7 +86,7 @@ def _status(args) -> int:
     from ccab.cohorts import networks
 
     with _every_shard() as shards:
-        st = networks.status(shards[0], args.hours)  # every shard holds the same networks
+        st = networks.status(shards[0], args.hours)  # same networks everywhere; prefix classes pool the fleet
     print(json.dumps(st, indent=1, default=str))
     return 0
 
