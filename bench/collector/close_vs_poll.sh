@@ -7,7 +7,8 @@
 # what the lab uses; the default is 10s) and captures every connection at close, sample rate 1.
 # Writes OUT/records.jsonl (tcp_sample/1 + tcp_conn/1 lines), then runs close_vs_poll.py on it
 # (per-connection distributions in SQL, table + PNG). Needs root and nginx.
-# Usage: bench/collector/close_vs_poll.sh [OUT]   (default bench/out/close-vs-poll)
+# Usage: bench/collector/close_vs_poll.sh [OUT]   (default bench/out/close-vs-poll, and the figure
+# into docs/collector/close-vs-poll.png; with OUT given, the figure goes into OUT too)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-bench/out/close-vs-poll}
@@ -48,4 +49,5 @@ sleep 2
 kill -TERM "$cpid"
 wait "$cpid" || true
 echo "  $(wc -l <"$out/conns.jsonl") short connections closed; records: $(grep -c '"tcp_sample/1"' "$out/records.jsonl" || true) tcp samples, $(grep -c '"tcp_conn/1"' "$out/records.jsonl" || true) close records"
-.venv/bin/python bench/collector/close_vs_poll.py "$out/records.jsonl"
+# the documented figure (docs/collector/close-vs-poll.png) only from a default run; with OUT given, into OUT
+.venv/bin/python bench/collector/close_vs_poll.py "$out/records.jsonl" ${1:+--png "$out/close-vs-poll.png"}
