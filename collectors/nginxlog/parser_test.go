@@ -477,19 +477,11 @@ func TestScannedDecimalsMatchDecimal(t *testing.T) {
 		}
 	}
 	const alphabet = "0123456789."
-	var walk func(prefix string)
-	walk = func(prefix string) {
-		if prefix != "" {
-			check(prefix)
+	everyString(alphabet, 5, func(s string) {
+		if s != "" {
+			check(s)
 		}
-		if len(prefix) == 5 {
-			return
-		}
-		for i := 0; i < len(alphabet); i++ {
-			walk(prefix + alphabet[i:i+1])
-		}
-	}
-	walk("")
+	})
 	rng := rand.New(rand.NewSource(4))
 	for i := 0; i < 50000; i++ {
 		b := make([]byte, 1+rng.Intn(24))
@@ -521,17 +513,7 @@ func TestScanAddrMatchesParseIPv4(t *testing.T) {
 		}
 	}
 	const alphabet = "0129.:a"
-	var walk func(prefix string)
-	walk = func(prefix string) {
-		check(prefix)
-		if len(prefix) == 5 {
-			return
-		}
-		for i := 0; i < len(alphabet); i++ {
-			walk(prefix + alphabet[i:i+1])
-		}
-	}
-	walk("")
+	everyString(alphabet, 5, check)
 	rng := rand.New(rand.NewSource(5))
 	for i := 0; i < 100000; i++ {
 		var b []byte
@@ -576,4 +558,19 @@ func TestScanDigitsMatchesByteLoop(t *testing.T) {
 			}
 		}
 	}
+}
+
+// everyString calls f with every string of up to maxLen bytes of alphabet, the empty one first.
+func everyString(alphabet string, maxLen int, f func(string)) {
+	var walk func(prefix string)
+	walk = func(prefix string) {
+		f(prefix)
+		if len(prefix) == maxLen {
+			return
+		}
+		for i := 0; i < len(alphabet); i++ {
+			walk(prefix + alphabet[i:i+1])
+		}
+	}
+	walk("")
 }

@@ -61,8 +61,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import orjson
-from ccab.base.contracts import (AUDIT_FIELDS, INT_RANGES, SCHEMAS, WIDE_INT_DIGITS, DuplicateKey, Schema, constraints, input_structure,
-                                  int_range_errors, reason_from_constraint, strict_loads, validate)
+from ccab.base.contracts import (AUDIT_FIELDS, INT_RANGES, SCHEMAS, WIDE_INT_DIGITS, DuplicateKey, Schema,
+                                  constraints, input_structure, int_range_errors, reason_from_constraint,
+                                  strict_loads, validate)
 from ccab.base.warehouse import Warehouse, WarehouseError
 
 DEFAULT_MAX_RECORD_BYTES = 1 << 20  # 1 MiB: a tcp_sample is ~1.2 KB; anything this big is broken
