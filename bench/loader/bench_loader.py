@@ -84,43 +84,33 @@ def spoil(good: list[bytes], fraction: float) -> tuple[list[bytes], int]:
 
 
 def limit_rate(data: bytes, n: int, workdir: Path) -> float:
-    wh = ChdbWarehouse(workdir / "limit")
-    migrate.migrate(wh, log=lambda _m: None)
-    path = Path("/dev/shm" if Path("/dev/shm").is_dir() else workdir) / f"ccab-bench-{uuid.uuid4().hex}.jsonl"
-    path.write_bytes(data)
-    try:
-        start = time.perf_counter()
-        wh.command(f"INSERT INTO tcp_samples SELECT * FROM file('{path}', JSONEachRow) "
-                   "SETTINGS async_insert=0, input_format_skip_unknown_fields=1")
-        elapsed = time.perf_counter() - start
-    finally:
-        path.unlink()
-    got = wh.query("SELECT count() FROM tcp_samples").scalar()
-    wh.close()
+    seconds, got = direct_insert(data, n, workdir, "tcp_samples")
     assert got == n, (got, n)
-    return n / elapsed
+    return n / seconds
 
 
-def reader_seconds(data: bytes, n_lines: int, workdir: Path, skip_errors: bool) -> tuple[float, int]:
-    """One direct INSERT of ``data`` by ClickHouse's JSONEachRow reader into a Memory copy of the
-    raw table (from a tmpfs file, as ``limit_rate``); ``skip_errors``: rows the reader cannot
-    read are skipped (``input_format_allow_errors_*``). Returns (seconds, rows read)."""
+def direct_insert(data: bytes, n_lines: int, workdir: Path, table: str, skip_errors: bool = False) -> tuple[float, int]:
+    """One direct INSERT of ``data`` by ClickHouse's JSONEachRow reader into ``table`` of a fresh
+    warehouse (``reader_floor``: a Memory copy of the raw table), from a tmpfs file — the engine's
+    fastest path, no Kafka, no validation; ``skip_errors``: rows the reader cannot read are skipped
+    (``input_format_allow_errors_*``). Returns (seconds, rows in the table)."""
     wh = ChdbWarehouse(workdir)
     try:
         migrate.migrate(wh, log=lambda _m: None)
-        wh.command("CREATE TABLE reader_floor AS tcp_samples ENGINE = Memory")
+        if table == "reader_floor":
+            wh.command("CREATE TABLE reader_floor AS tcp_samples ENGINE = Memory")
         path = Path("/dev/shm" if Path("/dev/shm").is_dir() else workdir) / f"ccab-bench-{uuid.uuid4().hex}.jsonl"
         path.write_bytes(data)
         skip = (f", input_format_allow_errors_num={n_lines + 1}, input_format_allow_errors_ratio=1"
                 if skip_errors else "")
         try:
             start = time.perf_counter()
-            wh.command(f"INSERT INTO reader_floor SELECT * FROM file('{path}', JSONEachRow) "
-                       f"SETTINGS input_format_skip_unknown_fields=1{skip}")
+            wh.command(f"INSERT INTO {table} SELECT * FROM file('{path}', JSONEachRow) "
+                       f"SETTINGS async_insert=0, input_format_skip_unknown_fields=1{skip}")
             elapsed = time.perf_counter() - start
         finally:
             path.unlink()
-        return elapsed, wh.query("SELECT count() FROM reader_floor").scalar()
+        return elapsed, wh.query(f"SELECT count() FROM {table}").scalar()
     finally:
         wh.close()
 
@@ -187,8 +177,8 @@ def bad_mix(lines: list[bytes], fraction: float, bootstrap: str, workdir: Path) 
         good.append(loader_rate(lines, bootstrap, workdir / f"g{r}")[0])
         bad.append(loader_rate(mixed, bootstrap, workdir / f"b{r}", n_bad)[0])
         ratios.append(good[-1] / bad[-1])
-        t_good, _ = reader_seconds(good_data, len(lines), workdir / f"fg{r}", skip_errors=False)
-        t_mixed, read = reader_seconds(mixed_data, len(mixed), workdir / f"fb{r}", skip_errors=True)
+        t_good, _ = direct_insert(good_data, len(lines), workdir / f"fg{r}", "reader_floor")
+        t_mixed, read = direct_insert(mixed_data, len(mixed), workdir / f"fb{r}", "reader_floor", skip_errors=True)
         floors.append(t_mixed / t_good)
         print(f"  round {r + 1}: all good {good[-1]:>10,.0f}/s  {fraction:.0%} bad {bad[-1]:>10,.0f}/s  "
               f"slowdown {ratios[-1]:.2f}x   engine floor {floors[-1]:.2f}x "
@@ -227,7 +217,7 @@ def main() -> int:
               f"{ROUNDS} alternating rounds (median)")
         limits, ours, ratios = [], [], []
         for r in range(ROUNDS):
-            limits.append(limit_rate(data, n, workdir / f"r{r}"))
+            limits.append(limit_rate(data, n, workdir / f"l{r}"))
             rate, engine_s, total_s = loader_rate(lines, bootstrap, workdir / f"r{r}")
             ours.append(rate)
             ratios.append(ours[-1] / limits[-1])
