@@ -7,7 +7,7 @@
 # Prints the minutes from fault onset to the last treatment host back on control, the page's life in
 # Alertmanager (created, firing, resolved) and the clean case's promotion (every host on bbr).
 # Not part of `make test` (~30 min; `--case clean` or `--case faulty` for one): `make live-canary`.
-# Options: python -m ccab.lab.canary --help. Output of a run: docs/rollout/live-canary.md.
+# Options: python -m ccab_workshop.lab.canary --help. Output of a run: docs/rollout/live-canary.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then
@@ -20,4 +20,4 @@ done
 work=${LIVE_CANARY_DIR:-$(mktemp -d /tmp/ccab-live-canary.XXXXXX)}
 export CCAB_DATA_DIR="$work/data"   # its own rollouts and warehouse: never another rollout's
 export PYTHONPATH="$PWD/pipelines${PYTHONPATH:+:$PYTHONPATH}"
-exec .venv/bin/python -m ccab.lab.canary --out "$work/runs" "$@"
+exec .venv/bin/python -m ccab_workshop.lab.canary --out "$work/runs" "$@"

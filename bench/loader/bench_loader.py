@@ -40,7 +40,7 @@ from ccab.base.contracts import SCHEMAS
 from ccab.base.warehouse import ChdbWarehouse
 from ccab.ingest.batch import MAX_BATCH_ROWS
 from ccab.ingest.loader import Loader
-from ccab.kafka import broker
+from ccab_workshop.kafka import broker
 from ccab.kafka import topics as kafka_topics
 
 ROUNDS = 3

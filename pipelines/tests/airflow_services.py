@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from alertmanager_fixture import free_port
-from ccab.dags import local as airflow_local
+from ccab_workshop import dags_local as airflow_local
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Kafka:
 - ``kafka_broker`` (session): bootstrap servers of one real broker for the whole test session.
   With ``CCAB_KAFKA_BROKERS`` set it is that cluster and nothing is started; otherwise a local
-  broker is started (``ccab.kafka.broker.up``) in a temporary data dir on a free port pair, with
+  broker is started (``ccab_workshop.kafka.broker.up``) in a temporary data dir on a free port pair, with
   ``CCAB_DATA_DIR`` / ``CCAB_KAFKA_PORT`` pointing at it until the session ends.
 - ``fresh_topic`` (per test): a factory ``fresh_topic(prefix, partitions=3, config=None) -> name``
   creating a uniquely named topic on that broker (deleted after the test), for tests that want
@@ -29,7 +29,7 @@ pytest_plugins = ["alertmanager_fixture"]  # the real Alertmanager fixtures
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Bootstrap servers of a real Kafka broker shared by the whole session."""
-    from ccab.kafka import broker
+    from ccab_workshop.kafka import broker
     from ccab.kafka import topics as kafka_topics
 
     external = os.environ.get("CCAB_KAFKA_BROKERS")

@@ -27,7 +27,7 @@ One switch per engine, same code either way (Dagster-style resource selection):
 - ``JAVA_HOME`` (default: ``java`` on PATH): the JVM of the local Kafka broker.
 
 Every ``CCAB_*`` variable is read here and nowhere else (a test checks it); Airflow's own
-``AIRFLOW_*`` variables are set by :mod:`ccab.dags.local` for the Airflow process it starts.
+``AIRFLOW_*`` variables are set by :mod:`ccab_workshop.dags_local` for the Airflow process it starts.
 """
 
 from __future__ import annotations

@@ -207,7 +207,7 @@ def _progress():
 
 
 def run_dags_list(args: argparse.Namespace) -> int:
-    from ccab.dags import local as airflow_local
+    from ccab_workshop import dags_local as airflow_local
 
     airflow_local.configure()
     bag = airflow_local.dag_bag()
@@ -223,7 +223,7 @@ def run_dags_list(args: argparse.Namespace) -> int:
 
 
 def run_dags_test(args: argparse.Namespace) -> int:
-    from ccab.dags import local as airflow_local
+    from ccab_workshop import dags_local as airflow_local
 
     try:
         start, end = parse_time(args.t_from, "--from"), parse_time(args.t_to, "--to")

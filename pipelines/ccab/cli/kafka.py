@@ -1,4 +1,4 @@
-"""``ccab kafka install|up|down|status``: the local broker (:mod:`ccab.kafka.broker`) or the
+"""``ccab kafka install|up|down|status``: the local broker (:mod:`ccab_workshop.kafka.broker`) or the
 cluster in ``CCAB_KAFKA_BROKERS``."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import sys
 from typing import Callable
 
 from ccab.base.config import settings
-from ccab.kafka import cluster
-from ccab.kafka.broker import broker_pid, down, install, local_bootstrap, paths, up
+from ccab_workshop.kafka import cluster
+from ccab_workshop.kafka.broker import broker_pid, down, install, local_bootstrap, paths, up
 from ccab.kafka.topics import TOPICS, KafkaLocalError, ensure_topics, topic_partitions
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 def _cmd_run(args) -> int:
     from ccab.kafka.topics import KafkaLocalError
-    from ccab.lab import runner, spec
-    from ccab.lab.netns import LabError
+    from ccab_workshop.lab import runner, spec
+    from ccab_workshop.lab.netns import LabError
 
     try:
         exp = spec.load(args.experiment, quick=args.quick, scale=args.scale, rtt_ms=args.rtt_ms, path_kind=args.path)
@@ -32,7 +32,7 @@ def _cmd_run(args) -> int:
         return 1
     print(f"lab: results in {run_dir}")
     if not args.no_report:
-        from ccab.lab import report
+        from ccab_workshop.lab import report
 
         index = report.build(run_dir)
         print(f"lab: report {index}")
@@ -40,7 +40,7 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from ccab.lab import report
+    from ccab_workshop.lab import report
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "results.json").exists():
@@ -51,7 +51,7 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_analyze(args) -> int:
-    from ccab.lab import runner
+    from ccab_workshop.lab import runner
 
     print(runner.reanalyze(Path(args.run_dir)))
     return 0

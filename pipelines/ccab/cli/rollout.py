@@ -115,7 +115,7 @@ def register(sub) -> None:
     a.add_argument("--name", default="rollout", help="file name prefix: NAME_ed25519_seed.hex / NAME_ed25519_public.b64 (default: %(default)s)")
     a.set_defaults(func=cmd_keygen)
 
-    from ccab.rollout import sim_actuator
+    from ccab_workshop import sim_actuator
 
     sim_actuator.register(rs)
 

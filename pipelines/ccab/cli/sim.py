@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 
 from ccab.base.errors import fail
-from ccab.sim.scenario import ScenarioError
+from ccab_workshop.sim.scenario import ScenarioError
 
 EPILOG = """\
 units: --hours in hours of simulated time; --connections is the total number of TCP connections
@@ -87,7 +87,7 @@ _fail = partial(fail, "sim")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ccab.sim.scenario import load_scenario
+    from ccab_workshop.sim.scenario import load_scenario
 
     try:
         start = arm_of = None
@@ -132,7 +132,7 @@ def _plan_arms(path: Path, stage: str | None, sc) -> dict[str, str]:
     would assign), checked against the simulated hosts and the scenario's arms."""
     from ccab.rollout.design import stage_arms
     from ccab.rollout.plan import PlanError, load_plan
-    from ccab.sim.scenario import host_names_of
+    from ccab_workshop.sim.scenario import host_names_of
 
     try:
         plan = load_plan(path)
@@ -170,7 +170,7 @@ def _write_networks(sc, world, path: Path) -> None:
     """The synthetic prefix metadata of the run's client prefixes (`ccab networks load` reads it)."""
     import csv
 
-    from ccab.sim.population import prefix_metadata_rows
+    from ccab_workshop.sim.population import prefix_metadata_rows
 
     tmp = path.with_suffix(".csv.tmp")
     with tmp.open("w", newline="") as fh:
@@ -181,11 +181,11 @@ def _write_networks(sc, world, path: Path) -> None:
 
 
 def simulate(sc, args: argparse.Namespace) -> int:
-    from ccab.sim.generator import HTTP_TOPIC, TCP_TOPIC, iter_chunks, records
-    from ccab.sim.sinks import JsonlSink, KafkaSink, RawWriter, SinkError, TeeSink
-    from ccab.sim.stats import Summary
-    from ccab.sim.truth import build_truth
-    from ccab.sim.world import build_pre_world, build_world
+    from ccab_workshop.sim.generator import HTTP_TOPIC, TCP_TOPIC, iter_chunks, records
+    from ccab_workshop.sim.sinks import JsonlSink, KafkaSink, RawWriter, SinkError, TeeSink
+    from ccab_workshop.sim.stats import Summary
+    from ccab_workshop.sim.truth import build_truth
+    from ccab_workshop.sim.world import build_pre_world, build_world
 
     out: Path = args.out
     if out.exists() and not out.is_dir():
@@ -224,7 +224,7 @@ def simulate(sc, args: argparse.Namespace) -> int:
     try:
         if progress:
             progress.start()
-        if pre_h > 0:  # the hosts before the rollout: same host effects, no arm (ccab.sim.world.build_pre_world)
+        if pre_h > 0:  # the hosts before the rollout: same host effects, no arm (ccab_workshop.sim.world.build_pre_world)
             pre_world = build_pre_world(sc, pre_h, chunk_target=args.chunk_size, total_connections=(
                 max(1, round(args.connections * pre_h / sc.duration_h)) if args.connections else None))
             for chunk in iter_chunks(pre_world, args.workers):
@@ -257,7 +257,7 @@ def simulate(sc, args: argparse.Namespace) -> int:
     tmp.replace(out / "truth.json")
     _write_networks(sc, world, out / "networks.csv")
     if args.plot:
-        from ccab.sim.plot import plot_pdfs
+        from ccab_workshop.sim.plot import plot_pdfs
 
         labels = [f"{a.name} ({a.cc})" for a in sc.arms]
         plot_pdfs(summary, [a.name for a in sc.arms], labels, f"ccab sim {sc.name} (seed {sc.seed})", args.plot)

@@ -1,6 +1,6 @@
 """The Kafka topics of the contracts and how they are created: partition counts, retention,
 compaction (:data:`TOPICS`), plus the admin helpers every Kafka user shares (:func:`ensure_topics`,
-:func:`topic_partitions`). Works against any cluster; the local broker is :mod:`ccab.kafka.broker`.
+:func:`topic_partitions`). Works against any cluster; the local broker is :mod:`ccab_workshop.kafka.broker`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import re
 from paths import REPO
 
 PACKAGE = REPO / "pipelines" / "ccab"
+WORKSHOP = REPO / "pipelines" / "ccab_workshop"
 PATH_RE = re.compile(r"`([A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-{}<>*]+)+/?)`")
 
 
@@ -28,7 +29,7 @@ def test_every_path_architecture_names_exists():
     text = (REPO / "ARCHITECTURE.md").read_text()
     paths = named_paths(text)
     assert len(paths) > 40  # the codemap is there
-    missing = [p for p in paths if not (REPO / p).exists() and not (PACKAGE / p).exists()]
+    missing = [p for p in paths if not any((root / p).exists() for root in (REPO, PACKAGE, WORKSHOP))]
     assert not missing, f"ARCHITECTURE.md names paths that do not exist: {missing}"
 
 
@@ -41,7 +42,7 @@ ENV_READ = re.compile(r"os\.environ\.get\(|os\.environ\[|os\.getenv\(|environ\.g
 
 def test_only_config_reads_ccab_variables():
     readers = []
-    for path in PACKAGE.rglob("*.py"):
+    for path in [*PACKAGE.rglob("*.py"), *WORKSHOP.rglob("*.py")]:
         text = path.read_text()
         for m in re.finditer(r"[\"'](CCAB_[A-Z_]+)[\"']", text):
             line = text[text.rfind("\n", 0, m.start()) + 1:text.find("\n", m.end())]
@@ -67,7 +68,7 @@ def _third_party_imports(*roots) -> set[str]:
     import ast
     import sys
 
-    local = {p.stem for p in (REPO / "pipelines" / "tests").rglob("*.py")} | {"ccab"}
+    local = {p.stem for p in (REPO / "pipelines" / "tests").rglob("*.py")} | {"ccab", "ccab_workshop"}
     mods = set()
     for root in roots:
         for path in (REPO / root).rglob("*.py"):
@@ -85,5 +86,5 @@ def test_every_imported_package_is_declared():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     runtime = set(project["dependencies"])
     extras = {d for deps in project["optional-dependencies"].values() for d in deps}
-    assert _third_party_imports("pipelines/ccab", "dags") <= runtime
+    assert _third_party_imports("pipelines/ccab", "pipelines/ccab_workshop", "dags") <= runtime
     assert _third_party_imports("pipelines/tests", "bench") <= runtime | extras

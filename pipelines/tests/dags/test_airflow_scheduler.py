@@ -23,7 +23,7 @@ from ccab import cli
 from ccab.base import schema as migrate
 from ccab.base.warehouse import ChdbWarehouse
 from ccab.cohorts.job import run_window
-from ccab.dags import local as airflow_local
+from ccab_workshop import dags_local as airflow_local
 from ccab.ingest.loader import load_files
 from cohort_reference import (actual_heatmap, actual_rollup, assert_rollups_match, expected_heatmap,
                               expected_rollup, read_jsonl)

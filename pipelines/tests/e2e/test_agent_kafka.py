@@ -173,7 +173,7 @@ def test_agent_applies_from_kafka_survives_restart_and_kafka_down(agent_bin, hos
         #    the broker is back it resumes and applies the next assignment.
         if os.environ.get("CCAB_KAFKA_BROKERS"):
             return  # an external cluster is not ours to stop
-        from ccab.kafka import broker
+        from ccab_workshop.kafka import broker
 
         broker.down(progress=lambda _m: None)
         try:

@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from ccab.lab.edge import free_port, nginx_config
+from ccab_workshop.lab.edge import free_port, nginx_config
 
 
 pytestmark = pytest.mark.kafka
@@ -401,7 +401,7 @@ class LineWriter(threading.Thread):
 
 @pytest.mark.slow
 def test_kafka_outage_spools_and_replays_exactly_once(collector_bin, tmp_path, monkeypatch):
-    from ccab.kafka import broker
+    from ccab_workshop.kafka import broker
     from ccab.kafka import topics as kafka_topics
 
     if not shutil.which("java"):

@@ -1,4 +1,4 @@
-"""Tests of ccab.kafka.broker: pure rendering (fast), then a real broker's whole life (``kafka``)."""
+"""Tests of ccab_workshop.kafka.broker: pure rendering (fast), then a real broker's whole life (``kafka``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from ccab import cli
 from ccab.cli import kafka as kafka_cli
-from ccab.kafka import broker
+from ccab_workshop.kafka import broker
 from ccab.kafka import topics as kafka_topics
 from ccab.kafka.topics import TOPICS, KafkaLocalError
 

@@ -9,11 +9,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from ccab.judge.interference import UnitValues, effect_vs_share
-from ccab.sim import model as mdl
-from ccab.sim.generator import SNDBUF_MAX_BYTES, multipliers, treated_share
-from ccab.sim.timeline import draw_connections
-from ccab.sim.scenario import SharedBottleneck, load_scenario
-from ccab.sim.world import build_pre_world, build_world
+from ccab_workshop.sim import model as mdl
+from ccab_workshop.sim.generator import SNDBUF_MAX_BYTES, multipliers, treated_share
+from ccab_workshop.sim.timeline import draw_connections
+from ccab_workshop.sim.scenario import SharedBottleneck, load_scenario
+from ccab_workshop.sim.world import build_pre_world, build_world
 
 SPILLOVER = 0.5   # log-scale goodput moved per unit treated share (planted)
 HOSTS = 10

@@ -1,4 +1,4 @@
-"""A real 3-broker KRaft cluster (``ccab.kafka.cluster``, the same jars as the single broker)
+"""A real 3-broker KRaft cluster (``ccab_workshop.kafka.cluster``, the same jars as the single broker)
 losing a broker under load.
 
 - ``test_cluster_topics_are_replicated``: ``ccab kafka up --brokers 3`` creates the contract
@@ -54,7 +54,7 @@ def cluster(tmp_path_factory):
     """A 3-node cluster started the way ``ccab kafka up --brokers 3`` starts it."""
     if not shutil.which("java"):
         pytest.skip("java is not installed: cannot run Kafka")
-    from ccab.kafka import cluster as kafka_cluster
+    from ccab_workshop.kafka import cluster as kafka_cluster
 
     env = pytest.MonkeyPatch()
     env.delenv("CCAB_KAFKA_BROKERS", raising=False)
@@ -78,7 +78,7 @@ def cluster(tmp_path_factory):
 
 
 def _free_port_run(n: int) -> int:
-    from ccab.kafka.broker import _port_is_free, find_free_port_pair
+    from ccab_workshop.kafka.broker import _port_is_free, find_free_port_pair
 
     for _ in range(50):
         p = find_free_port_pair()
@@ -168,7 +168,7 @@ def _sum(m: dict[str, float], name: str) -> float:
 def test_leader_loss_while_collector_produces_and_loader_consumes(cluster, collector_bin, warehouse, tmp_path):
     from ccab.base.contracts import SCHEMAS
     from ccab.ingest.loader import Loader
-    from ccab.lab.edge import free_port
+    from ccab_workshop.lab.edge import free_port
 
     http_topic = _topic(cluster, "cl-http", 3)
     tcp_topic = _topic(cluster, "cl-tcp", 1)
@@ -321,7 +321,7 @@ def test_agent_and_controller_through_a_broker_loss(cluster, tmp_path_factory, t
 
 
 def test_cluster_properties_and_replication(tmp_path):
-    from ccab.kafka.cluster import Cluster, render_cluster_properties, replication_for
+    from ccab_workshop.kafka.cluster import Cluster, render_cluster_properties, replication_for
     from ccab.kafka.topics import replication_config
 
     c = Cluster(tmp_path, 3, 20000)

@@ -4,7 +4,7 @@ output in docs/rollout/live-canary.md): its plan can promote, and the page's lif
 from __future__ import annotations
 
 from ccab.judge.stats import min_attainable_p
-from ccab.lab.canary import HOSTS, _plan, page_life
+from ccab_workshop.lab.canary import HOSTS, _plan, page_life
 from ccab.rollout.plan import plan_from_dict
 
 

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ccab.lab import analysis, spec
+from ccab_workshop.lab import analysis, spec
 
 from paths import REPO
 
@@ -102,8 +102,8 @@ FAIRNESS_20S = {
 
 def test_fairness_cubic_vs_bbr_through_the_whole_stack(kafka_broker, tmp_path, monkeypatch):
     _need_lab()
-    from ccab.lab import report, runner
-    from ccab.lab.netns import NS_PREFIX
+    from ccab_workshop.lab import report, runner
+    from ccab_workshop.lab.netns import NS_PREFIX
 
     monkeypatch.setenv("CCAB_KAFKA_BROKERS", kafka_broker)  # the session's broker; start nothing
     monkeypatch.setenv("CCAB_DATA_DIR", str(tmp_path / "data"))  # own warehouse

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ccab.lab import netns, runner, spec
+from ccab_workshop.lab import netns, runner, spec
 
 from paths import REPO
 

@@ -221,7 +221,7 @@ def test_crash_restart_never_reflips_and_breach_rolls_back(env, topics, agents, 
 def test_kafka_down_while_controller_runs(env, topics, kafka_broker, tmp_path):
     if os.environ.get("CCAB_KAFKA_BROKERS"):
         pytest.skip("an external cluster is not ours to stop")
-    from ccab.kafka import broker
+    from ccab_workshop.kafka import broker
 
     a_topic, s_topic = topics
     rid = f"kd-{uuid.uuid4().hex[:6]}"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from ccab.cli import main
-from ccab.sim.generator import CONN_TOPIC, HTTP_TOPIC, TCP_TOPIC, iter_chunks, records
-from ccab.sim.scenario import load_scenario
-from ccab.sim.sinks import KafkaSink
-from ccab.sim.world import build_world
+from ccab_workshop.sim.generator import CONN_TOPIC, HTTP_TOPIC, TCP_TOPIC, iter_chunks, records
+from ccab_workshop.sim.scenario import load_scenario
+from ccab_workshop.sim.sinks import KafkaSink
+from ccab_workshop.sim.world import build_world
 
 
 def test_generated_records_load_without_dead_letters(warehouse, tmp_path: Path):
@@ -66,7 +66,7 @@ def test_kafka_sink_delivers_every_record_keyed_by_host(kafka_broker: str, fresh
 def test_kafka_sink_reports_undeliverable_records():
     sink = KafkaSink("127.0.0.1:9", flush_timeout_s=2.0, extra_config={"message.timeout.ms": 1000, "log_level": 0})
     sink.write([(TCP_TOPIC, b"edge-x", b"{}")])
-    from ccab.sim.sinks import SinkError
+    from ccab_workshop.sim.sinks import SinkError
 
     with pytest.raises(SinkError, match="failed|queued"):
         sink.close()

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from ccab.sim.generator import multipliers
-from ccab.sim.scenario import SharedBottleneck, load_scenario
-from ccab.sim.timeline import draw_connections
-from ccab.sim.world import build_pre_world
+from ccab_workshop.sim.generator import multipliers
+from ccab_workshop.sim.scenario import SharedBottleneck, load_scenario
+from ccab_workshop.sim.timeline import draw_connections
+from ccab_workshop.sim.world import build_pre_world
 
 
 def test_pre_period_goodput_carries_host_effects_only_even_with_a_shared_bottleneck():

@@ -206,7 +206,7 @@ def test_a_chunk_of_several_slices_loses_no_record_and_keys_each_by_its_host(tmp
     ``zip(hosts, lines)`` swallowed one host per slice boundary, so the last records of each chunk
     were dropped (JSONL and Kafka) and later Kafka keys named the wrong host. Small slices make
     every chunk cross several boundaries."""
-    from ccab.sim import records as rec
+    from ccab_workshop.sim import records as rec
 
     monkeypatch.setattr(rec, "SLICE_ROWS", 97)
     out = tmp_path / "sim"
@@ -214,9 +214,9 @@ def test_a_chunk_of_several_slices_loses_no_record_and_keys_each_by_its_host(tmp
     nginx = sum(len(p.read_text().splitlines()) for p in (out / "nginx").glob("*/access.log"))
     http = jsonl(out / "ccab.http.v1.jsonl")
     assert len(http) == nginx
-    from ccab.sim.generator import iter_chunks, records
-    from ccab.sim.scenario import load_scenario
-    from ccab.sim.world import build_world
+    from ccab_workshop.sim.generator import iter_chunks, records
+    from ccab_workshop.sim.scenario import load_scenario
+    from ccab_workshop.sim.world import build_world
 
     world = build_world(load_scenario("tiny"), chunk_target=50_000, raw=False)
     n = 0

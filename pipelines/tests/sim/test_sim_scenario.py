@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ccab.cli import main
-from ccab.sim.scenario import ScenarioError, load_scenario, resolve_scenario_path, scenario_from_dict, scenarios_dir
+from ccab_workshop.sim.scenario import ScenarioError, load_scenario, resolve_scenario_path, scenario_from_dict, scenarios_dir
 
 SHIPPED = ("canary-tyo1", "aa", "regression-bbr2-shallow", "tiny")
 

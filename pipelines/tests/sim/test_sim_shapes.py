@@ -17,11 +17,11 @@ import numpy as np
 import orjson
 import pytest
 from ccab.cli import main
-from ccab.sim.generator import iter_chunks
-from ccab.sim.scenario import Segment, load_scenario
-from ccab.sim.stats import Summary
-from ccab.sim.truth import build_truth
-from ccab.sim.world import build_world
+from ccab_workshop.sim.generator import iter_chunks
+from ccab_workshop.sim.scenario import Segment, load_scenario
+from ccab_workshop.sim.stats import Summary
+from ccab_workshop.sim.truth import build_truth
+from ccab_workshop.sim.world import build_world
 
 MIB = 1 << 20
 N_CANARY = 120_000

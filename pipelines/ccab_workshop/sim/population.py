@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from ccab.sim.dists import draw
-from ccab.sim.scenario import Scenario, host_names_of
+from ccab_workshop.sim.dists import draw
+from ccab_workshop.sim.scenario import Scenario, host_names_of
 
 METRICS = ("goodput", "rtt", "retrans", "inflight", "rwnd_limited")
 

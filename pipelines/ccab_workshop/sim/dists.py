@@ -1,9 +1,9 @@
-"""Drawing from :class:`~ccab.sim.scenario.Dist` — pure functions of (dist, n, rng)."""
+"""Drawing from :class:`~ccab_workshop.sim.scenario.Dist` — pure functions of (dist, n, rng)."""
 
 from __future__ import annotations
 
 import numpy as np
-from ccab.sim.scenario import Dist
+from ccab_workshop.sim.scenario import Dist
 
 
 def draw(dist: Dist, n: int, rng: np.random.Generator) -> np.ndarray:

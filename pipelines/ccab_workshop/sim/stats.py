@@ -91,7 +91,7 @@ class Summary:
         return quantile(self.hist[arm, seg, k], float(self.zeros[arm, seg, k]), p)
 
     def stats(self, arm: int, seg: int) -> dict[str, float | int | None]:
-        """The named statistics of :data:`ccab.sim.scenario.StatName` for one arm and segment."""
+        """The named statistics of :data:`ccab_workshop.sim.scenario.StatName` for one arm and segment."""
         cnt = dict(zip(COUNTERS, self.counters[arm, seg]))
         n = cnt["bulk_connections"]
 

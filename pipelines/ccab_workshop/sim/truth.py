@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from ccab.sim.scenario import Expectation, to_plain
-from ccab.sim.stats import HIGH_LOSS_PCT, Summary
-from ccab.sim.world import World
+from ccab_workshop.sim.scenario import Expectation, to_plain
+from ccab_workshop.sim.stats import HIGH_LOSS_PCT, Summary
+from ccab_workshop.sim.world import World
 
 TRUTH_VERSION = 1
 

@@ -1,18 +1,18 @@
 """From a chunk's arrays to output: contract JSON lines and raw ss / nginx text.
 
 Pure functions of the arrays (and one rng for the few per-record details such as BBRv2's
-``extra_acked``); the per-field formatting lives in :mod:`ccab.sim.records` and
-:mod:`ccab.sim.raw`.
+``extra_acked``); the per-field formatting lives in :mod:`ccab_workshop.sim.records` and
+:mod:`ccab_workshop.sim.raw`.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from ccab.sim import model as mdl
-from ccab.sim import records as rec
-from ccab.sim.raw import UNSET_U32, nginx_line, ss_line
-from ccab.sim.timeline import IW_PKTS, Connections, Requests, Snapshots, splitmix64, unit_from_hash
-from ccab.sim.world import World
+from ccab_workshop.sim import model as mdl
+from ccab_workshop.sim import records as rec
+from ccab_workshop.sim.raw import UNSET_U32, nginx_line, ss_line
+from ccab_workshop.sim.timeline import IW_PKTS, Connections, Requests, Snapshots, splitmix64, unit_from_hash
+from ccab_workshop.sim.world import World
 
 
 def _round8(x: np.ndarray) -> np.ndarray:
@@ -103,7 +103,7 @@ def tcp_records(world: World, conns: Connections, out: mdl.Outcomes, s: Snapshot
 def tcp_conn_records(world: World, conns: Connections, s: Snapshots, close_s: np.ndarray
                      ) -> tuple[list[bytes], np.ndarray]:
     """``tcp_conn/1`` lines of the connections' final states ``s`` (from
-    :func:`ccab.sim.timeline.close_states`), sorted by close time, and their host indices."""
+    :func:`ccab_workshop.sim.timeline.close_states`), sorted by close time, and their host indices."""
     sc = world.sc
     c = s.conn
     m = len(c)

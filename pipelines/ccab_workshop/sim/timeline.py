@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from ccab.sim.dists import draw, jitter
-from ccab.sim.model import Outcomes, Paths, mobile_paths, transfer_time_s
-from ccab.sim.population import HostTable, Prefixes
-from ccab.sim.scenario import Scenario
+from ccab_workshop.sim.dists import draw, jitter
+from ccab_workshop.sim.model import Outcomes, Paths, mobile_paths, transfer_time_s
+from ccab_workshop.sim.population import HostTable, Prefixes
+from ccab_workshop.sim.scenario import Scenario
 
 MIB = 1 << 20
 KIB = 1 << 10

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import numpy as np
-from ccab.sim.scenario import CCModel
+from ccab_workshop.sim.scenario import CCModel
 
 #: loss *events* per lost packet at a congested bottleneck: drops come in bursts, and a loss-based
 #: sender halves once per burst (Mathis et al.'s p is the congestion-event rate).
@@ -80,7 +80,7 @@ class Paths:
 
 @dataclass(frozen=True)
 class Knobs:
-    """:class:`~ccab.sim.scenario.CCModel` fields as per-connection arrays."""
+    """:class:`~ccab_workshop.sim.scenario.CCModel` fields as per-connection arrays."""
 
     utilization: np.ndarray
     loss_sensitivity: np.ndarray

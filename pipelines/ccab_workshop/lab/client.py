@@ -1,6 +1,6 @@
 """The lab's traffic client, run inside the client namespace:
 
-    ip netns exec NS python -m ccab.lab.client PLAN.json OUT.jsonl
+    ip netns exec NS python -m ccab_workshop.lab.client PLAN.json OUT.jsonl
 
 PLAN: {"t0": unix seconds, "seed": int, "flows": [{"id", "kind", "url", "start_s", "duration_s",
 "size_bytes", "rate_per_s"}]}. Stdlib only (it starts fast and needs no venv imports).

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from ccab.lab import spec
+from ccab_workshop.lab import spec
 from ccab.plots.render import ARM_COLORS
 from ccab.report import html as h
 from matplotlib.figure import Figure

@@ -47,9 +47,9 @@ from ccab.base.schema import migrate
 from ccab.base.warehouse import connect
 from ccab.ingest.loader import Loader
 from ccab.kafka.topics import TopicSpec, ensure_topics
-from ccab.lab.edge import Collector, Nginx, free_port, make_www
-from ccab.lab.netns import LabError, Topology, allow_cc, in_ns
-from ccab.lab.runner import Session, _kafka, preflight
+from ccab_workshop.lab.edge import Collector, Nginx, free_port, make_www
+from ccab_workshop.lab.netns import LabError, Topology, allow_cc, in_ns
+from ccab_workshop.lab.runner import Session, _kafka, preflight
 from ccab.pipeline import (alert_payloads, arm_done, controller_breakers, controller_judge, known_alerts,
                            record_action)
 from ccab.rollout.controller import Controller, KafkaBus, load_state_plan
@@ -268,7 +268,7 @@ def run_case(case: str, args, work: Path) -> dict:
             _say(f"{case}: {args.base_loss_pct}% of every host's packets dropped on the router (base loss)")
         t0 = time.time() + 2
         (work / "client.json").write_text(json.dumps(_client_plan(topo, total_s, t0)))
-        client = subprocess.Popen(["ip", "netns", "exec", topo.client, sys.executable, "-m", "ccab.lab.client",
+        client = subprocess.Popen(["ip", "netns", "exec", topo.client, sys.executable, "-m", "ccab_workshop.lab.client",
                                    str(work / "client.json"), str(work / "client.jsonl")],
                                   env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2])),
                                   stdout=subprocess.DEVNULL, stderr=open(work / "client.log", "ab"))
@@ -401,7 +401,7 @@ def page_life(p: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ccab.lab.canary", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m ccab_workshop.lab.canary", description=__doc__.split("\n\n")[0])
     ap.add_argument("--case", choices=("faulty", "clean", "both"), default="both")
     ap.add_argument("--breaker-minutes", type=int, default=5, help="the plan's breaker window (default: 5)")
     ap.add_argument("--baseline-minutes", type=float, default=2.0, help="traffic before the fault (default: 2)")

@@ -32,13 +32,13 @@ from ccab.base.schema import migrate
 from ccab.base.warehouse import connect
 from ccab.cohorts.job import run_window
 from ccab.ingest.loader import Loader
-from ccab.kafka import broker
+from ccab_workshop.kafka import broker
 from ccab.kafka.topics import TopicSpec, ensure_topics
-from ccab.lab import analysis, spec
-from ccab.lab.edge import Collector, Nginx, apply_cc, make_www, metric_sum
-from ccab.lab.netns import (LabError, Link, Registry, Topology, _kill_pid, allow_cc, available_cc, delete_ns,
+from ccab_workshop.lab import analysis, spec
+from ccab_workshop.lab.edge import Collector, Nginx, apply_cc, make_www, metric_sum
+from ccab_workshop.lab.netns import (LabError, Link, Registry, Topology, _kill_pid, allow_cc, available_cc, delete_ns,
                             link_binary, link_counters, probe_nft, probe_qdisc, sh, sweep_leftovers)
-from ccab.lab.spec import Case, Experiment
+from ccab_workshop.lab.spec import Case, Experiment
 
 MTU = 1514
 
@@ -278,7 +278,7 @@ def run_case(case: Case, rep: int, exp: Experiment, run_dir: Path, rollout_id: s
             for f in case.flows]}
         _write_json(cdir / "plan.json", plan)
         client_env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-        res = subprocess.run(["ip", "netns", "exec", topo.client, sys.executable, "-m", "ccab.lab.client",
+        res = subprocess.run(["ip", "netns", "exec", topo.client, sys.executable, "-m", "ccab_workshop.lab.client",
                               str(cdir / "plan.json"), str(cdir / "client.jsonl")],
                              capture_output=True, text=True, env=client_env, timeout=case.duration_s + 120)
         if res.returncode != 0:

@@ -16,12 +16,12 @@ from typing import Iterator
 
 import numpy as np
 from ccab.base.contracts import TOPIC_HTTP, TOPIC_TCP, TOPIC_TCP_CONN
-from ccab.sim import model as mdl
-from ccab.sim.emit import http_records, tcp_conn_records, tcp_records
-from ccab.sim.stats import HIGH_LOSS_PCT, Summary
-from ccab.sim.timeline import (MIB, Connections, Requests, close_states, connection_totals, draw_connections,
+from ccab_workshop.sim import model as mdl
+from ccab_workshop.sim.emit import http_records, tcp_conn_records, tcp_records
+from ccab_workshop.sim.stats import HIGH_LOSS_PCT, Summary
+from ccab_workshop.sim.timeline import (MIB, Connections, Requests, close_states, connection_totals, draw_connections,
                                draw_requests, tick_snapshots, unit_from_hash)
-from ccab.sim.world import STREAM_CHUNK, World
+from ccab_workshop.sim.world import STREAM_CHUNK, World
 
 TCP_TOPIC = TOPIC_TCP
 CONN_TOPIC = TOPIC_TCP_CONN

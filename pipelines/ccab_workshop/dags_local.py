@@ -90,7 +90,7 @@ def configure(home: Path | None = None, dags_folder: Path = DAGS_DIR) -> Path:
     if "airflow.configuration" in sys.modules and os.environ.get("AIRFLOW_HOME") != env["AIRFLOW_HOME"]:
         raise AirflowLocalError(
             f"airflow was imported before ccab configured it (AIRFLOW_HOME={os.environ.get('AIRFLOW_HOME')!r}, "
-            f"wanted {home}); call ccab.dags.local.configure() before importing airflow")
+            f"wanted {home}); call ccab_workshop.dags_local.configure() before importing airflow")
     home.mkdir(parents=True, exist_ok=True)
     os.environ.update(env)
     marker = home / _MARKER

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from ccab.sim.stats import BINS_PER_DECADE, HIST_METRICS, LOG10_MIN, N_BINS, Summary
+from ccab_workshop.sim.stats import BINS_PER_DECADE, HIST_METRICS, LOG10_MIN, N_BINS, Summary
 
 PANELS = (
     ("retrans_pct", "retransmitted bytes per connection (%)", (1e-2, 100.0)),

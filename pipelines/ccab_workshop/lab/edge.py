@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 from ccab.base.config import settings
-from ccab.lab.netns import LabError, Registry, in_ns
+from ccab_workshop.lab.netns import LabError, Registry, in_ns
 from ccab.rollout import signing
 
 

@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-from ccab.sim.population import HostTable, Prefixes, draw_hosts, draw_prefixes
-from ccab.sim.scenario import CCModel, Scenario, Segment, pre_period_of
+from ccab_workshop.sim.population import HostTable, Prefixes, draw_hosts, draw_prefixes
+from ccab_workshop.sim.scenario import CCModel, Scenario, Segment, pre_period_of
 
 STREAM_POPULATION, STREAM_HOSTS, STREAM_CHUNK = 1, 2, 3  # SeedSequence([seed, stream, ...])
 
@@ -121,7 +121,7 @@ def build_world(sc: Scenario, *, total_connections: int | None = None, chunk_tar
 
 def build_pre_world(sc: Scenario, hours: float, *, total_connections: int | None = None,
                     chunk_target: int = 50_000) -> World:
-    """The world of ``sc``'s pre-period (:func:`ccab.sim.scenario.pre_period_of`): the same hosts,
+    """The world of ``sc``'s pre-period (:func:`ccab_workshop.sim.scenario.pre_period_of`): the same hosts,
     their connections numbered *before* the run's (nginx ``$connection`` ends where the run's
     starts) and their socket ids from another boot salt, so no record of the pre-period shares a
     ``sock_id`` or ``conn_serial`` with one of the run."""
