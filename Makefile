@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export CCAB_DATA_DIR ?= $(CURDIR)/.ccab
 PY := .venv/bin/python
 
-.PHONY: setup demo test test-python test-slow test-airflow test-go test-fuzz test-prometheus bench clean help lab live-canary
+.PHONY: setup demo test test-python test-system test-slow test-airflow test-go test-fuzz test-prometheus bench clean help lab live-canary
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -14,7 +14,7 @@ setup:  ## install everything (venv, Go binaries, Kafka jars); idempotent
 demo: setup  ## run the main job end to end on the embedded engines
 	@scripts/demo.sh
 
-test: setup test-go test-fuzz test-python test-prometheus  ## set everything up and run all tests
+test: setup test-go test-fuzz test-python test-prometheus  ## set everything up, then the fast tier (budget 8 min): Go unit tests, fuzz, Python unit + engine (chdb), Prometheus rules
 
 test-go:
 	go test -count=1 ./...
@@ -22,14 +22,17 @@ test-go:
 test-fuzz:  ## each Go fuzz target for FUZZTIME (default 100000x executions)
 	@scripts/fuzz.sh
 
-test-python:
-	@$(PY) -m pytest -q -m "not airflow_scheduler and not slow"
+test-python:  ## Python unit + engine tests (pure code, chdb on shared worlds); the tiers: README "Tests"
+	@scripts/pytest-tier.sh test-python "not system and not slow and not airflow_scheduler"
 
-test-slow: setup  ## slower tier, run by CI after make test (~10-15 min): Kafka cluster leader kill, 1M-record and sharded loader SIGKILLs, Kafka outage replay, daily-rollup late rows, spillover through records
-	@$(PY) -m pytest -q -m "slow and not airflow_scheduler"
+test-system: setup  ## system tier, run by CI after make test: real Kafka, Go binaries, Alertmanager, e2e, lab
+	@scripts/pytest-tier.sh test-system "system and not slow and not airflow_scheduler"
+
+test-slow: setup  ## slower tier, run by CI after make test-system: Kafka cluster leader kill, 1M-record and sharded loader SIGKILLs, Kafka outage replay, daily-rollup late rows, spillover through records
+	@scripts/pytest-tier.sh test-slow "slow and not airflow_scheduler"
 
 test-airflow: setup  ## slower tier (~5 min quiet, ~15 min loaded): a real Airflow 3 scheduler runs ccab_cohorts_hourly
-	@$(PY) -m pytest -q -m airflow_scheduler pipelines/tests/dags
+	@scripts/pytest-tier.sh test-airflow airflow_scheduler pipelines/tests/dags
 
 live-canary:  ## root, ~30 min, not in make test: the controller service rolls back a lossy treatment and promotes a clean one on real sockets
 	scripts/live-canary.sh

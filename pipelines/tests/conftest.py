@@ -10,12 +10,26 @@ Kafka:
   isolation from each other.
 Tests that use ``kafka_broker`` (directly or through ``fresh_topic``) get the ``kafka`` marker
 automatically, so ``pytest -m "not kafka"`` skips everything that needs Java.
+
+Tiers (README, "Tests"): ``pytest_collection_modifyitems`` marks ``system`` every test that needs a
+real outside process — Kafka (the ``kafka`` marker), a Go binary built or run (``collector_bin``,
+``agent_bin``), Alertmanager (``alertmanager``, ``alertmanager_factory``) — and every test in
+``e2e/``, ``lab/`` and ``kafka/``. ``make test`` runs the rest (pure code and the chdb engine),
+``make test-system`` the ``system`` tests, ``make test-slow`` the ``slow`` ones; a new test lands in
+its tier by the fixtures it uses.
+
+Warehouse and worlds, built once per test run (session scope) and copied or only read:
+- ``warehouse_template``: a warehouse directory migrated once and closed; ``warehouse`` (per test)
+  is a copy of it, opened (copying a closed chdb directory is ~50x cheaper than migrating one).
+- ``tiny_world``: ``ccab sim tiny --hours 2`` generated once; tests only read its files.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
+from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 import pytest
@@ -73,26 +87,57 @@ def fresh_topic(kafka_broker: str) -> Iterator[Callable[..., str]]:
             future.exception(timeout=30)  # best effort: wait, ignore failures
 
 
+#: a test using one of these needs a real outside process: the ``system`` tier
+SYSTEM_FIXTURES = frozenset({"kafka_broker", "collector_bin", "agent_bin", "alertmanager", "alertmanager_factory"})
+#: every test in these folders of pipelines/tests is in the ``system`` tier
+SYSTEM_FOLDERS = frozenset({"e2e", "lab", "kafka"})
+TESTS = Path(__file__).resolve().parent
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that needs a broker with ``kafka``."""
+    """Mark every test that needs a broker with ``kafka``, and every test of the system tier with
+    ``system`` (by the fixtures it uses, its ``kafka`` marker or its folder)."""
     for item in items:
-        if "kafka_broker" in getattr(item, "fixturenames", ()):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "kafka_broker" in fixtures:
             item.add_marker(pytest.mark.kafka)
+        folder = Path(str(item.fspath)).resolve().relative_to(TESTS).parts[0]
+        if fixtures & SYSTEM_FIXTURES or item.get_closest_marker("kafka") or folder in SYSTEM_FOLDERS:
+            item.add_marker(pytest.mark.system)
 
 
 # --- Warehouse -----------------------------------------------------------------------------------
-# chdb allows one data path per process at a time, so each test gets its own warehouse directory,
-# opened, migrated, and closed again at the end of the test.
+# chdb allows one data path per process at a time, so each test gets its own warehouse directory:
+# a copy of one migrated while closed (the template), opened, and closed again at the end of the test.
 
 
-@pytest.fixture
-def warehouse(tmp_path):
-    """A migrated embedded warehouse (real ClickHouse engine via chdb) in a fresh directory."""
+@pytest.fixture(scope="session")
+def warehouse_template(tmp_path_factory) -> Callable[[Path], Path]:
+    """``warehouse_template(dest) -> dest``: a copy, at ``dest``, of a warehouse directory migrated
+    once per test run and closed again (its store links are relative, so the copy is whole)."""
     from ccab.base import schema as migrate
     from ccab.base.warehouse import ChdbWarehouse
 
-    wh = ChdbWarehouse(tmp_path / "warehouse")
-    migrate.migrate(wh, log=lambda _m: None)
+    template = tmp_path_factory.mktemp("warehouse-template") / "warehouse"
+    wh = ChdbWarehouse(template)
+    try:
+        migrate.migrate(wh, log=lambda _m: None)
+    finally:
+        wh.close()
+
+    def copy_to(dest: Path) -> Path:
+        shutil.copytree(template, dest, symlinks=True)
+        return dest
+
+    return copy_to
+
+
+@pytest.fixture
+def warehouse(tmp_path, warehouse_template):
+    """A migrated embedded warehouse (real ClickHouse engine via chdb) in a fresh directory."""
+    from ccab.base.warehouse import ChdbWarehouse
+
+    wh = ChdbWarehouse(warehouse_template(tmp_path / "warehouse"))
     try:
         yield wh
     finally:
@@ -118,6 +163,20 @@ def collector_bin(tmp_path_factory):
     out = tmp_path_factory.mktemp("bin") / "ccab-collector"
     subprocess.run(["go", "build", "-o", str(out), "./collectors/cmd/ccab-collector"],
                    cwd=REPO, check=True, env=dict(os.environ, CGO_ENABLED="0"))
+    return out
+
+
+# --- Worlds --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory) -> Path:
+    """``ccab sim tiny --hours 2`` (2025-11-20 12:00-14:00 UTC, PoP tst1, rollout tst1-tiny), generated
+    once per test run; read its files, write nothing into it."""
+    from ccab import cli
+
+    out = tmp_path_factory.mktemp("sim-tiny")
+    assert cli.main(["sim", "tiny", "--out", str(out), "--hours", "2", "--workers", "1", "--no-progress"]) == 0
     return out
 
 

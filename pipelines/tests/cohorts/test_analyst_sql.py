@@ -27,10 +27,8 @@ ALL = f"pop = '', rollout_id = '', {WINDOW}"
 
 
 @pytest.fixture(scope="module")
-def sim_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sim-tiny-views")
-    assert cli.main(["sim", "tiny", "--out", str(out), "--hours", "2", "--workers", "1", "--no-progress"]) == 0
-    return out
+def sim_dir(tiny_world):
+    return tiny_world  # the shared `ccab sim tiny --hours 2` (conftest)
 
 
 @pytest.fixture(scope="module")

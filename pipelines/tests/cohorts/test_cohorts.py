@@ -27,10 +27,8 @@ H15 = H12 + timedelta(hours=3)
 
 
 @pytest.fixture(scope="module")
-def sim_dir(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("sim-tiny")
-    assert cli.main(["sim", "tiny", "--out", str(out), "--hours", "2", "--workers", "1", "--no-progress"]) == 0
-    return out
+def sim_dir(tiny_world) -> Path:
+    return tiny_world  # the shared `ccab sim tiny --hours 2` (conftest)
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,8 @@ WINDOW = ["--from", "2025-11-20T12:00Z", "--to", "2025-11-20T14:00Z"]
 
 
 @pytest.fixture(scope="module")
-def sim_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sim-tiny-shards")
-    assert cli.main(["sim", "tiny", "--out", str(out), "--hours", "2", "--workers", "1", "--no-progress"]) == 0
-    return out
+def sim_dir(tiny_world):
+    return tiny_world  # the shared `ccab sim tiny --hours 2` (conftest)
 
 
 def _rows(wh, database: str, table: str, order: str, final: str = "FINAL") -> list[tuple]:

@@ -54,10 +54,8 @@ def airflow(tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sim-tiny-dags")
-    assert cli.main(["sim", "tiny", "--out", str(out), "--hours", "2", "--workers", "1", "--no-progress"]) == 0
-    return read_jsonl(out / "ccab.tcp.v1.jsonl"), read_jsonl(out / "ccab.http.v1.jsonl")
+def records(tiny_world):
+    return read_jsonl(tiny_world / "ccab.tcp.v1.jsonl"), read_jsonl(tiny_world / "ccab.http.v1.jsonl")
 
 
 def test_dag_files_import_with_tags_retries_and_the_clickhouse_pool(airflow):

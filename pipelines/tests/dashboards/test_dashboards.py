@@ -206,17 +206,14 @@ def _judge_rows(now_ms):
 
 
 @pytest.fixture(scope="module")
-def wh(tmp_path_factory):
-    from ccab.base import schema as migrate
+def wh(tmp_path_factory, tiny_world, warehouse_template):
     from ccab.base.warehouse import ChdbWarehouse
     from ccab.cohorts.job import run_window
     from ccab.ingest.loader import load_files
 
-    sim = tmp_path_factory.mktemp("sim-dashboards")
-    assert cli.main(["sim", "tiny", "--out", str(sim), "--hours", "2", "--workers", "1", "--no-progress"]) == 0
-    w = ChdbWarehouse(tmp_path_factory.mktemp("wh-dashboards") / "warehouse")
+    sim = tiny_world
+    w = ChdbWarehouse(warehouse_template(tmp_path_factory.mktemp("wh-dashboards") / "warehouse"))
     try:
-        migrate.migrate(w, log=lambda _m: None)
         assert not load_files(w, [sim / "ccab.tcp.v1.jsonl", sim / "ccab.http.v1.jsonl"]).dead
         run_window(w, T0, T1)
         hosts = "(SELECT pop, rollout_id, host, any(arm) AS arm, any(cc) AS cc, any(kernel) AS kernel FROM tcp_samples GROUP BY pop, rollout_id, host)"

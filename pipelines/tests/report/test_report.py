@@ -23,20 +23,17 @@ ROLLOUT = "tst1-tiny"
 
 
 @pytest.fixture(scope="module")
-def judged(tmp_path_factory):
+def judged(tmp_path_factory, tiny_world, warehouse_template):
     """A data dir with 2 hours of the tiny scenario loaded, rolled up and judged (one chdb path)."""
-    from ccab.base import schema as migrate
     from ccab.base.warehouse import ChdbWarehouse
     from ccab.cohorts.job import run_window
     from ccab.ingest.loader import load_files
     from ccab.judge import judge_window
 
-    sim = tmp_path_factory.mktemp("sim-tiny-report")
-    assert cli.main(["sim", "tiny", "--out", str(sim), "--hours", "2", "--workers", "1", "--no-progress"]) == 0
+    sim = tiny_world
     data_dir = tmp_path_factory.mktemp("report-data")
-    wh = ChdbWarehouse(data_dir / "warehouse")
+    wh = ChdbWarehouse(warehouse_template(data_dir / "warehouse"))
     try:
-        migrate.migrate(wh, log=lambda _m: None)
         assert not load_files(wh, [sim / "ccab.tcp.v1.jsonl", sim / "ccab.http.v1.jsonl"]).dead
         run_window(wh, START, END)
         report = judge_window(wh, START, END, report_url=f"file://{data_dir}/reports/{{rollout_id}}/index.html")
