@@ -87,10 +87,7 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 15.0) -> list[tupl
         ends: dict[int, int] = {}
         tps = []
         for p in sorted(tmd.partitions):
-            try:
-                lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
-            except KafkaException as exc:
-                raise KafkaUnavailable(f"cannot read offsets of {topic}[{p}] at {bootstrap}: {exc}") from None
+            lo, hi = _watermarks(c, topic, p, bootstrap, timeout_s)
             if hi > lo:
                 ends[p] = hi
                 tps.append(TopicPartition(topic, p, lo))
@@ -117,6 +114,29 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 15.0) -> list[tupl
         return [kv for p in sorted(out) for kv in out[p]]
     finally:
         c.close()
+
+
+#: errors of a partition whose leader is being elected (a broker that just started)
+_ELECTING = (6, 5, 3)  # NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PART
+
+
+def _watermarks(c, topic: str, partition: int, bootstrap: str, timeout_s: float) -> tuple[int, int]:
+    """The partition's (low, high) watermarks; a retriable error (a leader being elected, as on a
+    broker that just started) is retried until ``timeout_s``, then :class:`KafkaUnavailable`."""
+    import time
+
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            transient = err is not None and (err.retriable() or err.code() in _ELECTING)
+            if not (transient and time.monotonic() < deadline):
+                raise KafkaUnavailable(f"cannot read offsets of {topic}[{partition}] at {bootstrap}: {exc}") from None
+            time.sleep(0.5)
 
 
 def read_assignments(bootstrap: str, topic: str = TOPIC_ASSIGNMENTS, timeout_s: float = 15.0) -> list[dict]:
