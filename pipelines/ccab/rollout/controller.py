@@ -33,8 +33,8 @@ from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
 from ccab.judge.alerts import times
 from ccab.rollout import design
 from ccab.rollout.plan import Plan, load_plan, plan_to_yaml
-from ccab.rollout.publish import (Publisher, latest_assignments, read_agent_status, read_assignments,
-                                  valid_generation)
+from ccab.rollout.publish import (Publisher, agent_generations, latest_assignments, next_generation,
+                                  read_agent_status, read_assignments, valid_generation)
 from ccab.rollout.signing import sign
 from ccab.rollout.state import (TERMINAL, HostAssignment, PublishIntent, RolloutState, StateError, Store,
                                  now_ms)
@@ -311,10 +311,13 @@ class Controller:
             raise ControllerError("no signing key (--key FILE or CCAB_ROLLOUT_KEY)")
         return sign(rec, self.key)
 
-    def _topic_latest(self, records: list[dict]) -> dict[str, dict]:
-        """host -> the newest record on the topic that an agent would accept from this controller."""
+    def _topic_latest(self, records: list[dict], statuses: list[dict] | None = None) -> dict[str, dict]:
+        """host -> the newest record on the topic that an agent would accept from this controller
+        (with the agents' answers ``statuses``: not one it refused or would refuse)."""
         public = self.key.public_key() if self.key is not None else None
-        return latest_assignments(records, public, {h: v.generation for h, v in self.st.hosts.items()})
+        applied, refused = agent_generations(statuses or [])
+        return latest_assignments(records, public, {h: v.generation for h, v in self.st.hosts.items()},
+                                  applied, refused)
 
     def reconcile(self, topic_records: list[dict] | None = None) -> list[str]:
         """Finish a publish that a crash interrupted: records already on the topic are marked
@@ -343,14 +346,18 @@ class Controller:
                     resent=[r["host"] for r in resend])
         return [r["host"] for r in resend]
 
-    def _publish(self, changes: list[design.Change], topic_latest: dict[str, dict], why: str) -> list[dict]:
+    def _publish(self, changes: list[design.Change], topic_latest: dict[str, dict], why: str,
+                 applied: dict[str, int] | None = None) -> list[dict]:
+        """``applied``: host -> the generation its agent last applied (the next record is at most
+        MAX_GENERATION_JUMP ahead of it: ``publish.next_generation``)."""
         if not changes:
             return []
+        applied = applied or {}
         pop_of = {h: p for p in self.plan.pops for h in self.plan.hosts_of(p)}
         records = []
         for c in changes:
-            prev = self.st.generation_of(c.host)
-            gen = max(prev, int(topic_latest.get(c.host, {}).get("generation", 0))) + 1
+            gen = next_generation(self.st.generation_of(c.host), int(topic_latest.get(c.host, {}).get("generation", 0)),
+                                  applied.get(c.host))
             rec = self._record(c.host, pop_of[c.host], c.after, gen)
             records.append(rec)
             self.st.hosts[c.host] = HostAssignment(pop=rec["pop"], arm=rec["arm"], cc=rec["cc"], qdisc=rec["qdisc"],
@@ -374,7 +381,9 @@ class Controller:
         """Publish what the plan wants now, batch by batch within the blast radius, waiting up to
         ``wait_applied_s`` for each batch to be applied before the next."""
         deadline = time.monotonic() + wait_applied_s
-        topic_latest = self._topic_latest(self.bus.assignments())
+        statuses = self.bus.agent_status()
+        topic_latest = self._topic_latest(self.bus.assignments(), statuses)
+        applied, _ = agent_generations(statuses)
         foreign = self.foreign_hosts()
         while True:
             now, deferred = design.plan_changes(self.plan, self.current_arms(), self.target())
@@ -404,7 +413,7 @@ class Controller:
                     why = f"rollout {self.st.status}: every host back to {self.plan.control_arm}"
                 if deferred:
                     why += f"; {len(deferred)} change(s) deferred by the blast-radius limit"
-                result.published += self._publish(batch, topic_latest, why)
+                result.published += self._publish(batch, topic_latest, why, applied)
                 for r in result.published:
                     topic_latest[r["host"]] = r
             result.deferred = len(deferred)

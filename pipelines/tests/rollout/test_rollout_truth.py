@@ -1,0 +1,115 @@
+"""Rollout truth in one place (issue 28): the next generation after a refused record, and operators'
+actions while the controller service holds a rollout during a Kafka outage.
+
+The stage machine with the topics in memory and agents that follow the contract's generation rule
+(contracts/CONTRACTS.md, assignment/1; the Go agent's ``assignment.CheckGeneration``); the same
+cases against a real broker are in test_rollout_ownership.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from ccab.rollout.controller import Controller
+from ccab.rollout.plan import plan_from_dict
+from ccab.rollout.publish import MAX_GENERATION, MAX_GENERATION_JUMP, valid_generation
+from ccab.rollout.signing import load_private_key, sign, verify
+from ccab.rollout.state import Store
+from factories import base_plan
+from paths import VECTORS
+
+KEY = load_private_key(VECTORS / "test_ed25519_seed.hex")
+
+
+class ContractAgents:
+    """Both topics in memory, and one agent per host applying the assignments topic in order as
+    the contract says: signature checked; a generation outside [0, 2^53-1] is malformed; one not
+    above the applied one is stale (ignored, no answer); one more than 1,000,000 above it is
+    refused ("generation too far ahead") and leaves the applied generation where it was."""
+
+    def __init__(self):
+        self.records: list[dict] = []
+        self.statuses: list[dict] = []
+        self.applied: dict[str, int] = {}
+        self.read = 0
+
+    def publish(self, records):
+        self.records += [dict(r) for r in records]
+        return len(records)
+
+    def assignments(self):
+        return list(self.records)
+
+    def agent_status(self):
+        return list(self.statuses)
+
+    def run(self) -> None:
+        for r in self.records[self.read:]:
+            h, gen = r["host"], r["generation"]
+            answer = {"schema": "agent_status/1", "host": h, "pop": r["pop"], "rollout_id": r["rollout_id"],
+                      "arm": r["arm"], "generation": gen}
+            if not valid_generation(gen):
+                self.statuses.append({**answer, "state": "refused", "reason": "malformed: generation out of range"})
+            elif verify(r, KEY.public_key()) is not None:
+                self.statuses.append({**answer, "state": "refused", "reason": "bad signature"})
+            elif gen <= self.applied.get(h, 0):
+                continue
+            elif gen - self.applied.get(h, 0) > MAX_GENERATION_JUMP:
+                self.statuses.append({**answer, "state": "refused", "reason": "generation too far ahead"})
+            else:
+                self.applied[h] = gen
+                self.statuses.append({**answer, "state": "applied"})
+        self.read = len(self.records)
+
+
+def _plan(rid: str):
+    return plan_from_dict(base_plan(rollout_id=rid, stages=[{"name": "s1", "hosts": 2}]))
+
+
+def _ctl(root, rid, bus):
+    return Controller(_plan(rid), Store(root / "rollouts" / rid), bus, KEY)
+
+
+def test_a_refused_hostile_generation_never_freezes_a_host_for_later_rollouts(tmp_path):
+    bus = ContractAgents()
+    first = _ctl(tmp_path, "r1", bus)
+    first.start()
+    bus.run()
+    first.rollback("done with r1")
+    bus.run()
+    assert first.st.status == "rolled_back"
+    victim = "h1-00"
+    before = bus.applied[victim]
+    # a hostile record, validly signed, with the highest generation there is: the agent refuses it
+    hostile = sign({"schema": "assignment/1", "rollout_id": "evil", "generation": MAX_GENERATION, "pop": "p1",
+                    "host": victim, "arm": "b1", "cc": "bbr", "qdisc": None, "issued_at_ms": 1}, KEY)
+    bus.publish([hostile])
+    bus.run()
+    assert bus.applied[victim] == before and bus.statuses[-1]["state"] == "refused"
+
+    # every later rollout's record for that host still applies (it used to get 2^53: malformed)
+    second = _ctl(tmp_path, "r2", bus)
+    second.start()
+    bus.run()
+    mine = [r for r in bus.records if r["rollout_id"] == "r2"]
+    assert all(r["generation"] <= min(MAX_GENERATION, bus.applied.get(r["host"], 0) + MAX_GENERATION_JUMP)
+               for r in mine)
+    ok, n, _ = second._applied()
+    assert (ok, n) == (len(mine), len(mine)), [s for s in bus.statuses if s["state"] != "applied"]
+    assert second.st.hosts[victim].generation == before + 1
+    # and a rollback of the second rollout reaches it too
+    second.rollback("pager")
+    bus.run()
+    assert bus.applied[victim] == second.st.hosts[victim].generation
+
+
+@pytest.mark.parametrize("own,on_topic,applied,expected", [
+    (4, 0, 4, 5),
+    (4, 9, 4, 10),                                        # another controller's record the agent will apply
+    (0, 0, 7, 8),                                         # a new rollout on a host that ran an older one
+    (0, MAX_GENERATION, None, MAX_GENERATION),            # never beyond 2^53-1
+    (5_000_000, 0, 3, 3 + MAX_GENERATION_JUMP),           # never more than the jump the agent accepts
+])
+def test_next_generation_stays_within_what_an_agent_applies(own, on_topic, applied, expected):
+    from ccab.rollout.publish import next_generation
+
+    assert next_generation(own, on_topic, applied) == expected
