@@ -134,7 +134,9 @@ def register(sub) -> None:
                    help="where /metrics and /healthz are served (default: %(default)s; empty: none)")
     a.add_argument("--alertmanager", metavar="URL",
                    help="Alertmanager base URL for pages (default: from $CCAB_ALERT_WEBHOOK_URL; none: no pages)")
-    a.add_argument("--once", action="store_true", help="one loop, then exit (cron, tests)")
+    a.add_argument("--once", action="store_true",
+                   help="one loop, then exit (cron, tests); exit 1 when the loop failed: not the leader, or a "
+                        "rollout's tick failed (Kafka down, ...)")
     a.add_argument("--rollups", choices=("run", "existing"), default="run",
                    help="run: recompute the stale hourly rollups of the hours covering the look window first "
                         "(default); existing: the DAG does")
@@ -441,12 +443,15 @@ def cmd_controller_run(args) -> int:
             return _fail(f"cannot serve metrics on {args.metrics_addr}: {exc}; give another --metrics-addr", 1)
         print(f"metrics on http://{args.metrics_addr}/metrics, health on /healthz", flush=True)
     signal.signal(signal.SIGTERM, lambda *_a: svc.stopping.set())
+    failed: list[str] = []
     try:
-        svc.run(once=args.once)
+        failed = svc.run(once=args.once)
     except KeyboardInterrupt:
         pass
     finally:
         if httpd is not None:
             httpd.shutdown()
         svc.leader.release()
+    if failed:  # --once: the loop did not do its work (another leader, Kafka down, ...)
+        return fail("controller", "the loop failed: " + "; ".join(failed), 1)
     return 0

@@ -26,7 +26,7 @@ from typing import Callable
 from ccab.alerting.alertmanager import post_alerts, resolve
 from ccab.rollout.controller import Controller
 from ccab.rollout.leader import LeaderLock
-from ccab.rollout.state import TERMINAL, StateError, Store
+from ccab.rollout.state import TERMINAL, StateError, Store, leader_token
 
 STATUSES = ("running", "paused", "halted", "rolled_back", "completed")
 ARM_STATES = ("active", "halted", "rolled_back", "promoted")
@@ -74,14 +74,19 @@ class Service:
         self.stopping = threading.Event()
 
     # ---------------------------------------------------------------------------------- loop
-    def run(self, once: bool = False) -> None:
+    def run(self, once: bool = False) -> list[str]:
+        """Loop until stopped; with ``once``, one loop, returning what failed in it (empty: ok)."""
         while not self.stopping.is_set():
-            self.loop_once()
+            failed = self.loop_once()
             if once:
-                return
+                return failed
             self.stopping.wait(self.interval_s)
+        return []
 
-    def loop_once(self) -> None:
+    def loop_once(self) -> list[str]:
+        """One loop over the rollouts; returns what failed in it, one line each: not the leader
+        (another replica drives the rollouts), a rollout's tick that raised (Kafka down, ...)."""
+        failed: list[str] = []
         was = self.leader.is_leader
         token = self.leader.try_acquire()
         if token is not None and not was:
@@ -90,7 +95,10 @@ class Service:
             self.say("lost the leadership (a newer fencing token exists): standing by")
             self.leader.release()
         metrics: dict[str, RolloutMetrics] = {}
-        if self.leader.is_leader:
+        if not self.leader.is_leader:
+            failed.append(f"not the leader: another controller holds {self.root / 'leader.lock'} "
+                          f"(fencing token {leader_token(self.root)}); this replica only stands by")
+        else:
             for d in sorted(self.root.iterdir()) if self.root.is_dir() else []:
                 if not (d / "state.json").exists():
                     continue
@@ -98,18 +106,21 @@ class Service:
                     m = self.one(d)
                 except StateError as exc:
                     self.say(f"{d.name}: {exc}")
+                    failed.append(f"{d.name}: {exc}")
                     if "fenced out" in str(exc):
                         self.leader.release()
                         break
                     continue
                 except Exception as exc:  # noqa: BLE001 - one rollout's failure never stops the others
                     self.say(f"{d.name}: tick failed: {type(exc).__name__}: {exc}")
+                    failed.append(f"{d.name}: tick failed: {type(exc).__name__}: {exc}")
                     continue
                 if m is not None:
                     metrics[d.name] = m
         with self.lock:
             self.rollouts = metrics
             self.heartbeat_s = self.clock()
+        return failed
 
     def one(self, d: Path) -> RolloutMetrics | None:
         store = Store(d, fence=self.leader.token)

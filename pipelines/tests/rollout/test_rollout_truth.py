@@ -113,3 +113,57 @@ def test_next_generation_stays_within_what_an_agent_applies(own, on_topic, appli
     from ccab.rollout.publish import next_generation
 
     assert next_generation(own, on_topic, applied) == expected
+
+
+# ------------------------------------------------------------------------- controller run --once
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ccab(env: dict, *args: str):
+    import subprocess
+    import sys
+
+    from paths import REPO
+
+    return subprocess.run([sys.executable, "-m", "ccab.cli", *args], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture
+def cli_env(tmp_path):
+    import os
+
+    env = dict(os.environ, CCAB_DATA_DIR=str(tmp_path), CCAB_ROLLOUT_KEY=str(VECTORS / "test_ed25519_seed.hex"),
+               CCAB_KAFKA_BROKERS=f"127.0.0.1:{_free_port()}")  # nothing listens there: Kafka is down
+    env.pop("CCAB_CLICKHOUSE_URL", None)
+    env.pop("CCAB_ALERT_WEBHOOK_URL", None)
+    return env
+
+
+def test_controller_run_once_exits_non_zero_when_kafka_is_down(tmp_path, cli_env):
+    _ctl(tmp_path, "r1", ContractAgents()).start()  # an active rollout the loop must drive
+    p = _ccab(cli_env, "controller", "run", "--once", "--metrics-addr", "", "--kafka-timeout", "2")
+    assert p.returncode == 1, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    assert p.stderr.strip().splitlines()[-1].startswith(
+        "ccab controller: the loop failed: r1: tick failed: KafkaUnavailable: cannot reach Kafka"), p.stderr
+
+
+def test_controller_run_once_exits_non_zero_when_another_controller_leads(tmp_path, cli_env):
+    from ccab.rollout.leader import LeaderLock
+
+    other = LeaderLock(tmp_path / "rollouts")
+    assert other.try_acquire() == 1
+    try:
+        p = _ccab(cli_env, "controller", "run", "--once", "--metrics-addr", "")
+    finally:
+        other.release()
+    assert p.returncode == 1, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    assert "not the leader: another controller holds" in p.stderr and "fencing token 1" in p.stderr
+    # with the leadership free and nothing to do, one loop is a success
+    assert _ccab(cli_env, "controller", "run", "--once", "--metrics-addr", "").returncode == 0
