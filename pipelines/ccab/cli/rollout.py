@@ -107,6 +107,10 @@ def register(sub) -> None:
             a.add_argument("--force", action="store_true",
                            help="act on a completed or rolled-back rollout (refused otherwise, exit 3); touches "
                                 "only the hosts it still owns (not those of another active rollout)")
+            a.add_argument("--lock-wait", type=float, default=5.0, metavar="S",
+                           help="seconds to wait for the rollout's lock; when the controller service still "
+                                "holds it (a tick, Kafka down), the action is recorded as a request the service "
+                                "applies at its next tick (default: %(default)s)")
         _add_key(a), _add_kafka(a)
         a.set_defaults(func=cmd_manual, action=name)
 
@@ -351,16 +355,47 @@ def cmd_step(args) -> int:
 
 @_guard
 def cmd_manual(args) -> int:
+    from ccab.rollout.controller import ControllerError
+
     ctl = _controller(args)
     fn = getattr(ctl, args.action)
     kwargs = {"reason": args.reason, "arm": args.arm}
     if args.action in ("halt", "rollback"):
         kwargs["alert_ids"] = args.alert
         kwargs["force"] = args.force
-    with ctl.store.locked():
-        ctl.reload()
-        res = fn(**kwargs)
+    if args.action not in ("halt", "rollback"):
+        with ctl.store.locked():
+            ctl.reload()
+            res = fn(**kwargs)
+        _print_result(res)
+        return 0
+    from ccab.rollout.state import LockBusy
+
+    rid, what = args.rollout_id, f"{args.action} of {args.rollout_id}" + (f" (arm {args.arm})" if args.arm else "")
+    try:
+        with ctl.store.locked(wait_s=args.lock_wait):
+            ctl.reload()
+            res = fn(**kwargs)
+    except LockBusy:
+        # the controller service is in a tick on this rollout (maybe waiting for Kafka): record the
+        # operator's action for it to apply first at its next tick; never "another controller holds"
+        if ctl.state is None or (ctl.state.status in ("rolled_back", "completed") and not args.force):
+            raise
+        if args.arm is not None and args.arm not in ctl.state.arms:
+            raise ControllerError(f"no treatment arm {args.arm!r} (arms: {', '.join(ctl.state.arms)})") from None
+        if not args.reason.strip():
+            raise ControllerError("--reason is required for a manual action (it goes to the audit log)") from None
+        req = ctl.store.add_request(args.action, **kwargs)
+        print(f"{what} recorded as request {req['id']}: the controller service holds the rollout now (a tick in "
+              f"progress, perhaps waiting for Kafka); it applies the request first at its next tick and publishes "
+              f"it to the agents (when Kafka is down: when Kafka is back). Without a running service, "
+              f"`ccab rollout step {rid}` applies it. Follow it: ccab rollout status {rid} --audit 5")
+        return 0
     _print_result(res)
+    if res.unpublished:
+        print(f"{what} recorded in the rollout's state, not yet published: Kafka is down ({res.unpublished}). "
+              f"The controller service publishes it when Kafka is back; without a running service run "
+              f"`ccab rollout step {rid}` then. The agents keep what they applied until then.")
     return 0
 
 

@@ -33,8 +33,8 @@ from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
 from ccab.judge.alerts import times
 from ccab.rollout import design
 from ccab.rollout.plan import Plan, load_plan, plan_to_yaml
-from ccab.rollout.publish import (Publisher, agent_generations, latest_assignments, next_generation,
-                                  read_agent_status, read_assignments, valid_generation)
+from ccab.rollout.publish import (KafkaUnavailable, Publisher, agent_generations, latest_assignments,
+                                  next_generation, read_agent_status, read_assignments, valid_generation)
 from ccab.rollout.signing import sign
 from ccab.rollout.state import (TERMINAL, HostAssignment, PublishIntent, RolloutState, StateError, Store,
                                  now_ms)
@@ -119,6 +119,7 @@ class StepResult:
     enrolled: int = 0
     look: dict | None = None
     messages: list[str] = field(default_factory=list)
+    unpublished: str = ""  # a manual halt/rollback recorded in the state, not yet sent: why (Kafka down)
 
 
 def _utc(ms: int) -> datetime:
@@ -220,6 +221,7 @@ class Controller:
         self.alert_payloads = alert_payloads
         self.arm_done = arm_done  # arm_done(arm, state) resolves the arm's alerts, returns them (endsAt)
         self.only_owned = False  # --force on a terminal rollout: touch only hosts it still owns
+        self.offline = ""  # a manual halt/rollback found Kafka down: why (its publish waits for Kafka)
         self.state: RolloutState | None = store.load() if store.exists() else None
 
     def reload(self) -> None:
@@ -436,6 +438,7 @@ class Controller:
         ``min_duration_minutes`` of data are there (:meth:`look_due_at`), and resolve the pages of arms that are back on control or promoted."""
         self._require_state()
         result = StepResult()
+        self.apply_requests(result)
         if self.st.status == "running" and self.breakers is not None and self.plan.breakers:
             now = self.clock()
             if self.st.breaker_checked_ms is None or now - self.st.breaker_checked_ms >= 60_000:
@@ -641,6 +644,7 @@ class Controller:
         """One controller tick: reconcile, publish what is due, and run a look when it is due."""
         self._require_state()
         result = StepResult()
+        self.apply_requests(result)
         resent = self.reconcile()
         if resent:
             result.messages.append(f"re-sent {len(resent)} record(s) of an interrupted publish")
@@ -859,7 +863,63 @@ class Controller:
                     f"(its hosts may belong to another rollout now). --force {action}s only the hosts this "
                     f"rollout still owns")
             self.only_owned = True
-        self.reconcile()
+        if action not in ("halt", "rollback"):
+            self.reconcile()
+            return
+        try:  # a halt/rollback is recorded even when Kafka is down; the publish waits for Kafka
+            self.reconcile()
+        except KafkaUnavailable as exc:
+            self.offline = str(exc)
+
+    def _converge_or_defer(self, result: StepResult) -> None:
+        """After a manual halt/rollback saved in the state: publish it, or, with Kafka down, say
+        so in ``result.unpublished`` (the state keeps it; the next tick or step publishes it)."""
+        if not self.offline:
+            try:
+                self._converge(result)
+                return
+            except KafkaUnavailable as exc:
+                self.offline = str(exc)
+        result.unpublished = self.offline
+        self._audit("publish_deferred", f"Kafka is down: the change is recorded and is published when Kafka is "
+                    f"back ({self.offline})", actor="operator")
+
+    def apply_requests(self, result: StepResult) -> None:
+        """Apply the operators' halt/rollback requests recorded while this rollout's lock was busy
+        (``ccab rollout halt|rollback`` beside the service, ``Store.add_request``), oldest first.
+        Call with the lock held. Each is applied once (audited with its id), then removed."""
+        done = {e.get("request") for e in self.store.read_audit() if e.get("request")}
+        for path, req in self.store.requests():
+            rid, action, args = req.get("id"), req.get("action"), dict(req.get("args") or {})
+            if rid not in done:
+                if action not in ("halt", "rollback"):
+                    self._audit("request_refused", f"request {rid}: unknown action {action!r}", actor="operator",
+                                request=rid)
+                else:
+                    try:
+                        res = getattr(self, action)(**args)
+                        result.published += res.published
+                        result.messages += res.messages
+                        if res.unpublished:
+                            result.unpublished = res.unpublished
+                        self._audit("request_applied", f"{action} requested at {_iso(_utc(req.get('ts_ms', 0)))} "
+                                    "while the rollout was busy: applied", actor="operator", request=rid)
+                    except ControllerError as exc:
+                        self._audit("request_refused", f"request {rid} ({action}): {exc}", actor="operator",
+                                    request=rid)
+                    result.messages.append(f"applied the {action} request {rid} of an operator")
+            path.unlink(missing_ok=True)
+
+    def owes_publish(self) -> bool:
+        """The state decided a change the agents were not sent yet (Kafka was down, a crash): an
+        interrupted publish, an enrolled host whose arm is not the one the state wants, an open
+        page or an operator's request. The service ticks a terminal rollout while this holds."""
+        if self.state is None:
+            return False
+        if self.st.intent or self.st.pages or self.store.requests():
+            return True
+        want = self.target()
+        return any(want.get(h, v.arm) != v.arm for h, v in self.st.hosts.items())
 
     def promote(self, reason: str, arm: str | None = None) -> StepResult:
         self._manual(reason)
@@ -904,7 +964,7 @@ class Controller:
         if alert_ids and self.set_action is not None:
             self.set_action(alert_ids, "halted")
         result = StepResult()
-        self._converge(result)
+        self._converge_or_defer(result)
         return result
 
     def rollback(self, reason: str, arm: str | None = None, alert_ids: list[str] | None = None,
@@ -931,7 +991,7 @@ class Controller:
         if alert_ids and self.set_action is not None:
             self.set_action(alert_ids, "rolled_back")
         result = StepResult()
-        self._converge(result)
+        self._converge_or_defer(result)
         return result
 
     def resume(self, reason: str, arm: str | None = None) -> StepResult:

@@ -2,9 +2,11 @@
 
 Every ``interval_s`` the service (1) takes or keeps the leader lock (:mod:`ccab.rollout.leader`);
 a standby only heartbeats; (2) as leader, for each rollout under ``$CCAB_DATA_DIR/rollouts/`` that
-is not completed or rolled back, takes that rollout's ``lock`` (the one ``ccab rollout ...``
+is not completed or rolled back (or is, but still owes its agents a change: a rollback recorded
+while Kafka was down, an open page), takes that rollout's ``lock`` (the one ``ccab rollout ...``
 commands take: a person's command and the service never interleave; a rollout whose lock is
-held is skipped this tick) and runs :meth:`Controller.tick`; (3) updates the metrics and the
+held is skipped this tick; a person's halt/rollback that finds the lock busy is recorded as a
+request the tick applies first) and runs :meth:`Controller.tick`; (3) updates the metrics and the
 heartbeat served on ``/metrics`` and ``/healthz``.
 
 Killing it at any moment is safe: every state change is write-ahead (state.py), the next leader
@@ -26,7 +28,7 @@ from typing import Callable
 from ccab.alerting.alertmanager import post_alerts, resolve
 from ccab.rollout.controller import Controller
 from ccab.rollout.leader import LeaderLock
-from ccab.rollout.state import TERMINAL, StateError, Store, leader_token
+from ccab.rollout.state import TERMINAL, LockBusy, StateError, Store, leader_token
 
 STATUSES = ("running", "paused", "halted", "rolled_back", "completed")
 ARM_STATES = ("active", "halted", "rolled_back", "promoted")
@@ -129,7 +131,9 @@ class Service:
             return None
         ctl = self.make_controller(store)
         statuses = None
-        if st.status not in TERMINAL:
+        # a terminal rollout is ticked while it still owes the agents a change (a rollback recorded
+        # while Kafka was down), an open page or an operator's request
+        if st.status not in TERMINAL or ctl.owes_publish():
             try:
                 with store.locked():
                     ctl.reload()
@@ -138,9 +142,7 @@ class Service:
                         self.say(f"{d.name}: {msg}")
                     if res.published:
                         self.say(f"{d.name}: published {len(res.published)} assignment(s)")
-            except StateError as exc:
-                if "another controller holds" not in str(exc):
-                    raise
+            except LockBusy:
                 self.say(f"{d.name}: locked by a person's command; next tick")
                 ctl.reload()
         try:

@@ -167,3 +167,54 @@ def test_controller_run_once_exits_non_zero_when_another_controller_leads(tmp_pa
     assert "not the leader: another controller holds" in p.stderr and "fencing token 1" in p.stderr
     # with the leadership free and nothing to do, one loop is a success
     assert _ccab(cli_env, "controller", "run", "--once", "--metrics-addr", "").returncode == 0
+
+
+# ------------------------------------------------------- halt/rollback while the service holds it
+
+def test_a_rollback_while_the_service_holds_the_rollout_is_recorded_and_applied_at_its_next_tick(tmp_path, cli_env):
+    from ccab.rollout.service import Service
+
+    bus = ContractAgents()
+    _ctl(tmp_path, "r1", bus).start()
+    bus.run()
+    store = Store(tmp_path / "rollouts" / "r1")
+    with store.locked():  # the service is in a tick on r1 (e.g. waiting for a broker that is down)
+        p = _ccab(cli_env, "rollout", "rollback", "r1", "--reason", "INC-4 pager", "--lock-wait", "0.5",
+                  "--kafka-timeout", "2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "another controller holds" not in p.stdout + p.stderr
+    assert "rollback of r1 recorded as request" in p.stdout and "when Kafka is back" in p.stdout, p.stdout
+    assert store.load().status == "running" and len(store.requests()) == 1
+
+    svc = Service(tmp_path / "rollouts", lambda s: Controller(_plan("r1"), s, bus, KEY), interval_s=1,
+                  say=lambda _m: None)
+    assert svc.loop_once() == []
+    st = store.load()
+    assert st.status == "rolled_back" and not store.requests()
+    bus.run()
+    assert all(bus.applied[h] == v.generation and v.arm == "control" for h, v in st.hosts.items())
+    applied = [e for e in store.read_audit() if e["event"] == "request_applied"]
+    assert len(applied) == 1 and applied[0]["actor"] == "operator"
+    assert svc.loop_once() == [] and len([e for e in store.read_audit() if e["event"] == "rollback"]) == 1
+
+
+def test_a_rollback_with_kafka_down_is_recorded_and_published_by_the_next_tick(tmp_path, cli_env):
+    """The lock is free but the broker is down: the rollback is saved, said to wait for Kafka; the
+    service's next tick (the rollout is terminal but owes its agents the change) publishes it."""
+    from ccab.rollout.service import Service
+
+    bus = ContractAgents()
+    _ctl(tmp_path, "r1", bus).start()
+    bus.run()
+    p = _ccab(cli_env, "rollout", "rollback", "r1", "--reason", "INC-5", "--kafka-timeout", "2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "not yet published: Kafka is down" in p.stdout and "when Kafka is back" in p.stdout, p.stdout
+    store = Store(tmp_path / "rollouts" / "r1")
+    st = store.load()
+    assert st.status == "rolled_back" and any(v.arm != "control" for v in st.hosts.values())
+    svc = Service(tmp_path / "rollouts", lambda s: Controller(_plan("r1"), s, bus, KEY), interval_s=1,
+                  say=lambda _m: None)
+    assert svc.loop_once() == []  # Kafka (the in-memory bus) is back
+    bus.run()
+    st = store.load()
+    assert all(v.arm == "control" and bus.applied[h] == v.generation for h, v in st.hosts.items())
