@@ -65,6 +65,9 @@ def register(sub) -> None:
     a.add_argument("--wait-applied", type=float, default=0.0, metavar="S",
                    help="publish batch after batch (blast radius) waiting up to S seconds for applies")
     a.add_argument("--reason", default="", help="goes to the audit log")
+    a.add_argument("--take-over", action="append", default=[], metavar="ROLLOUT",
+                   help="hosts whose newest record on the assignments topic names ROLLOUT (a rollout of another "
+                        "deployment, finished there) may be taken; repeatable. Without it such hosts are refused")
     _add_key(a), _add_kafka(a)
     a.set_defaults(func=cmd_start)
 
@@ -325,6 +328,7 @@ def cmd_start(args) -> int:
     ctl = _controller(args, plan)
     if ctl.key is None:
         return _fail("no signing key: --key FILE or CCAB_ROLLOUT_KEY", 2)
+    ctl.take_over = list(args.take_over)
     with ctl.store.locked():  # one controller per rollout; state read under the lock
         ctl.reload()
         res = ctl.start(wait_applied_s=args.wait_applied, reason=args.reason)

@@ -35,7 +35,8 @@ from ccab.rollout import design
 from ccab.rollout.plan import Plan, load_plan, plan_to_yaml
 from ccab.rollout.publish import (KafkaUnavailable, Publisher, agent_generations, latest_assignments,
                                   next_generation, read_agent_status, read_assignments, valid_generation)
-from ccab.rollout.signing import sign
+from ccab.base.contracts import rollout_id_problem
+from ccab.rollout.signing import sign, verify
 from ccab.rollout.state import (TERMINAL, HostAssignment, PublishIntent, RolloutState, StateError, Store,
                                  now_ms)
 
@@ -222,6 +223,7 @@ class Controller:
         self.arm_done = arm_done  # arm_done(arm, state) resolves the arm's alerts, returns them (endsAt)
         self.only_owned = False  # --force on a terminal rollout: touch only hosts it still owns
         self.offline = ""  # a manual halt/rollback found Kafka down: why (its publish waits for Kafka)
+        self.take_over: list[str] = []  # `start --take-over X`: rollouts of another deployment, finished
         self.state: RolloutState | None = store.load() if store.exists() else None
 
     def reload(self) -> None:
@@ -306,7 +308,10 @@ class Controller:
         a = self.plan.arm(arm)
         rec = {"schema": "assignment/1", "rollout_id": self.plan.rollout_id, "generation": generation,
                "pop": pop, "host": host, "arm": a.name, "cc": a.cc, "qdisc": a.qdisc,
-               "issued_at_ms": self.clock()}
+               "issued_at_ms": self.clock(),
+               # the controller's own bookkeeping (agents ignore it): a state file older than the
+               # topic is recognised by its stage as well as by its generations (check_fresh)
+               "stage": self.state.stage if self.state else 0}
         if a.bbr_version is not None:
             rec["bbr_version"] = str(a.bbr_version)  # optional field the agent checks (rollout/README.md)
         if self.key is None:
@@ -384,9 +389,10 @@ class Controller:
         ``wait_applied_s`` for each batch to be applied before the next."""
         deadline = time.monotonic() + wait_applied_s
         statuses = self.bus.agent_status()
-        topic_latest = self._topic_latest(self.bus.assignments(), statuses)
+        records = self.bus.assignments()
+        topic_latest = self._topic_latest(records, statuses)
         applied, _ = agent_generations(statuses)
-        foreign = self.foreign_hosts()
+        foreign = self.foreign_hosts(records, statuses)
         while True:
             now, deferred = design.plan_changes(self.plan, self.current_arms(), self.target())
             skipped = [c.host for c in now + deferred if c.host in foreign]
@@ -439,6 +445,7 @@ class Controller:
         self._require_state()
         result = StepResult()
         self.apply_requests(result)
+        self.check_fresh()
         if self.st.status == "running" and self.breakers is not None and self.plan.breakers:
             now = self.clock()
             if self.st.breaker_checked_ms is None or now - self.st.breaker_checked_ms >= 60_000:
@@ -589,30 +596,138 @@ class Controller:
             result.messages.append(f"resolved {len(alerts)} page(s) of {arm} ({state})")
 
     # ------------------------------------------------------------------------------ ownership
-    def foreign_hosts(self) -> dict[str, tuple[str, str]]:
-        """Hosts of this plan that another active rollout owns (never touched by this one). With
-        ``only_owned`` (``--force`` on a terminal rollout) also the hosts whose newest record on
-        the topic comes from another rollout."""
+    @property
+    def topic_name(self) -> str:
+        """The assignments topic this controller publishes to (for messages)."""
+        return getattr(self.bus, "assignments_topic", None) or TOPIC_ASSIGNMENTS
+
+    def topic_owners(self, records: list[dict], statuses: list[dict] | None = None) -> dict[str, tuple[str, str]]:
+        """Hosts of this plan whose newest record on the assignments topic — signed with this
+        controller's key, not refused by the host's agent: what the agent runs or will run — names
+        another rollout that still owns them as far as this data dir knows: not one it knows as
+        completed or rolled back (a rollout of another deployment, with another ``$CCAB_DATA_DIR``
+        on the same Kafka, is not known here), and not one this rollout took over (``--take-over``).
+        With ``only_owned`` (``--force`` on a terminal rollout) any other rollout's record counts.
+        host -> (rollout, why)."""
+        mine = plan_hosts(self.plan) | set(self.current_arms())
+        public = self.key.public_key() if self.key is not None else None
+        applied, refused = agent_generations(statuses or [])
+        newest = latest_assignments([r for r in records if r.get("host") in mine], public, None, applied, refused)
+        taken = set(self.state.taken_over if self.state else self.take_over)
+        root = self.store.dir.parent
+        finished: dict[str, bool] = {}
+        out: dict[str, tuple[str, str]] = {}
+        for h, r in newest.items():
+            owner = r.get("rollout_id")
+            if not isinstance(owner, str) or owner == self.plan.rollout_id or owner in taken:
+                continue
+            if owner not in finished:
+                try:
+                    other = Store(root / owner).load() if not rollout_id_problem(owner) else None
+                except StateError:
+                    other = None
+                finished[owner] = other is not None and other.status in TERMINAL
+            if not finished[owner] or self.only_owned:  # --force: even a finished one's hosts are not ours
+                out[h] = (owner, f"newest record on {self.topic_name}, generation {r['generation']}")
+        return out
+
+    def foreign_hosts(self, records: list[dict] | None = None,
+                      statuses: list[dict] | None = None) -> dict[str, tuple[str, str]]:
+        """Hosts of this plan that another rollout owns (never touched by this one): an active
+        rollout of this data dir, or one the assignments topic names (:meth:`topic_owners`; the
+        topic is read when ``records`` is not given and there is a bus)."""
         mine = plan_hosts(self.plan) | set(self.current_arms())
         owners = host_owners(self.store.dir.parent, exclude=self.plan.rollout_id)
         out = {h: o for h, o in owners.items() if h in mine}
-        if self.only_owned and self.bus is not None:
-            newest: dict[str, dict] = {}
-            for r in self.bus.assignments():
-                h = r.get("host")
-                if h in mine and valid_generation(r.get("generation")) and (
-                        h not in newest or r["generation"] >= newest[h]["generation"]):
-                    newest[h] = r
-            for h, r in newest.items():
-                if r.get("rollout_id") != self.plan.rollout_id:
-                    out.setdefault(h, (str(r.get("rollout_id")), "newest record on the topic"))
+        if records is None and self.bus is not None:
+            records = self.bus.assignments()
+        for h, o in self.topic_owners(records or [], statuses).items():
+            out.setdefault(h, o)
         return out
 
-    def check_overlap(self) -> None:
+    def check_overlap(self, records: list[dict] | None = None, statuses: list[dict] | None = None) -> None:
         clash = {h: o for h, o in host_owners(self.store.dir.parent, exclude=self.plan.rollout_id).items()
                  if h in plan_hosts(self.plan)}
         if clash:
             raise ControllerError(overlap_message(self.plan.rollout_id, clash))
+        if records is None:
+            return
+        clash = self.topic_owners(records, statuses)
+        if clash:
+            by: dict[str, list[str]] = {}
+            for h, (owner, _why) in sorted(clash.items()):
+                by.setdefault(owner, []).append(h)
+            parts = [f"{len(hs)} host(s) ({', '.join(hs[:8])}{', ...' if len(hs) > 8 else ''}) belong to rollout "
+                     f"{o}" for o, hs in by.items()]
+            first = next(iter(by))
+            raise ControllerError(
+                f"rollout {self.plan.rollout_id} overlaps: " + "; ".join(parts) + f" — the newest signed record on "
+                f"{self.topic_name} for each names it, and this data dir ({self.store.dir.parent}) does not know it "
+                f"as finished: another deployment (another $CCAB_DATA_DIR on the same Kafka) runs it. A host belongs "
+                f"to at most one active rollout: finish or roll back {first} where it runs, or take those hosts out "
+                f"of the plan; once it is finished there, `ccab rollout start PLAN --take-over {first}`")
+
+    # ------------------------------------------------------------------------------ freshness
+    def stale_state(self, records: list[dict]) -> str:
+        """Why the state file is older than what the assignments topic shows for this rollout
+        ("" when it is not): a record of this rollout, signed with this controller's key, with a
+        higher generation for a host than the state has, or from a later stage."""
+        st = self.st
+        public = self.key.public_key() if self.key is not None else None
+        ours = [r for r in records if r.get("rollout_id") == self.plan.rollout_id]
+        newer = []
+        for h, r in sorted(self._ours_on_topic(ours).items()):
+            v = st.hosts.get(h)
+            if v is None or r["generation"] > v.generation:
+                newer.append(f"{h} generation {r['generation']} on the topic vs {v.generation if v else 'none'} here")
+        stages = [r["stage"] for r in ours if isinstance(r.get("stage"), int) and not isinstance(r.get("stage"), bool)
+                  and (public is None or verify(r, public) is None)]
+        why = []
+        if stages and max(stages) > st.stage:
+            why.append(f"stage {max(stages)} on the topic vs {st.stage} here")
+        if newer:
+            why.append(f"{len(newer)} host(s) newer on the topic ({'; '.join(newer[:4])}{'; ...' if len(newer) > 4 else ''})")
+        return ", ".join(why)
+
+    def _ours_on_topic(self, ours: list[dict]) -> dict[str, dict]:
+        """host -> the newest of this rollout's records an agent would accept: signed with this
+        controller's key, at most MAX_GENERATION_JUMP beyond what the state sent (a forged jump is
+        not evidence of a newer state)."""
+        public = self.key.public_key() if self.key is not None else None
+        return latest_assignments(ours, public, {h: v.generation for h, v in self.st.hosts.items()})
+
+    def check_fresh(self, records: list[dict] | None = None, adopt: bool = False) -> None:
+        """Refuse a state file older than the topic shows for this rollout (restored from a
+        backup, copied from another data dir): it would publish too little (a rollback leaving
+        hosts on a treatment arm) or re-flip hosts. With ``adopt`` (a halt or rollback: moving
+        hosts to safety must not be blocked) the hosts' newest records are taken from the topic
+        instead, audited as ``state_adopted``."""
+        if records is None:
+            records = self.bus.assignments()
+        why = self.stale_state(records)
+        if not why:
+            return
+        rid = self.plan.rollout_id
+        if not adopt:
+            raise ControllerError(
+                f"the state of rollout {rid} ({self.store.state_file}) is older than {self.topic_name} shows for it: "
+                f"{why}. It was restored from a backup or written by another controller; refusing to act on it. Put "
+                f"the newest state.json back, or `ccab rollout rollback {rid} --reason ...` (takes the hosts' newest "
+                f"records from the topic and sends every host back to {self.plan.control_arm})")
+        ours = self._ours_on_topic([r for r in records if r.get("rollout_id") == rid])
+        taken = []
+        for h, r in ours.items():
+            v = self.st.hosts.get(h)
+            if v is None or r["generation"] > v.generation:
+                self.st.hosts[h] = HostAssignment(pop=r.get("pop", ""), arm=r["arm"], cc=r["cc"], qdisc=r.get("qdisc"),
+                                                  generation=r["generation"], status="published", record=r)
+                taken.append(h)
+        stages = [r.get("stage") for r in ours.values() if isinstance(r.get("stage"), int)]
+        if stages and max(stages) > self.st.stage:
+            self.st.stage = max(stages)
+        self._save()
+        self._audit("state_adopted", f"the state was older than {self.topic_name} ({why}): took {len(taken)} "
+                    f"host(s)' newest records from the topic", hosts=taken)
 
     # ------------------------------------------------------------------------------ commands
     def start(self, wait_applied_s: float = 0.0, reason: str = "") -> StepResult:
@@ -624,11 +739,14 @@ class Controller:
                                   f"{self.state.status}); use `ccab rollout step` or `status`")
         if self.plan.design.switchback is not None:
             raise ControllerError(f"rollout {self.plan.rollout_id!r}: {design.SWITCHBACK_REFUSAL}")
-        self.check_overlap()
+        # a host belongs to one active rollout: this data dir's rollouts, and the assignments topic
+        # (another deployment on the same Kafka)
+        self.check_overlap(self.bus.assignments(), self.bus.agent_status())
         self.state = RolloutState(rollout_id=self.plan.rollout_id, plan_digest=self.plan.digest,
                                   plan_path=str(self.plan.source), seed=self.plan.design.seed,
                                   started_ms=self.clock(), stage_started_ms=self.clock(),
-                                  arms={a: "active" for a in self.plan.treatment_arms})
+                                  arms={a: "active" for a in self.plan.treatment_arms},
+                                  taken_over=list(self.take_over))
 
         atomicfile.write_bytes(self.store.plan_file, plan_to_yaml(self.plan).encode())
         self._save()
@@ -645,7 +763,9 @@ class Controller:
         self._require_state()
         result = StepResult()
         self.apply_requests(result)
-        resent = self.reconcile()
+        records = self.bus.assignments()
+        self.check_fresh(records)
+        resent = self.reconcile(records)
         if resent:
             result.messages.append(f"re-sent {len(resent)} record(s) of an interrupted publish")
         deadline = time.monotonic() + wait_applied_s
@@ -864,10 +984,14 @@ class Controller:
                     f"rollout still owns")
             self.only_owned = True
         if action not in ("halt", "rollback"):
-            self.reconcile()
+            records = self.bus.assignments()
+            self.check_fresh(records)
+            self.reconcile(records)
             return
         try:  # a halt/rollback is recorded even when Kafka is down; the publish waits for Kafka
-            self.reconcile()
+            records = self.bus.assignments()
+            self.check_fresh(records, adopt=True)  # moving hosts to safety is never blocked by a stale state
+            self.reconcile(records)
         except KafkaUnavailable as exc:
             self.offline = str(exc)
 
