@@ -141,6 +141,13 @@ def register(sub) -> None:
                    help="where /metrics and /healthz are served (default: %(default)s; empty: none)")
     a.add_argument("--alertmanager", metavar="URL",
                    help="Alertmanager base URL for pages (default: from $CCAB_ALERT_WEBHOOK_URL; none: no pages)")
+    a.add_argument("--page-min-firing", type=float, metavar="S",
+                   help="keep a page firing at least S seconds, even when the arm's hosts are back on control "
+                        "sooner: Alertmanager never notifies an alert that resolved within its route's group_wait "
+                        "(default: from --alertmanager-config, else 60 = the shipped page route's 30 s + 30 s)")
+    a.add_argument("--alertmanager-config", type=Path, metavar="FILE",
+                   help="the Alertmanager config the pages go through: the minimum firing time is its page "
+                        "route's group_wait + 30 s")
     a.add_argument("--once", action="store_true",
                    help="one loop, then exit (cron, tests); exit 1 when the loop failed: not the leader, or a "
                         "rollout's tick failed (Kafka down, ...)")
@@ -208,7 +215,9 @@ def _controller(args, plan=None):
                       set_action=record_action, say=lambda m: print(m, flush=True),
                       breakers=controller_breakers(plan), known_alerts=known_alerts(plan.rollout_id),
                       pager=AlertmanagerPager(am) if am else None, alert_payloads=alert_payloads,
-                      arm_done=arm_done(plan.rollout_id))
+                      arm_done=arm_done(plan.rollout_id), **(
+                          {"page_min_firing_s": args.page_min_firing}
+                          if getattr(args, "page_min_firing", None) is not None else {}))
 
 
 def _guard(fn):
@@ -465,6 +474,15 @@ def cmd_controller_run(args) -> int:
 
     if _key(args) is None:
         return _fail("no signing key: --key FILE or CCAB_ROLLOUT_KEY", 2)
+    if args.page_min_firing is None and args.alertmanager_config is not None:
+        from ccab.rollout.service import page_min_firing_s
+
+        try:
+            args.page_min_firing = page_min_firing_s(args.alertmanager_config.read_text())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            return _fail(f"--alertmanager-config {args.alertmanager_config}: {exc}", 2)
+    if args.page_min_firing is not None and args.page_min_firing < 0:
+        return _fail(f"--page-min-firing: must be >= 0, got {args.page_min_firing:g}", 2)
 
     def make(store):
         plan = load_state_plan(store)

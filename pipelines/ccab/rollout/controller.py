@@ -64,6 +64,13 @@ REFUSAL_CAUSES = (
     ("too large", "too large", "the record exceeds the agent's size limit"),
 )
 
+#: how long a page stays firing at least, even when the arm's hosts are back on control sooner:
+#: Alertmanager notifies a group only after its ``group_wait`` and never sends an alert that
+#: resolved before that first notification, so a shorter page reaches no one. 60 s = the page
+#: route's group_wait in deploy/prometheus/alertmanager.yml (30 s) + 30 s; with another route,
+#: `ccab controller run --alertmanager-config FILE` derives it (service.page_min_firing_s).
+PAGE_MIN_FIRING_S = 60.0
+
 ACTION_RANK = {"continue": 0, "hold": 1, "halt_arm": 2, "rollback_arm": 3, "rollback_all": 4}
 BAD_ARM = ("halted", "rolled_back")
 
@@ -215,12 +222,14 @@ class Controller:
                  say: Callable[[str], None] = lambda _m: None, breakers: BreakerFn | None = None,
                  known_alerts: KnownAlertsFn | None = None, pager: Pager | None = None,
                  alert_payloads: Callable[[list[str]], list[dict]] | None = None,
-                 arm_done: Callable[[str, str], list[dict]] | None = None):
+                 arm_done: Callable[[str, str], list[dict]] | None = None,
+                 page_min_firing_s: float = PAGE_MIN_FIRING_S):
         self.plan, self.store, self.bus, self.key = plan, store, bus, key
         self.judge, self.set_action, self.clock, self.say = judge, set_action, clock, say
         self.breakers, self.known_alerts, self.pager = breakers, known_alerts, pager
         self.alert_payloads = alert_payloads
         self.arm_done = arm_done  # arm_done(arm, state) resolves the arm's alerts, returns them (endsAt)
+        self.page_min_firing_ms = int(page_min_firing_s * 1000)
         self.only_owned = False  # --force on a terminal rollout: touch only hosts it still owns
         self.offline = ""  # a manual halt/rollback found Kafka down: why (its publish waits for Kafka)
         self.take_over: list[str] = []  # `start --take-over X`: rollouts of another deployment, finished
@@ -527,6 +536,7 @@ class Controller:
             a.setdefault("annotations", {})["action"] = action
         known = {json.dumps(a["labels"], sort_keys=True) for a in st.pages.get(arm, [])}
         st.pages.setdefault(arm, []).extend(a for a in alerts if json.dumps(a["labels"], sort_keys=True) not in known)
+        st.pages_fired_ms.setdefault(arm, self.clock())
         self._save()
         if self.pager is None:
             return
@@ -582,6 +592,11 @@ class Controller:
                     v.arm == self.plan.control_arm and applied_gen.get(h, -1) < v.generation)]
                 if pending:
                     continue
+            until = st.pages_fired_ms.get(arm, 0) + self.page_min_firing_ms
+            if self.clock() < until:  # too young: Alertmanager would never notify anyone of it
+                result.messages.append(f"the page(s) of {arm} stay firing until {_utc(until):%H:%M:%S} UTC "
+                                       f"(at least {self.page_min_firing_ms / 1000:g} s: Alertmanager's group_wait)")
+                continue
             alerts = st.pages[arm]
             if self.pager is not None:
                 try:
@@ -590,6 +605,7 @@ class Controller:
                     self._audit("resolve_failed", f"{type(exc).__name__}: {exc}", arm=arm)
                     continue
             del st.pages[arm]
+            st.pages_fired_ms.pop(arm, None)
             self._save()
             self._audit("resolved", f"{len(alerts)} page(s) of {arm} resolved: arm {state}", arm=arm,
                         alerts=[a["labels"] for a in alerts])

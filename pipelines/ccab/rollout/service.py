@@ -35,6 +35,62 @@ ARM_STATES = ("active", "halted", "rolled_back", "promoted")
 KEEP_TERMINAL_S = 24 * 3600
 
 
+#: what a page must outlive beyond its route's group_wait (Alertmanager's flush after group_wait
+#: is not instant on a loaded machine, and the controller posts at its own interval)
+PAGE_MARGIN_S = 30.0
+
+
+def _duration_s(text: str) -> float:
+    """An Alertmanager/Prometheus duration (``30s``, ``1m30s``, ``1h``, ``500ms``) in seconds."""
+    import re
+
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    parts = re.findall(r"(\d+)(ms|[smhdwy])", str(text).strip())
+    if not parts or "".join(n + u for n, u in parts) != str(text).strip():
+        raise ValueError(f"not a duration: {text!r}")
+    return sum(int(n) * units[u] for n, u in parts)
+
+
+def page_group_wait_s(config_text: str, labels: dict[str, str] | None = None) -> float:
+    """The ``group_wait`` of the Alertmanager route a page (``labels``, default severity=page)
+    takes in ``config_text`` (alertmanager.yml): the first child route whose equality matchers all
+    hold, inheriting from its parent (Alertmanager's default 30 s when none says)."""
+    import re
+
+    import yaml
+
+    labels = labels or {"severity": "page"}
+
+    def matches(route: dict) -> bool:
+        ms = list(route.get("matchers") or [])
+        ms += [f'{k}="{v}"' for k, v in (route.get("match") or {}).items()]
+        for m in ms:
+            g = re.fullmatch(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!=|!~|=)\s*"?(.*?)"?\s*', str(m))
+            if not g:
+                return False
+            name, op, value = g.groups()
+            have = labels.get(name, "")
+            ok = {"=": have == value, "!=": have != value, "=~": re.fullmatch(value, have) is not None,
+                  "!~": re.fullmatch(value, have) is None}[op]
+            if not ok:
+                return False
+        return True
+
+    route = (yaml.safe_load(config_text) or {}).get("route") or {}
+    wait = _duration_s(route.get("group_wait", "30s"))
+    while True:
+        child = next((r for r in route.get("routes") or [] if matches(r)), None)
+        if child is None:
+            return wait
+        wait = _duration_s(child["group_wait"]) if "group_wait" in child else wait
+        route = child
+
+
+def page_min_firing_s(config_text: str, margin_s: float = PAGE_MARGIN_S) -> float:
+    """How long the controller keeps a page firing at least: the page route's group_wait + margin."""
+    return page_group_wait_s(config_text) + margin_s
+
+
 class AlertmanagerPager:
     """The controller's pages through Alertmanager API v2: ``fire`` posts, ``resolve`` posts the
     same labels with ``endsAt`` = now. Silences are Alertmanager's: a silenced page is stored

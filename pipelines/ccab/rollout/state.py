@@ -116,6 +116,7 @@ class RolloutState:
     last_look_ms: int | None = None  # when the last look (judge run) of the current stage ran
     breaker_checked_ms: int | None = None  # when the per-minute breakers were last evaluated
     pages: dict[str, list[dict]] = field(default_factory=dict)  # arm -> alerts sent to Alertmanager, open
+    pages_fired_ms: dict[str, int] = field(default_factory=dict)  # arm -> when its open pages first fired
     fence: int = 0  # the leader token of the controller that last wrote this state (fencing)
     taken_over: list[str] = field(default_factory=list)  # `start --take-over X`: X's hosts may be taken
     updated_ms: int = 0
