@@ -434,6 +434,18 @@ def cmd_status(args) -> int:
                   file=sys.stderr)
             statuses = []
     summary = ctl.summary(statuses)
+    taken, stale = {}, ""
+    if statuses != []:  # Kafka answered: compare the state with the assignments topic
+        from ccab.rollout.publish import KafkaUnavailable
+
+        try:
+            records = ctl.bus.assignments()
+            taken = {h: o for h, o in ctl.topic_owners(records, statuses).items() if h in ctl.st.hosts}
+            stale = ctl.stale_state(records)
+        except KafkaUnavailable:
+            pass
+    summary["taken_by_other_rollouts"] = {h: o[0] for h, o in sorted(taken.items())}
+    summary["stale_state"] = stale
     audit = list(store.read_audit())[-args.audit:] if args.audit else []
     if args.json:
         print(json.dumps({**summary, "audit": audit}, indent=1, default=str))
@@ -444,6 +456,16 @@ def cmd_status(args) -> int:
     print("hosts per arm: " + ", ".join(f"{a}={n}" for a, n in sorted(summary["hosts_per_arm"].items())))
     if not args.offline:
         print(f"applied: {summary['applied']}/{summary['enrolled']}")
+    if taken:
+        by: dict[str, list[str]] = {}
+        for h, o in sorted(taken.items()):
+            by.setdefault(o[0], []).append(h)
+        for owner, hs in by.items():
+            print(f"{len(hs)} host(s) now run rollout {owner}'s assignment (newest signed record on the topic), not "
+                  f"this state's: {', '.join(hs[:8])}{', ...' if len(hs) > 8 else ''}")
+    if stale:
+        print(f"STALE STATE: {store.state_file} is older than the assignments topic shows for this rollout ({stale}); "
+              f"step/promote/resume are refused, halt/rollback take the topic's records first")
     for g in summary.get("refusals") or []:
         print(f"{len(g['hosts'])} agent(s) refused: {g['reason']} — {g['cause']} "
               f"(hosts {', '.join(g['hosts'][:6])}{', ...' if len(g['hosts']) > 6 else ''}; agent said: {g['example']})")

@@ -319,8 +319,10 @@ class Controller:
                "pop": pop, "host": host, "arm": a.name, "cc": a.cc, "qdisc": a.qdisc,
                "issued_at_ms": self.clock(),
                # the controller's own bookkeeping (agents ignore it): a state file older than the
-               # topic is recognised by its stage as well as by its generations (check_fresh)
-               "stage": self.state.stage if self.state else 0}
+               # topic is recognised by its stage as well as by its generations (check_fresh), among
+               # the records of this run of the rollout (a rollout id may be started again afresh)
+               "stage": self.state.stage if self.state else 0,
+               "run_started_ms": self.state.started_ms if self.state else None}
         if a.bbr_version is not None:
             rec["bbr_version"] = str(a.bbr_version)  # optional field the agent checks (rollout/README.md)
         if self.key is None:
@@ -686,11 +688,12 @@ class Controller:
     # ------------------------------------------------------------------------------ freshness
     def stale_state(self, records: list[dict]) -> str:
         """Why the state file is older than what the assignments topic shows for this rollout
-        ("" when it is not): a record of this rollout, signed with this controller's key, with a
-        higher generation for a host than the state has, or from a later stage."""
+        ("" when it is not): a record of this run of the rollout (same id and ``run_started_ms``),
+        signed with this controller's key, with a higher generation for a host than the state has,
+        or from a later stage."""
         st = self.st
         public = self.key.public_key() if self.key is not None else None
-        ours = [r for r in records if r.get("rollout_id") == self.plan.rollout_id]
+        ours = self._this_run(records)
         newer = []
         for h, r in sorted(self._ours_on_topic(ours).items()):
             v = st.hosts.get(h)
@@ -704,6 +707,11 @@ class Controller:
         if newer:
             why.append(f"{len(newer)} host(s) newer on the topic ({'; '.join(newer[:4])}{'; ...' if len(newer) > 4 else ''})")
         return ", ".join(why)
+
+    def _this_run(self, records: list[dict]) -> list[dict]:
+        """The records of this run of this rollout (same id, same start)."""
+        return [r for r in records if r.get("rollout_id") == self.plan.rollout_id
+                and r.get("run_started_ms") == self.st.started_ms]
 
     def _ours_on_topic(self, ours: list[dict]) -> dict[str, dict]:
         """host -> the newest of this rollout's records an agent would accept: signed with this
@@ -730,7 +738,7 @@ class Controller:
                 f"{why}. It was restored from a backup or written by another controller; refusing to act on it. Put "
                 f"the newest state.json back, or `ccab rollout rollback {rid} --reason ...` (takes the hosts' newest "
                 f"records from the topic and sends every host back to {self.plan.control_arm})")
-        ours = self._ours_on_topic([r for r in records if r.get("rollout_id") == rid])
+        ours = self._ours_on_topic(self._this_run(records))
         taken = []
         for h, r in ours.items():
             v = self.st.hosts.get(h)

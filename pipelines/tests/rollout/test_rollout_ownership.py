@@ -123,6 +123,9 @@ def test_a_stale_state_file_is_refused_and_a_rollback_reaches_every_host(tmp_pat
                            "shows for it: "), line
     assert "stage 1 on the topic vs 0 here" in line, line
     assert json.loads(state_file.read_text())["stage"] == 0  # refused: nothing written
+    status = _ccab(env, "rollout", "status", rid, *kt)
+    assert status.returncode == 0 and "STALE STATE" in status.stdout and "stage 1 on the topic vs 0 here" in \
+        status.stdout, status.stdout + status.stderr
 
     r = _ccab(env, "rollout", "rollback", rid, "--reason", "INC-8", *kt)
     assert r.returncode == 0, r.stdout + r.stderr

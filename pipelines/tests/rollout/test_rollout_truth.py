@@ -61,17 +61,20 @@ class ContractAgents:
         self.read = len(self.records)
 
 
-def _plan(rid: str):
-    return plan_from_dict(base_plan(rollout_id=rid, stages=[{"name": "s1", "hosts": 2}]))
+def _plan(rid: str, stages=({"name": "s1", "hosts": 2},)):
+    return plan_from_dict(base_plan(rollout_id=rid, stages=list(stages)))
 
 
-def _ctl(root, rid, bus):
-    return Controller(_plan(rid), Store(root / "rollouts" / rid), bus, KEY)
+def _ctl(root, rid, bus, **plan):
+    return Controller(_plan(rid, **plan), Store(root / "rollouts" / rid), bus, KEY)
+
+
+TWO_STAGES = dict(stages=({"name": "s1", "hosts": 1}, {"name": "s2", "fraction": 0.3}))
 
 
 def test_a_refused_hostile_generation_never_freezes_a_host_for_later_rollouts(tmp_path):
     bus = ContractAgents()
-    first = _ctl(tmp_path, "r1", bus)
+    first = _ctl(tmp_path, "r1", bus, **TWO_STAGES)
     first.start()
     bus.run()
     first.rollback("done with r1")
@@ -218,3 +221,49 @@ def test_a_rollback_with_kafka_down_is_recorded_and_published_by_the_next_tick(t
     bus.run()
     st = store.load()
     assert all(v.arm == "control" and bus.applied[h] == v.generation for h, v in st.hosts.items())
+
+
+def test_a_rollout_id_started_afresh_is_not_taken_for_a_stale_state(tmp_path):
+    """scripts/demo-rollout.sh removes the rollout's directory and starts it again: the previous
+    run's records on the topic (a later stage, higher generations) are not this run's."""
+    import shutil
+
+    bus = ContractAgents()
+    first = _ctl(tmp_path, "r1", bus, **TWO_STAGES)
+    first.start()
+    bus.run()
+    first.promote("next stage")
+    for _ in range(3):
+        bus.run()
+        first.step()
+    assert first.st.stage == 1
+    shutil.rmtree(tmp_path / "rollouts" / "r1")
+    again = _ctl(tmp_path, "r1", bus, **TWO_STAGES)
+    again.clock = lambda: first.st.started_ms + 1000  # another start
+    again.start()
+    bus.run()
+    again.step()  # not refused
+    assert again.st.stage == 0 and all(bus.applied[h] == v.generation for h, v in again.st.hosts.items())
+
+
+def test_a_state_file_put_back_is_refused_and_a_rollback_adopts_the_topic(tmp_path):
+    from ccab.rollout.controller import ControllerError
+
+    bus = ContractAgents()
+    ctl = _ctl(tmp_path, "r1", bus, **TWO_STAGES)
+    ctl.start()
+    bus.run()
+    backup = ctl.store.state_file.read_bytes()
+    ctl.promote("next stage")
+    for _ in range(3):
+        bus.run()
+        ctl.step()
+    treated = {h for h, v in ctl.st.hosts.items() if v.arm != "control"}
+    ctl.store.state_file.write_bytes(backup)
+    stale = _ctl(tmp_path, "r1", bus, **TWO_STAGES)
+    with pytest.raises(ControllerError, match=r"older than .* shows for it: stage 1 on the topic vs 0 here"):
+        stale.step()
+    stale.rollback("INC-3")
+    bus.run()
+    assert treated and all(bus.applied[h] == stale.st.hosts[h].generation and stale.st.hosts[h].arm == "control"
+                           for h in treated)
