@@ -23,6 +23,16 @@ def utc_hour(value: datetime) -> datetime:
     return value
 
 
+def floor_hour(value: datetime) -> datetime:
+    """The UTC hour that contains the instant ``value`` (any instant: 12:24:28.293 -> 12:00; naive
+    means UTC). Use this for every hour derived from an event's time (an assignment, a record, now);
+    :func:`utc_hour` is for values that must already be hours (a CLI's ``--from``, a DAG's interval)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    value = value.astimezone(timezone.utc)
+    return datetime(value.year, value.month, value.day, value.hour, tzinfo=timezone.utc)
+
+
 def hours_between(start: datetime, end: datetime) -> list[datetime]:
     """The hours in ``[start, end)``; both must be on hour boundaries."""
     start, end = utc_hour(start), utc_hour(end)
@@ -38,11 +48,7 @@ def hours_between(start: datetime, end: datetime) -> list[datetime]:
 def covering_hours(start: datetime, end: datetime) -> tuple[datetime, datetime]:
     """The whole UTC hours that cover ``[start, end)``: ``start`` floored and ``end`` ceiled to the
     hour (a window already on hour boundaries is returned unchanged; naive means UTC)."""
-    def floor(v: datetime) -> datetime:
-        v = (v if v.tzinfo else v.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
-        return datetime(v.year, v.month, v.day, v.hour, tzinfo=timezone.utc)
-
-    lo, hi = floor(start), floor(end)
+    lo, hi = floor_hour(start), floor_hour(end)
     end_utc = (end if end.tzinfo else end.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
     if hi < end_utc:
         hi += HOUR

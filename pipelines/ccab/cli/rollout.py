@@ -65,6 +65,9 @@ def register(sub) -> None:
     a.add_argument("--wait-applied", type=float, default=0.0, metavar="S",
                    help="publish batch after batch (blast radius) waiting up to S seconds for applies")
     a.add_argument("--reason", default="", help="goes to the audit log")
+    a.add_argument("--take-over", action="append", default=[], metavar="ROLLOUT",
+                   help="hosts whose newest record on the assignments topic names ROLLOUT (a rollout of another "
+                        "deployment, finished there) may be taken; repeatable. Without it such hosts are refused")
     _add_key(a), _add_kafka(a)
     a.set_defaults(func=cmd_start)
 
@@ -107,6 +110,10 @@ def register(sub) -> None:
             a.add_argument("--force", action="store_true",
                            help="act on a completed or rolled-back rollout (refused otherwise, exit 3); touches "
                                 "only the hosts it still owns (not those of another active rollout)")
+            a.add_argument("--lock-wait", type=float, default=5.0, metavar="S",
+                           help="seconds to wait for the rollout's lock; when the controller service still "
+                                "holds it (a tick, Kafka down), the action is recorded as a request the service "
+                                "applies at its next tick (default: %(default)s)")
         _add_key(a), _add_kafka(a)
         a.set_defaults(func=cmd_manual, action=name)
 
@@ -134,7 +141,16 @@ def register(sub) -> None:
                    help="where /metrics and /healthz are served (default: %(default)s; empty: none)")
     a.add_argument("--alertmanager", metavar="URL",
                    help="Alertmanager base URL for pages (default: from $CCAB_ALERT_WEBHOOK_URL; none: no pages)")
-    a.add_argument("--once", action="store_true", help="one loop, then exit (cron, tests)")
+    a.add_argument("--page-min-firing", type=float, metavar="S",
+                   help="keep a page firing at least S seconds, even when the arm's hosts are back on control "
+                        "sooner: Alertmanager never notifies an alert that resolved within its route's group_wait "
+                        "(default: from --alertmanager-config, else 60 = the shipped page route's 30 s + 30 s)")
+    a.add_argument("--alertmanager-config", type=Path, metavar="FILE",
+                   help="the Alertmanager config the pages go through: the minimum firing time is its page "
+                        "route's group_wait + 30 s")
+    a.add_argument("--once", action="store_true",
+                   help="one loop, then exit (cron, tests); exit 1 when the loop failed: not the leader, or a "
+                        "rollout's tick failed (Kafka down, ...)")
     a.add_argument("--rollups", choices=("run", "existing"), default="run",
                    help="run: recompute the stale hourly rollups of the hours covering the look window first "
                         "(default); existing: the DAG does")
@@ -199,7 +215,9 @@ def _controller(args, plan=None):
                       set_action=record_action, say=lambda m: print(m, flush=True),
                       breakers=controller_breakers(plan), known_alerts=known_alerts(plan.rollout_id),
                       pager=AlertmanagerPager(am) if am else None, alert_payloads=alert_payloads,
-                      arm_done=arm_done(plan.rollout_id))
+                      arm_done=arm_done(plan.rollout_id), **(
+                          {"page_min_firing_s": args.page_min_firing}
+                          if getattr(args, "page_min_firing", None) is not None else {}))
 
 
 def _guard(fn):
@@ -319,6 +337,7 @@ def cmd_start(args) -> int:
     ctl = _controller(args, plan)
     if ctl.key is None:
         return _fail("no signing key: --key FILE or CCAB_ROLLOUT_KEY", 2)
+    ctl.take_over = list(args.take_over)
     with ctl.store.locked():  # one controller per rollout; state read under the lock
         ctl.reload()
         res = ctl.start(wait_applied_s=args.wait_applied, reason=args.reason)
@@ -349,16 +368,47 @@ def cmd_step(args) -> int:
 
 @_guard
 def cmd_manual(args) -> int:
+    from ccab.rollout.controller import ControllerError
+
     ctl = _controller(args)
     fn = getattr(ctl, args.action)
     kwargs = {"reason": args.reason, "arm": args.arm}
     if args.action in ("halt", "rollback"):
         kwargs["alert_ids"] = args.alert
         kwargs["force"] = args.force
-    with ctl.store.locked():
-        ctl.reload()
-        res = fn(**kwargs)
+    if args.action not in ("halt", "rollback"):
+        with ctl.store.locked():
+            ctl.reload()
+            res = fn(**kwargs)
+        _print_result(res)
+        return 0
+    from ccab.rollout.state import LockBusy
+
+    rid, what = args.rollout_id, f"{args.action} of {args.rollout_id}" + (f" (arm {args.arm})" if args.arm else "")
+    try:
+        with ctl.store.locked(wait_s=args.lock_wait):
+            ctl.reload()
+            res = fn(**kwargs)
+    except LockBusy:
+        # the controller service is in a tick on this rollout (maybe waiting for Kafka): record the
+        # operator's action for it to apply first at its next tick; never "another controller holds"
+        if ctl.state is None or (ctl.state.status in ("rolled_back", "completed") and not args.force):
+            raise
+        if args.arm is not None and args.arm not in ctl.state.arms:
+            raise ControllerError(f"no treatment arm {args.arm!r} (arms: {', '.join(ctl.state.arms)})") from None
+        if not args.reason.strip():
+            raise ControllerError("--reason is required for a manual action (it goes to the audit log)") from None
+        req = ctl.store.add_request(args.action, **kwargs)
+        print(f"{what} recorded as request {req['id']}: the controller service holds the rollout now (a tick in "
+              f"progress, perhaps waiting for Kafka); it applies the request first at its next tick and publishes "
+              f"it to the agents (when Kafka is down: when Kafka is back). Without a running service, "
+              f"`ccab rollout step {rid}` applies it. Follow it: ccab rollout status {rid} --audit 5")
+        return 0
     _print_result(res)
+    if res.unpublished:
+        print(f"{what} recorded in the rollout's state, not yet published: Kafka is down ({res.unpublished}). "
+              f"The controller service publishes it when Kafka is back; without a running service run "
+              f"`ccab rollout step {rid}` then. The agents keep what they applied until then.")
     return 0
 
 
@@ -384,6 +434,18 @@ def cmd_status(args) -> int:
                   file=sys.stderr)
             statuses = []
     summary = ctl.summary(statuses)
+    taken, stale = {}, ""
+    if statuses != []:  # Kafka answered: compare the state with the assignments topic
+        from ccab.rollout.publish import KafkaUnavailable
+
+        try:
+            records = ctl.bus.assignments()
+            taken = {h: o for h, o in ctl.topic_owners(records, statuses).items() if h in ctl.st.hosts}
+            stale = ctl.stale_state(records)
+        except KafkaUnavailable:
+            pass
+    summary["taken_by_other_rollouts"] = {h: o[0] for h, o in sorted(taken.items())}
+    summary["stale_state"] = stale
     audit = list(store.read_audit())[-args.audit:] if args.audit else []
     if args.json:
         print(json.dumps({**summary, "audit": audit}, indent=1, default=str))
@@ -394,6 +456,16 @@ def cmd_status(args) -> int:
     print("hosts per arm: " + ", ".join(f"{a}={n}" for a, n in sorted(summary["hosts_per_arm"].items())))
     if not args.offline:
         print(f"applied: {summary['applied']}/{summary['enrolled']}")
+    if taken:
+        by: dict[str, list[str]] = {}
+        for h, o in sorted(taken.items()):
+            by.setdefault(o[0], []).append(h)
+        for owner, hs in by.items():
+            print(f"{len(hs)} host(s) now run rollout {owner}'s assignment (newest signed record on the topic), not "
+                  f"this state's: {', '.join(hs[:8])}{', ...' if len(hs) > 8 else ''}")
+    if stale:
+        print(f"STALE STATE: {store.state_file} is older than the assignments topic shows for this rollout ({stale}); "
+              f"step/promote/resume are refused, halt/rollback take the topic's records first")
     for g in summary.get("refusals") or []:
         print(f"{len(g['hosts'])} agent(s) refused: {g['reason']} — {g['cause']} "
               f"(hosts {', '.join(g['hosts'][:6])}{', ...' if len(g['hosts']) > 6 else ''}; agent said: {g['example']})")
@@ -424,6 +496,15 @@ def cmd_controller_run(args) -> int:
 
     if _key(args) is None:
         return _fail("no signing key: --key FILE or CCAB_ROLLOUT_KEY", 2)
+    if args.page_min_firing is None and args.alertmanager_config is not None:
+        from ccab.rollout.service import page_min_firing_s
+
+        try:
+            args.page_min_firing = page_min_firing_s(args.alertmanager_config.read_text())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            return _fail(f"--alertmanager-config {args.alertmanager_config}: {exc}", 2)
+    if args.page_min_firing is not None and args.page_min_firing < 0:
+        return _fail(f"--page-min-firing: must be >= 0, got {args.page_min_firing:g}", 2)
 
     def make(store):
         plan = load_state_plan(store)
@@ -441,12 +522,15 @@ def cmd_controller_run(args) -> int:
             return _fail(f"cannot serve metrics on {args.metrics_addr}: {exc}; give another --metrics-addr", 1)
         print(f"metrics on http://{args.metrics_addr}/metrics, health on /healthz", flush=True)
     signal.signal(signal.SIGTERM, lambda *_a: svc.stopping.set())
+    failed: list[str] = []
     try:
-        svc.run(once=args.once)
+        failed = svc.run(once=args.once)
     except KeyboardInterrupt:
         pass
     finally:
         if httpd is not None:
             httpd.shutdown()
         svc.leader.release()
+    if failed:  # --once: the loop did not do its work (another leader, Kafka down, ...)
+        return fail("controller", "the loop failed: " + "; ".join(failed), 1)
     return 0

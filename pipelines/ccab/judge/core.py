@@ -29,7 +29,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable
 
 import numpy as np
-from ccab.base.chtime import parse_sql_time, utc_hour
+from ccab.base.chtime import floor_hour, parse_sql_time, utc_hour
 from ccab.base.config import settings
 from ccab.base.vocabulary import NETWORK_SEGMENT_FAMILIES, RTT_CLASSES, SIZE_CLASSES
 from ccab.base.vocabulary import get as get_metric
@@ -233,11 +233,12 @@ def _pre_for(pre_arrays: dict[str, HostArrays], metric: str) -> HostArrays:
 def pre_period(wh: Warehouse, pop: str, rollout: str, hours: int) -> tuple[datetime, datetime]:
     """``[start − hours, start)`` with ``start`` the rollout's first assignment in the PoP (the
     controller's), else the first hour with a record carrying the rollout id (``ccab analyze``
-    without a controller); whole hours (the rollups are hourly)."""
+    without a controller); whole hours (the rollups are hourly): the assignment is any instant
+    (12:24:28.293), so ``start`` is the hour that contains it — the pre-period ends before it."""
     first_ms = data.first_assignment_ms(wh, pop, rollout)
     first = data_first_hour(wh, pop, rollout)
     if first_ms is not None:
-        start = utc_hour(datetime.fromtimestamp(first_ms / 1000, tz=timezone.utc))
+        start = floor_hour(datetime.fromtimestamp(first_ms / 1000, tz=timezone.utc))
         start = min(start, first) if first else start
     elif first is not None:
         start = first

@@ -33,9 +33,10 @@ from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
 from ccab.judge.alerts import times
 from ccab.rollout import design
 from ccab.rollout.plan import Plan, load_plan, plan_to_yaml
-from ccab.rollout.publish import (Publisher, latest_assignments, read_agent_status, read_assignments,
-                                  valid_generation)
-from ccab.rollout.signing import sign
+from ccab.rollout.publish import (KafkaUnavailable, Publisher, agent_generations, latest_assignments,
+                                  next_generation, read_agent_status, read_assignments, valid_generation)
+from ccab.base.contracts import rollout_id_problem
+from ccab.rollout.signing import sign, verify
 from ccab.rollout.state import (TERMINAL, HostAssignment, PublishIntent, RolloutState, StateError, Store,
                                  now_ms)
 
@@ -62,6 +63,13 @@ REFUSAL_CAUSES = (
     ("generation", "generation jump", "another controller or key published for these hosts"),
     ("too large", "too large", "the record exceeds the agent's size limit"),
 )
+
+#: how long a page stays firing at least, even when the arm's hosts are back on control sooner:
+#: Alertmanager notifies a group only after its ``group_wait`` and never sends an alert that
+#: resolved before that first notification, so a shorter page reaches no one. 60 s = the page
+#: route's group_wait in deploy/prometheus/alertmanager.yml (30 s) + 30 s; with another route,
+#: `ccab controller run --alertmanager-config FILE` derives it (service.page_min_firing_s).
+PAGE_MIN_FIRING_S = 60.0
 
 ACTION_RANK = {"continue": 0, "hold": 1, "halt_arm": 2, "rollback_arm": 3, "rollback_all": 4}
 BAD_ARM = ("halted", "rolled_back")
@@ -119,6 +127,7 @@ class StepResult:
     enrolled: int = 0
     look: dict | None = None
     messages: list[str] = field(default_factory=list)
+    unpublished: str = ""  # a manual halt/rollback recorded in the state, not yet sent: why (Kafka down)
 
 
 def _utc(ms: int) -> datetime:
@@ -213,13 +222,17 @@ class Controller:
                  say: Callable[[str], None] = lambda _m: None, breakers: BreakerFn | None = None,
                  known_alerts: KnownAlertsFn | None = None, pager: Pager | None = None,
                  alert_payloads: Callable[[list[str]], list[dict]] | None = None,
-                 arm_done: Callable[[str, str], list[dict]] | None = None):
+                 arm_done: Callable[[str, str], list[dict]] | None = None,
+                 page_min_firing_s: float = PAGE_MIN_FIRING_S):
         self.plan, self.store, self.bus, self.key = plan, store, bus, key
         self.judge, self.set_action, self.clock, self.say = judge, set_action, clock, say
         self.breakers, self.known_alerts, self.pager = breakers, known_alerts, pager
         self.alert_payloads = alert_payloads
         self.arm_done = arm_done  # arm_done(arm, state) resolves the arm's alerts, returns them (endsAt)
+        self.page_min_firing_ms = int(page_min_firing_s * 1000)
         self.only_owned = False  # --force on a terminal rollout: touch only hosts it still owns
+        self.offline = ""  # a manual halt/rollback found Kafka down: why (its publish waits for Kafka)
+        self.take_over: list[str] = []  # `start --take-over X`: rollouts of another deployment, finished
         self.state: RolloutState | None = store.load() if store.exists() else None
 
     def reload(self) -> None:
@@ -304,17 +317,25 @@ class Controller:
         a = self.plan.arm(arm)
         rec = {"schema": "assignment/1", "rollout_id": self.plan.rollout_id, "generation": generation,
                "pop": pop, "host": host, "arm": a.name, "cc": a.cc, "qdisc": a.qdisc,
-               "issued_at_ms": self.clock()}
+               "issued_at_ms": self.clock(),
+               # the controller's own bookkeeping (agents ignore it): a state file older than the
+               # topic is recognised by its stage as well as by its generations (check_fresh), among
+               # the records of this run of the rollout (a rollout id may be started again afresh)
+               "stage": self.state.stage if self.state else 0,
+               "run_started_ms": self.state.started_ms if self.state else None}
         if a.bbr_version is not None:
             rec["bbr_version"] = str(a.bbr_version)  # optional field the agent checks (rollout/README.md)
         if self.key is None:
             raise ControllerError("no signing key (--key FILE or CCAB_ROLLOUT_KEY)")
         return sign(rec, self.key)
 
-    def _topic_latest(self, records: list[dict]) -> dict[str, dict]:
-        """host -> the newest record on the topic that an agent would accept from this controller."""
+    def _topic_latest(self, records: list[dict], statuses: list[dict] | None = None) -> dict[str, dict]:
+        """host -> the newest record on the topic that an agent would accept from this controller
+        (with the agents' answers ``statuses``: not one it refused or would refuse)."""
         public = self.key.public_key() if self.key is not None else None
-        return latest_assignments(records, public, {h: v.generation for h, v in self.st.hosts.items()})
+        applied, refused = agent_generations(statuses or [])
+        return latest_assignments(records, public, {h: v.generation for h, v in self.st.hosts.items()},
+                                  applied, refused)
 
     def reconcile(self, topic_records: list[dict] | None = None) -> list[str]:
         """Finish a publish that a crash interrupted: records already on the topic are marked
@@ -343,14 +364,18 @@ class Controller:
                     resent=[r["host"] for r in resend])
         return [r["host"] for r in resend]
 
-    def _publish(self, changes: list[design.Change], topic_latest: dict[str, dict], why: str) -> list[dict]:
+    def _publish(self, changes: list[design.Change], topic_latest: dict[str, dict], why: str,
+                 applied: dict[str, int] | None = None) -> list[dict]:
+        """``applied``: host -> the generation its agent last applied (the next record is at most
+        MAX_GENERATION_JUMP ahead of it: ``publish.next_generation``)."""
         if not changes:
             return []
+        applied = applied or {}
         pop_of = {h: p for p in self.plan.pops for h in self.plan.hosts_of(p)}
         records = []
         for c in changes:
-            prev = self.st.generation_of(c.host)
-            gen = max(prev, int(topic_latest.get(c.host, {}).get("generation", 0))) + 1
+            gen = next_generation(self.st.generation_of(c.host), int(topic_latest.get(c.host, {}).get("generation", 0)),
+                                  applied.get(c.host))
             rec = self._record(c.host, pop_of[c.host], c.after, gen)
             records.append(rec)
             self.st.hosts[c.host] = HostAssignment(pop=rec["pop"], arm=rec["arm"], cc=rec["cc"], qdisc=rec["qdisc"],
@@ -374,8 +399,11 @@ class Controller:
         """Publish what the plan wants now, batch by batch within the blast radius, waiting up to
         ``wait_applied_s`` for each batch to be applied before the next."""
         deadline = time.monotonic() + wait_applied_s
-        topic_latest = self._topic_latest(self.bus.assignments())
-        foreign = self.foreign_hosts()
+        statuses = self.bus.agent_status()
+        records = self.bus.assignments()
+        topic_latest = self._topic_latest(records, statuses)
+        applied, _ = agent_generations(statuses)
+        foreign = self.foreign_hosts(records, statuses)
         while True:
             now, deferred = design.plan_changes(self.plan, self.current_arms(), self.target())
             skipped = [c.host for c in now + deferred if c.host in foreign]
@@ -404,7 +432,7 @@ class Controller:
                     why = f"rollout {self.st.status}: every host back to {self.plan.control_arm}"
                 if deferred:
                     why += f"; {len(deferred)} change(s) deferred by the blast-radius limit"
-                result.published += self._publish(batch, topic_latest, why)
+                result.published += self._publish(batch, topic_latest, why, applied)
                 for r in result.published:
                     topic_latest[r["host"]] = r
             result.deferred = len(deferred)
@@ -427,6 +455,11 @@ class Controller:
         ``min_duration_minutes`` of data are there (:meth:`look_due_at`), and resolve the pages of arms that are back on control or promoted."""
         self._require_state()
         result = StepResult()
+        self.apply_requests(result)
+        try:
+            self.check_fresh()
+        except KafkaUnavailable:
+            pass  # the breakers still run (on the warehouse) and record their decision; publishing waits
         if self.st.status == "running" and self.breakers is not None and self.plan.breakers:
             now = self.clock()
             if self.st.breaker_checked_ms is None or now - self.st.breaker_checked_ms >= 60_000:
@@ -508,6 +541,7 @@ class Controller:
             a.setdefault("annotations", {})["action"] = action
         known = {json.dumps(a["labels"], sort_keys=True) for a in st.pages.get(arm, [])}
         st.pages.setdefault(arm, []).extend(a for a in alerts if json.dumps(a["labels"], sort_keys=True) not in known)
+        st.pages_fired_ms.setdefault(arm, self.clock())
         self._save()
         if self.pager is None:
             return
@@ -563,6 +597,11 @@ class Controller:
                     v.arm == self.plan.control_arm and applied_gen.get(h, -1) < v.generation)]
                 if pending:
                     continue
+            until = st.pages_fired_ms.get(arm, 0) + self.page_min_firing_ms
+            if self.clock() < until:  # too young: Alertmanager would never notify anyone of it
+                result.messages.append(f"the page(s) of {arm} stay firing until {_utc(until):%H:%M:%S} UTC "
+                                       f"(at least {self.page_min_firing_ms / 1000:g} s: Alertmanager's group_wait)")
+                continue
             alerts = st.pages[arm]
             if self.pager is not None:
                 try:
@@ -571,36 +610,151 @@ class Controller:
                     self._audit("resolve_failed", f"{type(exc).__name__}: {exc}", arm=arm)
                     continue
             del st.pages[arm]
+            st.pages_fired_ms.pop(arm, None)
             self._save()
             self._audit("resolved", f"{len(alerts)} page(s) of {arm} resolved: arm {state}", arm=arm,
                         alerts=[a["labels"] for a in alerts])
             result.messages.append(f"resolved {len(alerts)} page(s) of {arm} ({state})")
 
     # ------------------------------------------------------------------------------ ownership
-    def foreign_hosts(self) -> dict[str, tuple[str, str]]:
-        """Hosts of this plan that another active rollout owns (never touched by this one). With
-        ``only_owned`` (``--force`` on a terminal rollout) also the hosts whose newest record on
-        the topic comes from another rollout."""
+    @property
+    def topic_name(self) -> str:
+        """The assignments topic this controller publishes to (for messages)."""
+        return getattr(self.bus, "assignments_topic", None) or TOPIC_ASSIGNMENTS
+
+    def topic_owners(self, records: list[dict], statuses: list[dict] | None = None) -> dict[str, tuple[str, str]]:
+        """Hosts of this plan whose newest record on the assignments topic — signed with this
+        controller's key, not refused by the host's agent: what the agent runs or will run — names
+        another rollout that still owns them as far as this data dir knows: not one it knows as
+        completed or rolled back (a rollout of another deployment, with another ``$CCAB_DATA_DIR``
+        on the same Kafka, is not known here), and not one this rollout took over (``--take-over``).
+        With ``only_owned`` (``--force`` on a terminal rollout) any other rollout's record counts.
+        host -> (rollout, why)."""
+        mine = plan_hosts(self.plan) | set(self.current_arms())
+        public = self.key.public_key() if self.key is not None else None
+        applied, refused = agent_generations(statuses or [])
+        newest = latest_assignments([r for r in records if r.get("host") in mine], public, None, applied, refused)
+        taken = set(self.state.taken_over if self.state else self.take_over)
+        root = self.store.dir.parent
+        finished: dict[str, bool] = {}
+        out: dict[str, tuple[str, str]] = {}
+        for h, r in newest.items():
+            owner = r.get("rollout_id")
+            if not isinstance(owner, str) or owner == self.plan.rollout_id or owner in taken:
+                continue
+            if owner not in finished:
+                try:
+                    other = Store(root / owner).load() if not rollout_id_problem(owner) else None
+                except StateError:
+                    other = None
+                finished[owner] = other is not None and other.status in TERMINAL
+            if not finished[owner] or self.only_owned:  # --force: even a finished one's hosts are not ours
+                out[h] = (owner, f"newest record on {self.topic_name}, generation {r['generation']}")
+        return out
+
+    def foreign_hosts(self, records: list[dict] | None = None,
+                      statuses: list[dict] | None = None) -> dict[str, tuple[str, str]]:
+        """Hosts of this plan that another rollout owns (never touched by this one): an active
+        rollout of this data dir, or one the assignments topic names (:meth:`topic_owners`; the
+        topic is read when ``records`` is not given and there is a bus)."""
         mine = plan_hosts(self.plan) | set(self.current_arms())
         owners = host_owners(self.store.dir.parent, exclude=self.plan.rollout_id)
         out = {h: o for h, o in owners.items() if h in mine}
-        if self.only_owned and self.bus is not None:
-            newest: dict[str, dict] = {}
-            for r in self.bus.assignments():
-                h = r.get("host")
-                if h in mine and valid_generation(r.get("generation")) and (
-                        h not in newest or r["generation"] >= newest[h]["generation"]):
-                    newest[h] = r
-            for h, r in newest.items():
-                if r.get("rollout_id") != self.plan.rollout_id:
-                    out.setdefault(h, (str(r.get("rollout_id")), "newest record on the topic"))
+        if records is None and self.bus is not None:
+            records = self.bus.assignments()
+        for h, o in self.topic_owners(records or [], statuses).items():
+            out.setdefault(h, o)
         return out
 
-    def check_overlap(self) -> None:
+    def check_overlap(self, records: list[dict] | None = None, statuses: list[dict] | None = None) -> None:
         clash = {h: o for h, o in host_owners(self.store.dir.parent, exclude=self.plan.rollout_id).items()
                  if h in plan_hosts(self.plan)}
         if clash:
             raise ControllerError(overlap_message(self.plan.rollout_id, clash))
+        if records is None:
+            return
+        clash = self.topic_owners(records, statuses)
+        if clash:
+            by: dict[str, list[str]] = {}
+            for h, (owner, _why) in sorted(clash.items()):
+                by.setdefault(owner, []).append(h)
+            parts = [f"{len(hs)} host(s) ({', '.join(hs[:8])}{', ...' if len(hs) > 8 else ''}) belong to rollout "
+                     f"{o}" for o, hs in by.items()]
+            first = next(iter(by))
+            raise ControllerError(
+                f"rollout {self.plan.rollout_id} overlaps: " + "; ".join(parts) + f" — the newest signed record on "
+                f"{self.topic_name} for each names it, and this data dir ({self.store.dir.parent}) does not know it "
+                f"as finished: another deployment (another $CCAB_DATA_DIR on the same Kafka) runs it. A host belongs "
+                f"to at most one active rollout: finish or roll back {first} where it runs, or take those hosts out "
+                f"of the plan; once it is finished there, `ccab rollout start PLAN --take-over {first}`")
+
+    # ------------------------------------------------------------------------------ freshness
+    def stale_state(self, records: list[dict]) -> str:
+        """Why the state file is older than what the assignments topic shows for this rollout
+        ("" when it is not): a record of this run of the rollout (same id and ``run_started_ms``),
+        signed with this controller's key, with a higher generation for a host than the state has,
+        or from a later stage."""
+        st = self.st
+        public = self.key.public_key() if self.key is not None else None
+        ours = self._this_run(records)
+        newer = []
+        for h, r in sorted(self._ours_on_topic(ours).items()):
+            v = st.hosts.get(h)
+            if v is None or r["generation"] > v.generation:
+                newer.append(f"{h} generation {r['generation']} on the topic vs {v.generation if v else 'none'} here")
+        stages = [r["stage"] for r in ours if isinstance(r.get("stage"), int) and not isinstance(r.get("stage"), bool)
+                  and (public is None or verify(r, public) is None)]
+        why = []
+        if stages and max(stages) > st.stage:
+            why.append(f"stage {max(stages)} on the topic vs {st.stage} here")
+        if newer:
+            why.append(f"{len(newer)} host(s) newer on the topic ({'; '.join(newer[:4])}{'; ...' if len(newer) > 4 else ''})")
+        return ", ".join(why)
+
+    def _this_run(self, records: list[dict]) -> list[dict]:
+        """The records of this run of this rollout (same id, same start)."""
+        return [r for r in records if r.get("rollout_id") == self.plan.rollout_id
+                and r.get("run_started_ms") == self.st.started_ms]
+
+    def _ours_on_topic(self, ours: list[dict]) -> dict[str, dict]:
+        """host -> the newest of this rollout's records an agent would accept: signed with this
+        controller's key, at most MAX_GENERATION_JUMP beyond what the state sent (a forged jump is
+        not evidence of a newer state)."""
+        public = self.key.public_key() if self.key is not None else None
+        return latest_assignments(ours, public, {h: v.generation for h, v in self.st.hosts.items()})
+
+    def check_fresh(self, records: list[dict] | None = None, adopt: bool = False) -> None:
+        """Refuse a state file older than the topic shows for this rollout (restored from a
+        backup, copied from another data dir): it would publish too little (a rollback leaving
+        hosts on a treatment arm) or re-flip hosts. With ``adopt`` (a halt or rollback: moving
+        hosts to safety must not be blocked) the hosts' newest records are taken from the topic
+        instead, audited as ``state_adopted``."""
+        if records is None:
+            records = self.bus.assignments()
+        why = self.stale_state(records)
+        if not why:
+            return
+        rid = self.plan.rollout_id
+        if not adopt:
+            raise ControllerError(
+                f"the state of rollout {rid} ({self.store.state_file}) is older than {self.topic_name} shows for it: "
+                f"{why}. It was restored from a backup or written by another controller; refusing to act on it. Put "
+                f"the newest state.json back, or `ccab rollout rollback {rid} --reason ...` (takes the hosts' newest "
+                f"records from the topic and sends every host back to {self.plan.control_arm})")
+        ours = self._ours_on_topic(self._this_run(records))
+        taken = []
+        for h, r in ours.items():
+            v = self.st.hosts.get(h)
+            if v is None or r["generation"] > v.generation:
+                self.st.hosts[h] = HostAssignment(pop=r.get("pop", ""), arm=r["arm"], cc=r["cc"], qdisc=r.get("qdisc"),
+                                                  generation=r["generation"], status="published", record=r)
+                taken.append(h)
+        stages = [r.get("stage") for r in ours.values() if isinstance(r.get("stage"), int)]
+        if stages and max(stages) > self.st.stage:
+            self.st.stage = max(stages)
+        self._save()
+        self._audit("state_adopted", f"the state was older than {self.topic_name} ({why}): took {len(taken)} "
+                    f"host(s)' newest records from the topic", hosts=taken)
 
     # ------------------------------------------------------------------------------ commands
     def start(self, wait_applied_s: float = 0.0, reason: str = "") -> StepResult:
@@ -612,11 +766,14 @@ class Controller:
                                   f"{self.state.status}); use `ccab rollout step` or `status`")
         if self.plan.design.switchback is not None:
             raise ControllerError(f"rollout {self.plan.rollout_id!r}: {design.SWITCHBACK_REFUSAL}")
-        self.check_overlap()
+        # a host belongs to one active rollout: this data dir's rollouts, and the assignments topic
+        # (another deployment on the same Kafka)
+        self.check_overlap(self.bus.assignments(), self.bus.agent_status())
         self.state = RolloutState(rollout_id=self.plan.rollout_id, plan_digest=self.plan.digest,
                                   plan_path=str(self.plan.source), seed=self.plan.design.seed,
                                   started_ms=self.clock(), stage_started_ms=self.clock(),
-                                  arms={a: "active" for a in self.plan.treatment_arms})
+                                  arms={a: "active" for a in self.plan.treatment_arms},
+                                  taken_over=list(self.take_over))
 
         atomicfile.write_bytes(self.store.plan_file, plan_to_yaml(self.plan).encode())
         self._save()
@@ -632,7 +789,10 @@ class Controller:
         """One controller tick: reconcile, publish what is due, and run a look when it is due."""
         self._require_state()
         result = StepResult()
-        resent = self.reconcile()
+        self.apply_requests(result)
+        records = self.bus.assignments()
+        self.check_fresh(records)
+        resent = self.reconcile(records)
         if resent:
             result.messages.append(f"re-sent {len(resent)} record(s) of an interrupted publish")
         deadline = time.monotonic() + wait_applied_s
@@ -850,7 +1010,67 @@ class Controller:
                     f"(its hosts may belong to another rollout now). --force {action}s only the hosts this "
                     f"rollout still owns")
             self.only_owned = True
-        self.reconcile()
+        if action not in ("halt", "rollback"):
+            records = self.bus.assignments()
+            self.check_fresh(records)
+            self.reconcile(records)
+            return
+        try:  # a halt/rollback is recorded even when Kafka is down; the publish waits for Kafka
+            records = self.bus.assignments()
+            self.check_fresh(records, adopt=True)  # moving hosts to safety is never blocked by a stale state
+            self.reconcile(records)
+        except KafkaUnavailable as exc:
+            self.offline = str(exc)
+
+    def _converge_or_defer(self, result: StepResult) -> None:
+        """After a manual halt/rollback saved in the state: publish it, or, with Kafka down, say
+        so in ``result.unpublished`` (the state keeps it; the next tick or step publishes it)."""
+        if not self.offline:
+            try:
+                self._converge(result)
+                return
+            except KafkaUnavailable as exc:
+                self.offline = str(exc)
+        result.unpublished = self.offline
+        self._audit("publish_deferred", f"Kafka is down: the change is recorded and is published when Kafka is "
+                    f"back ({self.offline})", actor="operator")
+
+    def apply_requests(self, result: StepResult) -> None:
+        """Apply the operators' halt/rollback requests recorded while this rollout's lock was busy
+        (``ccab rollout halt|rollback`` beside the service, ``Store.add_request``), oldest first.
+        Call with the lock held. Each is applied once (audited with its id), then removed."""
+        done = {e.get("request") for e in self.store.read_audit() if e.get("request")}
+        for path, req in self.store.requests():
+            rid, action, args = req.get("id"), req.get("action"), dict(req.get("args") or {})
+            if rid not in done:
+                if action not in ("halt", "rollback"):
+                    self._audit("request_refused", f"request {rid}: unknown action {action!r}", actor="operator",
+                                request=rid)
+                else:
+                    try:
+                        res = getattr(self, action)(**args)
+                        result.published += res.published
+                        result.messages += res.messages
+                        if res.unpublished:
+                            result.unpublished = res.unpublished
+                        self._audit("request_applied", f"{action} requested at {_iso(_utc(req.get('ts_ms', 0)))} "
+                                    "while the rollout was busy: applied", actor="operator", request=rid)
+                    except ControllerError as exc:
+                        self._audit("request_refused", f"request {rid} ({action}): {exc}", actor="operator",
+                                    request=rid)
+                    result.messages.append(f"applied the {action} request {rid} of an operator")
+            path.unlink(missing_ok=True)
+
+    def owes_publish(self) -> bool:
+        """The state decided a change the agents were not sent yet (Kafka was down, a crash): an
+        interrupted publish, an enrolled host whose arm is not the one the state wants, an open
+        page or an operator's request. The service ticks a terminal rollout while this holds."""
+        if self.state is None:
+            return False
+        if self.st.intent or self.st.pages or self.store.requests():
+            return True
+        want = self.target()
+        return any(want.get(h, v.arm) != v.arm for h, v in self.st.hosts.items())
 
     def promote(self, reason: str, arm: str | None = None) -> StepResult:
         self._manual(reason)
@@ -895,7 +1115,7 @@ class Controller:
         if alert_ids and self.set_action is not None:
             self.set_action(alert_ids, "halted")
         result = StepResult()
-        self._converge(result)
+        self._converge_or_defer(result)
         return result
 
     def rollback(self, reason: str, arm: str | None = None, alert_ids: list[str] | None = None,
@@ -922,7 +1142,7 @@ class Controller:
         if alert_ids and self.set_action is not None:
             self.set_action(alert_ids, "rolled_back")
         result = StepResult()
-        self._converge(result)
+        self._converge_or_defer(result)
         return result
 
     def resume(self, reason: str, arm: str | None = None) -> StepResult:

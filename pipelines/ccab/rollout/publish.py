@@ -87,10 +87,7 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 15.0) -> list[tupl
         ends: dict[int, int] = {}
         tps = []
         for p in sorted(tmd.partitions):
-            try:
-                lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
-            except KafkaException as exc:
-                raise KafkaUnavailable(f"cannot read offsets of {topic}[{p}] at {bootstrap}: {exc}") from None
+            lo, hi = _watermarks(c, topic, p, bootstrap, timeout_s)
             if hi > lo:
                 ends[p] = hi
                 tps.append(TopicPartition(topic, p, lo))
@@ -119,6 +116,29 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 15.0) -> list[tupl
         c.close()
 
 
+#: errors of a partition whose leader is being elected (a broker that just started)
+_ELECTING = (6, 5, 3)  # NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PART
+
+
+def _watermarks(c, topic: str, partition: int, bootstrap: str, timeout_s: float) -> tuple[int, int]:
+    """The partition's (low, high) watermarks; a retriable error (a leader being elected, as on a
+    broker that just started) is retried until ``timeout_s``, then :class:`KafkaUnavailable`."""
+    import time
+
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            transient = err is not None and (err.retriable() or err.code() in _ELECTING)
+            if not (transient and time.monotonic() < deadline):
+                raise KafkaUnavailable(f"cannot read offsets of {topic}[{partition}] at {bootstrap}: {exc}") from None
+            time.sleep(0.5)
+
+
 def read_assignments(bootstrap: str, topic: str = TOPIC_ASSIGNMENTS, timeout_s: float = 15.0) -> list[dict]:
     """Every assignment record still on the topic, in offset order (compaction may have removed
     older ones; the last per host is always there)."""
@@ -143,15 +163,19 @@ def valid_generation(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_GENERATION
 
 
-def latest_assignments(records: list[dict], key=None, known: dict[str, int] | None = None) -> dict[str, dict]:
+def latest_assignments(records: list[dict], key=None, known: dict[str, int] | None = None,
+                       applied: dict[str, int] | None = None,
+                       refused: set[tuple[str, int]] | None = None) -> dict[str, dict]:
     """host -> the record with the highest generation that the agents would accept.
 
     A record counts only with an integer generation in range, a valid signature when ``key`` (the
     controller's public key) is given, and — for hosts in ``known`` (host -> the generation the
-    controller last sent) — at most MAX_GENERATION_JUMP ahead of it. So a forged, null or huge
-    generation on the topic never drags the controller's next generation (a rollback included)
-    to where every agent would refuse it."""
-    known = known or {}
+    controller last sent) — at most MAX_GENERATION_JUMP ahead of it; with the agents' answers
+    (:func:`agent_generations`), not one the host's agent refused, nor one more than
+    MAX_GENERATION_JUMP ahead of what it applied (the agent refuses those). So a forged, null or
+    huge generation on the topic never drags the controller's next generation (a rollback
+    included) to where every agent would refuse it."""
+    known, applied, refused = known or {}, applied or {}, refused or set()
     latest: dict[str, dict] = {}
     for r in records:
         h, gen = r.get("host"), r.get("generation")
@@ -159,11 +183,41 @@ def latest_assignments(records: list[dict], key=None, known: dict[str, int] | No
             continue
         if h in known and gen > known[h] + MAX_GENERATION_JUMP:
             continue
+        if (h, gen) in refused or (h in applied and gen > applied[h] + MAX_GENERATION_JUMP):
+            continue
         if key is not None and verify(r, key) is not None:
             continue
         if h not in latest or gen >= latest[h]["generation"]:
             latest[h] = r
     return latest
+
+
+def agent_generations(statuses: list[dict]) -> tuple[dict[str, int], set[tuple[str, int]]]:
+    """What the agents report, ``statuses`` in topic order (one host's answers share a partition):
+    host -> the generation it runs now (its newest ``applied`` answer or heartbeat, which carries
+    the applied generation), and the (host, generation) pairs it refused."""
+    applied: dict[str, int] = {}
+    refused: set[tuple[str, int]] = set()
+    for s in statuses:
+        h, gen = s.get("host"), s.get("generation")
+        if not isinstance(h, str) or not valid_generation(gen):
+            continue
+        if s.get("state") in ("applied", "heartbeat"):
+            applied[h] = gen
+        elif s.get("state") == "refused":
+            refused.add((h, gen))
+    return applied, refused
+
+
+def next_generation(own: int, on_topic: int, applied: int | None) -> int:
+    """The generation of the controller's next record for a host: one more than the highest of its
+    own last one, the newest acceptable one on the topic and the one the agent applied — never
+    beyond what the agent can apply (``applied + MAX_GENERATION_JUMP``, and ``MAX_GENERATION``).
+    ``on_topic`` must already exclude records the agent refused or would refuse
+    (:func:`latest_assignments` with ``applied``/``refused``); ``applied`` None: no answer known."""
+    nxt = max(own, on_topic, applied or 0) + 1
+    ceiling = MAX_GENERATION if applied is None else min(MAX_GENERATION, applied + MAX_GENERATION_JUMP)
+    return min(nxt, ceiling)
 
 
 def read_agent_status(bootstrap: str, topic: str = TOPIC_AGENT_STATUS, timeout_s: float = 15.0) -> list[dict]:

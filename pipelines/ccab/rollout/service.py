@@ -2,9 +2,11 @@
 
 Every ``interval_s`` the service (1) takes or keeps the leader lock (:mod:`ccab.rollout.leader`);
 a standby only heartbeats; (2) as leader, for each rollout under ``$CCAB_DATA_DIR/rollouts/`` that
-is not completed or rolled back, takes that rollout's ``lock`` (the one ``ccab rollout ...``
+is not completed or rolled back (or is, but still owes its agents a change: a rollback recorded
+while Kafka was down, an open page), takes that rollout's ``lock`` (the one ``ccab rollout ...``
 commands take: a person's command and the service never interleave; a rollout whose lock is
-held is skipped this tick) and runs :meth:`Controller.tick`; (3) updates the metrics and the
+held is skipped this tick; a person's halt/rollback that finds the lock busy is recorded as a
+request the tick applies first) and runs :meth:`Controller.tick`; (3) updates the metrics and the
 heartbeat served on ``/metrics`` and ``/healthz``.
 
 Killing it at any moment is safe: every state change is write-ahead (state.py), the next leader
@@ -26,11 +28,67 @@ from typing import Callable
 from ccab.alerting.alertmanager import post_alerts, resolve
 from ccab.rollout.controller import Controller
 from ccab.rollout.leader import LeaderLock
-from ccab.rollout.state import TERMINAL, StateError, Store
+from ccab.rollout.state import TERMINAL, LockBusy, StateError, Store, leader_token
 
 STATUSES = ("running", "paused", "halted", "rolled_back", "completed")
 ARM_STATES = ("active", "halted", "rolled_back", "promoted")
 KEEP_TERMINAL_S = 24 * 3600
+
+
+#: what a page must outlive beyond its route's group_wait (Alertmanager's flush after group_wait
+#: is not instant on a loaded machine, and the controller posts at its own interval)
+PAGE_MARGIN_S = 30.0
+
+
+def _duration_s(text: str) -> float:
+    """An Alertmanager/Prometheus duration (``30s``, ``1m30s``, ``1h``, ``500ms``) in seconds."""
+    import re
+
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    parts = re.findall(r"(\d+)(ms|[smhdwy])", str(text).strip())
+    if not parts or "".join(n + u for n, u in parts) != str(text).strip():
+        raise ValueError(f"not a duration: {text!r}")
+    return sum(int(n) * units[u] for n, u in parts)
+
+
+def page_group_wait_s(config_text: str, labels: dict[str, str] | None = None) -> float:
+    """The ``group_wait`` of the Alertmanager route a page (``labels``, default severity=page)
+    takes in ``config_text`` (alertmanager.yml): the first child route whose equality matchers all
+    hold, inheriting from its parent (Alertmanager's default 30 s when none says)."""
+    import re
+
+    import yaml
+
+    labels = labels or {"severity": "page"}
+
+    def matches(route: dict) -> bool:
+        ms = list(route.get("matchers") or [])
+        ms += [f'{k}="{v}"' for k, v in (route.get("match") or {}).items()]
+        for m in ms:
+            g = re.fullmatch(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!=|!~|=)\s*"?(.*?)"?\s*', str(m))
+            if not g:
+                return False
+            name, op, value = g.groups()
+            have = labels.get(name, "")
+            ok = {"=": have == value, "!=": have != value, "=~": re.fullmatch(value, have) is not None,
+                  "!~": re.fullmatch(value, have) is None}[op]
+            if not ok:
+                return False
+        return True
+
+    route = (yaml.safe_load(config_text) or {}).get("route") or {}
+    wait = _duration_s(route.get("group_wait", "30s"))
+    while True:
+        child = next((r for r in route.get("routes") or [] if matches(r)), None)
+        if child is None:
+            return wait
+        wait = _duration_s(child["group_wait"]) if "group_wait" in child else wait
+        route = child
+
+
+def page_min_firing_s(config_text: str, margin_s: float = PAGE_MARGIN_S) -> float:
+    """How long the controller keeps a page firing at least: the page route's group_wait + margin."""
+    return page_group_wait_s(config_text) + margin_s
 
 
 class AlertmanagerPager:
@@ -74,14 +132,19 @@ class Service:
         self.stopping = threading.Event()
 
     # ---------------------------------------------------------------------------------- loop
-    def run(self, once: bool = False) -> None:
+    def run(self, once: bool = False) -> list[str]:
+        """Loop until stopped; with ``once``, one loop, returning what failed in it (empty: ok)."""
         while not self.stopping.is_set():
-            self.loop_once()
+            failed = self.loop_once()
             if once:
-                return
+                return failed
             self.stopping.wait(self.interval_s)
+        return []
 
-    def loop_once(self) -> None:
+    def loop_once(self) -> list[str]:
+        """One loop over the rollouts; returns what failed in it, one line each: not the leader
+        (another replica drives the rollouts), a rollout's tick that raised (Kafka down, ...)."""
+        failed: list[str] = []
         was = self.leader.is_leader
         token = self.leader.try_acquire()
         if token is not None and not was:
@@ -90,7 +153,10 @@ class Service:
             self.say("lost the leadership (a newer fencing token exists): standing by")
             self.leader.release()
         metrics: dict[str, RolloutMetrics] = {}
-        if self.leader.is_leader:
+        if not self.leader.is_leader:
+            failed.append(f"not the leader: another controller holds {self.root / 'leader.lock'} "
+                          f"(fencing token {leader_token(self.root)}); this replica only stands by")
+        else:
             for d in sorted(self.root.iterdir()) if self.root.is_dir() else []:
                 if not (d / "state.json").exists():
                     continue
@@ -98,18 +164,21 @@ class Service:
                     m = self.one(d)
                 except StateError as exc:
                     self.say(f"{d.name}: {exc}")
+                    failed.append(f"{d.name}: {exc}")
                     if "fenced out" in str(exc):
                         self.leader.release()
                         break
                     continue
                 except Exception as exc:  # noqa: BLE001 - one rollout's failure never stops the others
                     self.say(f"{d.name}: tick failed: {type(exc).__name__}: {exc}")
+                    failed.append(f"{d.name}: tick failed: {type(exc).__name__}: {exc}")
                     continue
                 if m is not None:
                     metrics[d.name] = m
         with self.lock:
             self.rollouts = metrics
             self.heartbeat_s = self.clock()
+        return failed
 
     def one(self, d: Path) -> RolloutMetrics | None:
         store = Store(d, fence=self.leader.token)
@@ -118,7 +187,9 @@ class Service:
             return None
         ctl = self.make_controller(store)
         statuses = None
-        if st.status not in TERMINAL:
+        # a terminal rollout is ticked while it still owes the agents a change (a rollback recorded
+        # while Kafka was down), an open page or an operator's request
+        if st.status not in TERMINAL or ctl.owes_publish():
             try:
                 with store.locked():
                     ctl.reload()
@@ -127,9 +198,7 @@ class Service:
                         self.say(f"{d.name}: {msg}")
                     if res.published:
                         self.say(f"{d.name}: published {len(res.published)} assignment(s)")
-            except StateError as exc:
-                if "another controller holds" not in str(exc):
-                    raise
+            except LockBusy:
                 self.say(f"{d.name}: locked by a person's command; next tick")
                 ctl.reload()
         try:

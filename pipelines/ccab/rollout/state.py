@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import time
+import uuid
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator, Literal
@@ -43,6 +44,10 @@ TERMINAL: tuple[RolloutStatus, ...] = ("rolled_back", "completed")
 
 class StateError(RuntimeError):
     pass
+
+
+class LockBusy(StateError):
+    """Another process holds the rollout's lock (the controller service in a tick, a person)."""
 
 
 class FencedOut(StateError):
@@ -111,7 +116,9 @@ class RolloutState:
     last_look_ms: int | None = None  # when the last look (judge run) of the current stage ran
     breaker_checked_ms: int | None = None  # when the per-minute breakers were last evaluated
     pages: dict[str, list[dict]] = field(default_factory=dict)  # arm -> alerts sent to Alertmanager, open
+    pages_fired_ms: dict[str, int] = field(default_factory=dict)  # arm -> when its open pages first fired
     fence: int = 0  # the leader token of the controller that last wrote this state (fencing)
+    taken_over: list[str] = field(default_factory=list)  # `start --take-over X`: X's hosts may be taken
     updated_ms: int = 0
     version: int = STATE_VERSION
 
@@ -222,15 +229,46 @@ class Store:
             return
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Exclusive lock: one controller process per rollout at a time (released on exit/crash)."""
+    def locked(self, wait_s: float = 0.0) -> Iterator[None]:
+        """Exclusive lock: one controller process per rollout at a time (released on exit/crash).
+        Waits up to ``wait_s`` for it, then :class:`LockBusy`."""
         self.dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + wait_s
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise StateError(f"another controller holds {self.dir / 'lock'}") from None
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockBusy(f"another controller holds {self.dir / 'lock'}") from None
+                    time.sleep(0.2)
             yield
         finally:
             os.close(fd)
+
+    # ---- operators' requests: a halt/rollback recorded while the rollout's lock is busy
+    @property
+    def requests_dir(self) -> Path:
+        return self.dir / "requests"
+
+    def add_request(self, action: str, **args: Any) -> dict:
+        """Record an operator's ``action`` (``halt``/``rollback`` with its arguments) for the
+        controller that holds the rollout to apply at its next tick (:meth:`requests`). Durable
+        (atomic write) before this returns."""
+        req = {"id": uuid.uuid4().hex[:12], "ts_ms": now_ms(), "action": action, "args": args}
+        self.requests_dir.mkdir(parents=True, exist_ok=True)
+        atomicfile.write_bytes(self.requests_dir / f"{req['ts_ms']:015d}-{req['id']}.json",
+                               (json.dumps(req, sort_keys=True) + "\n").encode())
+        return req
+
+    def requests(self) -> list[tuple[Path, dict]]:
+        """The recorded requests, oldest first (an unreadable file is skipped, left for a person)."""
+        out = []
+        for p in sorted(self.requests_dir.glob("*.json")) if self.requests_dir.is_dir() else []:
+            try:
+                out.append((p, json.loads(p.read_text())))
+            except (OSError, ValueError):
+                continue
+        return out

@@ -170,6 +170,9 @@ def test_breaker_rolls_the_arm_back_pages_and_resolves_after_the_hosts_are_back(
     assert audit[-1]["trips"][0]["max_ratio"] == 8.55 and audit[-1]["alert_ids"] == ["b" * 20]
     bus.apply_all()
     now[0] += 30_000
+    res = ctl.tick()  # the hosts are back, but the page is younger than Alertmanager's group_wait
+    assert not pager.resolved and any("stay firing until" in m for m in res.messages), res.messages
+    now[0] += 30_000  # 60 s (controller.PAGE_MIN_FIRING_S) after it fired
     ctl.tick()
     assert pager.resolved and pager.resolved[0]["labels"] == page["labels"]
     assert not ctl.store.load().pages
