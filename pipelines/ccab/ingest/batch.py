@@ -18,7 +18,9 @@ How a batch goes in (no per-row Python objects on the hot path):
    schema>",`` and ends with ``}``" (what every producer of ours writes). One regex and one
    UTF-8 check over the whole batch look for what ClickHouse's JSON reader would bend rather
    than refuse: digit runs long enough to leave an integer's width (it wraps them: 2^64+1 is
-   read as 1), raw control characters, invalid UTF-8. The records that fail any of these take
+   read as 1), raw control characters, invalid UTF-8, ``[``, backslashes and spaces; and a few
+   byte counts (:class:`Shape`) for a value of the wrong JSON type (``"5"`` read as 5, ``1`` as
+   true) or a nested object (duplicate keys inside it, nesting ClickHouse cannot survive). The records that fail any of these take
    the *careful* path (:func:`careful`): decoded strictly in Python (no duplicate keys, exact
    integers checked against their field's width, the top-level ``schema`` as the one
    definition of the record's schema; a number beyond an integer field's width in a record
@@ -45,7 +47,13 @@ How a batch goes in (no per-row Python objects on the hot path):
    over the batch, then the rows it could not tell bisected against the ``*_check`` table
    (same constraints, writes nothing): O(bad · log n) checks, never one per row): a record that
    names the end marker, or a position that stages twice.
-4. Dead letters are written *before* the good rows, so a crash in between re-delivers the batch
+4. A batch ClickHouse refuses in a way none of the above expects (an error code not known as
+   "bad data", e.g. Code 306 TOO_DEEP_RECURSION) is isolated while the warehouse answers
+   (:meth:`BatchWriter.write_isolating`): bisected against the ``*_check`` table, any refusal of
+   a single record making that record a dead letter; only an unanswering warehouse is raised to
+   the caller, who retries the same batch (and the Kafka loader splits a batch that still fails
+   while the warehouse answers: :meth:`ccab.ingest.loader.Loader._write_bounded`).
+5. Dead letters are written *before* the good rows, so a crash in between re-delivers the batch
    and the dead letters collapse on their source position (``dead_letters`` is a
    ReplacingMergeTree keyed by it).
 """
