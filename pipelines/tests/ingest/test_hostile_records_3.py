@@ -12,35 +12,13 @@ import json
 import pytest
 from ccab import cli
 from ccab.base import contracts
-from ccab.base.contracts import HTTP_REQUEST, SCHEMAS, TCP_CONN, TCP_SAMPLE, TS_MAX_AHEAD_MS, TS_MS_MIN, Schema
+from ccab.base.contracts import TCP_SAMPLE, TS_MAX_AHEAD_MS, TS_MS_MIN, Schema
 from ccab.base.warehouse import ChdbWarehouse
 from ccab.ingest import batch as batch_mod
 from ccab.ingest.batch import Batch, BatchWriter
 from ccab.ingest.loader import load_files
-from factories import http_request, tcp_sample
-
-CONN_FIELDS = {f.name for f in TCP_CONN.fields}
-
-
-def tcp_conn(i: int, **over) -> dict:
-    rec = {k: v for k, v in tcp_sample(i).items() if k in CONN_FIELDS}
-    rec.update(schema="tcp_conn/1", cc_source="sockopt", duration_ms=1000 + i)
-    rec.update(over)
-    return rec
-
-
-FACTORY = {TCP_SAMPLE.name: tcp_sample, TCP_CONN.name: tcp_conn, HTTP_REQUEST.name: http_request}
-DATA_SCHEMAS = (TCP_SAMPLE, TCP_CONN, HTTP_REQUEST)
-
-
-def _dump(rec: dict) -> bytes:
-    return json.dumps(rec, separators=(",", ":")).encode()
-
-
-def _raw(rec: dict, field: str, text: bytes) -> bytes:
-    """``rec`` with ``field``'s value replaced by the raw JSON text ``text``."""
-    return _dump({**rec, field: "@@RAW@@"}).replace(b'"@@RAW@@"', text)
-
+from factories import tcp_sample
+from hostile_cases import DATA_SCHEMAS, DEEP, FACTORY, confusion_cases, dump, duplicate_cases, raw
 
 def _load(wh, tmp_path, name: str, lines: list[bytes]):
     path = tmp_path / name
@@ -60,17 +38,14 @@ def _rows(wh, schema: Schema, topic: str) -> int:
 # --------------------------------------------------------------------------- nesting
 
 
-DEEP = b"[" * 5000 + b"]" * 5000
-
-
 @pytest.mark.parametrize("schema", DATA_SCHEMAS, ids=lambda s: s.name)
 def test_one_record_nested_thousands_deep_is_a_dead_letter_beside_1000_good(warehouse, tmp_path, schema):
     """Before: ClickHouse's Code 306 TOO_DEEP_RECURSION failed the whole batch (``ccab load``
     exit 1, 0 of the 1,000 good records loaded; the Kafka loader retried it for ever)."""
     make = FACTORY[schema.name]
-    good = [_dump(make(i)) for i in range(1000)]
+    good = [dump(make(i)) for i in range(1000)]
     for field in ("pop", "extra"):  # in a contract member and in an unknown one
-        lines = good[:500] + [_raw(make(5000), field, DEEP)] + good[500:]
+        lines = good[:500] + [raw(make(5000), field, DEEP)] + good[500:]
         rep, topic = _load(warehouse, tmp_path, f"deep-{field}.jsonl", lines)
         assert rep.inserted == {schema.table: 1000}, rep
         dead = _dead(warehouse, topic)
@@ -83,8 +58,8 @@ def test_a_batch_clickhouse_refuses_in_an_unexpected_way_is_isolated(warehouse, 
     caller to retry for ever while the warehouse answers: the batch is bisected, the record
     ClickHouse refuses is a dead letter naming the error, the rest is loaded."""
     monkeypatch.setitem(batch_mod.INSERT_SETTINGS, "input_format_json_max_depth", 3)
-    recs = [_dump(tcp_sample(i)) for i in range(1000)]
-    recs[700] = _raw(tcp_sample(700), "extra", b"[" * 10 + b"]" * 10)  # within our limit of 64
+    recs = [dump(tcp_sample(i)) for i in range(1000)]
+    recs[700] = raw(tcp_sample(700), "extra", b"[" * 10 + b"]" * 10)  # within our limit of 64
     res = BatchWriter(warehouse).write(TCP_SAMPLE, Batch("iso", recs, [0] * 1000, list(range(1000))))
     assert res.inserted == 999 and res.dead_total == 1, res
     [(offset, reason)] = _dead(warehouse, "iso").items()
@@ -99,16 +74,8 @@ def test_duplicate_keys_are_dead_letters_in_every_schema_at_any_depth(warehouse,
     """Before: tcp_conn/1 stored a record with a nested object holding a duplicate key (every
     schema did: ClickHouse skips unknown members without looking inside)."""
     make = FACTORY[schema.name]
-    body = _dump(make(1))
-    required_int = next(f.name for f in schema.fields if f.kind in ("int", "uint") and f.required and f.name != "ts_ms")
-    bad = [
-        body[:-1] + b',"%s":7}' % required_int.encode(),
-        body[:-1] + b',"pop":"x"}',
-        body[:-1] + b',"schema":"%s"}' % schema.name.encode(),
-        body[:-1] + b',"meta":{"a":1,"a":2}}',
-        body[:-1] + b',"meta":[{"b":{"c":1,"c":1}}]}',
-    ]
-    good = [_dump(make(i)) for i in range(10, 30)]
+    bad = duplicate_cases(schema)
+    good = [dump(make(i)) for i in range(10, 30)]
     rep, topic = _load(warehouse, tmp_path, "dup.jsonl", good + bad)
     assert rep.inserted == {schema.table: len(good)}, rep
     dead = _dead(warehouse, topic)
@@ -119,44 +86,14 @@ def test_duplicate_keys_are_dead_letters_in_every_schema_at_any_depth(warehouse,
 # --------------------------------------------------------------------------- type confusion
 
 
-def _wrong_values(f: contracts.Field) -> list[bytes]:
-    """Values of another JSON type than ``f``'s kind, and values outside its bounds, from the
-    contract's description of the field alone."""
-    other = {
-        "string": [b'{"a":1}', b"[1]", b"5", b"true"],
-        "int": [b'"5"', b"true", b"5.5", b'{"a":1}', b"[5]"],
-        "uint": [b'"5"', b"true", b"5.5", b'{"a":1}', b"[5]", b"-5"],
-        "float": [b'"0.5"', b"true", b'{"a":1}', b"[0.5]"],
-        "bool": [b"1", b"0", b'"true"', b"[true]"],
-    }[f.kind]
-    if f.bounds == "time":
-        other += [str(v).encode() for v in (0, -1, TS_MS_MIN - 1, 7_258_118_400_000,  # before 2000, year 2200
-                                            1_763_769_600_000_000)]  # microseconds
-    elif f.bounds:
-        lo, hi, lo_open = f.bounds
-        other += [repr(lo if lo_open else lo - 1).encode(), repr(hi * 2).encode(), b"1e308", b"-1e308"]
-    return other
-
-
-def _confusion_cases(schema: Schema) -> list[tuple[str, bytes]]:
-    make = FACTORY[schema.name]
-    out = []
-    for f in schema.fields:
-        if f.name == "schema":
-            continue
-        for text in _wrong_values(f):
-            out.append((f.name, _raw(make(len(out)), f.name, text)))
-    return out
-
-
 @pytest.mark.parametrize("schema", DATA_SCHEMAS, ids=lambda s: s.name)
 def test_a_value_of_the_wrong_type_or_outside_its_bounds_is_a_dead_letter_naming_the_field(warehouse, tmp_path,
                                                                                             schema):
     """Before: ``"pop": {"a":1}`` was stored as the text ``{"a":1}``, ``"5"`` read as 5, ``1`` as
     true; a negative or 1e308 ``sample_rate``, a negative ``request_time_ms``, a ``ts_ms`` in
     the year 2200 were stored."""
-    cases = _confusion_cases(schema)
-    good = [_dump(FACTORY[schema.name](10_000 + i)) for i in range(50)]
+    cases = confusion_cases(schema)
+    good = [dump(FACTORY[schema.name](10_000 + i)) for i in range(50)]
     rep, topic = _load(warehouse, tmp_path, "types.jsonl", good + [line for _, line in cases])
     dead = _dead(warehouse, topic)
     stored = [(cases[o - 51][0], cases[o - 51][1][-120:]) for o in range(51, 51 + len(cases)) if o not in dead]
@@ -178,7 +115,7 @@ def test_the_time_window_keeps_the_warehouse_clock_and_a_day(warehouse):
     writer = BatchWriter(warehouse)
     for ts, ok in ((TS_MS_MIN, True), (now_ms, True), (now_ms + TS_MAX_AHEAD_MS - 60_000, True),
                    (now_ms + TS_MAX_AHEAD_MS + 60_000, False), (TS_MS_MIN - 1, False)):
-        res = writer.write(TCP_SAMPLE, Batch(f"window-{ts}", [_dump(tcp_sample(1, ts_ms=ts))], [0], [0]))
+        res = writer.write(TCP_SAMPLE, Batch(f"window-{ts}", [dump(tcp_sample(1, ts_ms=ts))], [0], [0]))
         assert (res.inserted == 1) == ok, (ts, res)
         assert contracts.validate(tcp_sample(1, ts_ms=ts)) == ([] if ok else [contracts.bound_reason(
             TCP_SAMPLE.field("ts_ms"))])
@@ -188,7 +125,7 @@ def test_a_record_in_the_year_2200_cannot_break_networks_load(tmp_path, warehous
     """Before: after ``ccab load`` of one tcp_sample in 2200, every ``ccab networks load`` failed
     with Code 407 Convert overflow (the newest ``ts_ms`` does not fit a DateTime)."""
     data = tmp_path / "samples.jsonl"
-    data.write_bytes(_dump(tcp_sample(1)) + b"\n" + _dump(tcp_sample(2, ts_ms=7_258_118_400_000)) + b"\n")
+    data.write_bytes(dump(tcp_sample(1)) + b"\n" + dump(tcp_sample(2, ts_ms=7_258_118_400_000)) + b"\n")
     assert cli.main(["load", str(data)]) == 0
     nets = tmp_path / "networks.csv"
     nets.write_text("network,asn,as_name,country,access\n203.0.113.0/24,64500,EXAMPLE,JP,fixed\n")
