@@ -333,7 +333,14 @@ SELECT
     assumeNotNull(_topic) AS _topic,
     assumeNotNull(_partition) AS _partition,
     assumeNotNull(_offset) AS _offset
-FROM tcp_samples_landing;
+FROM tcp_samples_landing
+WHERE (host, sock_id, ts_ms) NOT IN (
+    SELECT host, sock_id, ts_ms FROM tcp_samples
+    WHERE pop IN (SELECT pop FROM tcp_samples_landing)
+      AND host IN (SELECT host FROM tcp_samples_landing)
+      AND ts BETWEEN fromUnixTimestamp64Milli((SELECT min(ts_ms) FROM tcp_samples_landing)) AND fromUnixTimestamp64Milli((SELECT max(ts_ms) FROM tcp_samples_landing))
+      AND ts_ms BETWEEN (SELECT min(ts_ms) FROM tcp_samples_landing) AND (SELECT max(ts_ms) FROM tcp_samples_landing))
+LIMIT 1 BY host, sock_id, ts_ms;
 
 CREATE TABLE IF NOT EXISTS tcp_conns_landing
 (
@@ -595,7 +602,14 @@ SELECT
     assumeNotNull(_topic) AS _topic,
     assumeNotNull(_partition) AS _partition,
     assumeNotNull(_offset) AS _offset
-FROM tcp_conns_landing;
+FROM tcp_conns_landing
+WHERE (host, sock_id, ts_ms) NOT IN (
+    SELECT host, sock_id, ts_ms FROM tcp_conns
+    WHERE pop IN (SELECT pop FROM tcp_conns_landing)
+      AND host IN (SELECT host FROM tcp_conns_landing)
+      AND ts BETWEEN fromUnixTimestamp64Milli((SELECT min(ts_ms) FROM tcp_conns_landing)) AND fromUnixTimestamp64Milli((SELECT max(ts_ms) FROM tcp_conns_landing))
+      AND ts_ms BETWEEN (SELECT min(ts_ms) FROM tcp_conns_landing) AND (SELECT max(ts_ms) FROM tcp_conns_landing))
+LIMIT 1 BY host, sock_id, ts_ms;
 
 CREATE TABLE IF NOT EXISTS http_requests_landing
 (
@@ -741,7 +755,16 @@ SELECT
     assumeNotNull(_topic) AS _topic,
     assumeNotNull(_partition) AS _partition,
     assumeNotNull(_offset) AS _offset
-FROM http_requests_landing;
+FROM http_requests_landing
+WHERE (host, conn_serial, conn_requests, ts_ms) NOT IN (
+    SELECT host, conn_serial, conn_requests, ts_ms FROM http_requests
+    WHERE pop IN (SELECT pop FROM http_requests_landing)
+      AND host IN (SELECT host FROM http_requests_landing)
+      AND conn_serial BETWEEN (SELECT min(conn_serial) FROM http_requests_landing) AND (SELECT max(conn_serial) FROM http_requests_landing)
+      AND conn_requests BETWEEN (SELECT min(conn_requests) FROM http_requests_landing) AND (SELECT max(conn_requests) FROM http_requests_landing)
+      AND ts BETWEEN fromUnixTimestamp64Milli((SELECT min(ts_ms) FROM http_requests_landing)) AND fromUnixTimestamp64Milli((SELECT max(ts_ms) FROM http_requests_landing))
+      AND ts_ms BETWEEN (SELECT min(ts_ms) FROM http_requests_landing) AND (SELECT max(ts_ms) FROM http_requests_landing))
+LIMIT 1 BY host, conn_serial, conn_requests, ts_ms;
 
 CREATE TABLE IF NOT EXISTS assignments_landing
 (
@@ -817,7 +840,14 @@ SELECT
     assumeNotNull(_topic) AS _topic,
     assumeNotNull(_partition) AS _partition,
     assumeNotNull(_offset) AS _offset
-FROM assignments_landing;
+FROM assignments_landing
+WHERE (rollout_id, host, generation) NOT IN (
+    SELECT rollout_id, host, generation FROM assignments
+    WHERE pop IN (SELECT pop FROM assignments_landing)
+      AND rollout_id IN (SELECT rollout_id FROM assignments_landing)
+      AND host IN (SELECT host FROM assignments_landing)
+      AND generation BETWEEN (SELECT min(generation) FROM assignments_landing) AND (SELECT max(generation) FROM assignments_landing))
+LIMIT 1 BY rollout_id, host, generation;
 
 CREATE TABLE IF NOT EXISTS agent_status_landing
 (
@@ -910,4 +940,12 @@ SELECT
     assumeNotNull(_topic) AS _topic,
     assumeNotNull(_partition) AS _partition,
     assumeNotNull(_offset) AS _offset
-FROM agent_status_landing;
+FROM agent_status_landing
+WHERE (host, ts_ms, generation, state) NOT IN (
+    SELECT host, ts_ms, generation, state FROM agent_status
+    WHERE pop IN (SELECT pop FROM agent_status_landing)
+      AND host IN (SELECT host FROM agent_status_landing)
+      AND ts BETWEEN fromUnixTimestamp64Milli((SELECT min(ts_ms) FROM agent_status_landing)) AND fromUnixTimestamp64Milli((SELECT max(ts_ms) FROM agent_status_landing))
+      AND ts_ms BETWEEN (SELECT min(ts_ms) FROM agent_status_landing) AND (SELECT max(ts_ms) FROM agent_status_landing)
+      AND generation BETWEEN (SELECT min(generation) FROM agent_status_landing) AND (SELECT max(generation) FROM agent_status_landing))
+LIMIT 1 BY host, ts_ms, generation, state;

@@ -71,6 +71,9 @@ class Schema:
     topic: str  # Kafka topic
     table: str  # ClickHouse raw table
     fields: tuple[Field, ...]
+    # The record's natural key: two records with the same key are the same record (loaded twice:
+    # a renamed or cut copy of a file, a file and Kafka); the raw table stores it once.
+    key: tuple[str, ...] = ()
 
     @property
     def landing_table(self) -> str:
@@ -181,6 +184,7 @@ TCP_SAMPLE = Schema(
         sample_rate float (0,1]
         """
     ),
+    key=("host", "sock_id", "ts_ms"),
 )
 
 TCP_CONN = Schema(
@@ -245,6 +249,7 @@ TCP_CONN = Schema(
         sample_rate float (0,1]
         """
     ),
+    key=("host", "sock_id", "ts_ms"),
 )
 
 HTTP_REQUEST = Schema(
@@ -277,6 +282,7 @@ HTTP_REQUEST = Schema(
         ts_source string?
         """
     ),
+    key=("host", "conn_serial", "conn_requests", "ts_ms"),
 )
 
 ASSIGNMENT = Schema(
@@ -297,6 +303,7 @@ ASSIGNMENT = Schema(
         signature string
         """
     ),
+    key=("rollout_id", "host", "generation"),
 )
 
 AGENT_STATUS = Schema(
@@ -320,6 +327,7 @@ AGENT_STATUS = Schema(
         reason string
         """
     ),
+    key=("host", "ts_ms", "generation", "state"),
 )
 
 SCHEMAS: dict[str, Schema] = {s.name: s for s in (TCP_SAMPLE, TCP_CONN, HTTP_REQUEST, ASSIGNMENT, AGENT_STATUS)}
@@ -609,6 +617,31 @@ def _mv_select(schema: Schema) -> str:
     return ",\n    ".join(exprs)
 
 
+def _mv_dedupe(schema: Schema) -> str:
+    """The view's filter that stores a record once per natural key (``Schema.key``): rows whose
+    key the raw table already holds are dropped, and the block keeps one row per key. Inside
+    the view, ``FROM <landing table>`` in a subquery reads the inserted block, so the lookup is
+    bounded to the block's hosts and key range (and, through ``ts``, its partitions and hours)."""
+    if not schema.key:
+        return ""
+    land, key = schema.landing_table, ", ".join(schema.key)
+    kinds = {f.name: f.kind for f in schema.fields}
+    where = []
+    if "pop" in kinds and "pop" not in schema.key:
+        where.append(f"pop IN (SELECT pop FROM {land})")
+    for c in schema.key:
+        if kinds[c] == "string":
+            if c in ("host", "rollout_id"):  # few distinct values: a small set that prunes well
+                where.append(f"{c} IN (SELECT {c} FROM {land})")
+            continue
+        lo, hi = f"(SELECT min({c}) FROM {land})", f"(SELECT max({c}) FROM {land})"
+        if c == "ts_ms":
+            where.append(f"ts BETWEEN fromUnixTimestamp64Milli({lo}) AND fromUnixTimestamp64Milli({hi})")
+        where.append(f"{c} BETWEEN {lo} AND {hi}")
+    return (f"\nWHERE ({key}) NOT IN (\n    SELECT {key} FROM {schema.table}\n    WHERE "
+            + "\n      AND ".join(where) + f")\nLIMIT 1 BY {key}")
+
+
 def landing_ddl() -> str:
     """DDL of the landing tables (Null engine + constraints), the no-write check tables, and the
     materialized views that move landed rows into the raw tables."""
@@ -623,7 +656,7 @@ def landing_ddl() -> str:
             parts.append(f"CREATE TABLE IF NOT EXISTS {table}\n(\n{body}\n)\nENGINE = Null;\n")
         parts.append(
             f"CREATE MATERIALIZED VIEW IF NOT EXISTS {s.landing_table}_mv TO {s.table} AS\n"
-            f"SELECT\n    {_mv_select(s)}\nFROM {s.landing_table};\n"
+            f"SELECT\n    {_mv_select(s)}\nFROM {s.landing_table}{_mv_dedupe(s)};\n"
         )
     return "\n".join(parts)
 

@@ -147,6 +147,11 @@ def _fates(wh, topic_of_index: dict[int, tuple[str, int, int]]) -> dict[int, lis
     return found
 
 
+def _empty_raw_tables(wh) -> None:
+    for schema in (TCP_SAMPLE, TCP_CONN, HTTP_REQUEST):
+        wh.command(f"TRUNCATE TABLE {schema.table}")
+
+
 def _via_file(wh, path: Path, recs: list[tuple[str, bytes]], order: list[int], batch_rows: int) -> dict[int, list[str]]:
     path.write_bytes(b"".join(recs[i][1] + b"\n" for i in order))
     rep = load_files(wh, [path], batch_rows=batch_rows)
@@ -193,8 +198,11 @@ def test_hostile_records_through_both_paths_then_the_whole_analysis(tmp_path, ka
     wh = ChdbWarehouse(warehouse_env / "warehouse")
     try:
         by_file = _fates(wh, {i: (f"file:{first.name}", 0, i + 1) for i in order})
-        # path 2: the same records shuffled, 37 per batch; path 3: a real Kafka topic
+        # path 2: the same records shuffled, 37 per batch; path 3: a real Kafka topic. A record
+        # is stored once (its natural key), so each path starts from empty raw tables
+        _empty_raw_tables(wh)
         by_file_shuffled = _via_file(wh, tmp_path / "shuffled.jsonl", recs, shuffled, batch_rows=37)
+        _empty_raw_tables(wh)
         by_kafka = _via_kafka(wh, recs, kafka_broker, fresh_topic)
     finally:
         wh.close()
