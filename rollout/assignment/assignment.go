@@ -91,6 +91,11 @@ func Parse(b []byte) (*Assignment, error) {
 	if len(b) > MaxRecordBytes {
 		return nil, fmt.Errorf("%w: more than %d bytes (%d read)", ErrTooLarge, MaxRecordBytes, len(b))
 	}
+	// A repeated member (a second "cc") would be read as the last value here and as the first
+	// by other readers, under one valid signature: refused, at any depth.
+	if err := strictjson.NoDuplicates(b); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&raw); err != nil {

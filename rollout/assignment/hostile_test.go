@@ -80,6 +80,35 @@ func TestHostileSignedRecordsAreMalformed(t *testing.T) {
 	}
 }
 
+// A signed record with a repeated member: its signature is valid over the last value (what a
+// Go map keeps), while a first-value reader (ClickHouse) sees the other. Before: applied.
+func TestSignedRecordWithDuplicateMemberIsMalformed(t *testing.T) {
+	m := testkit.Valid("h", 3)
+	m["cc"] = "bbr"
+	signed := testkit.SignMap(t, m)
+	nestedOK := testkit.Valid("h", 3)
+	nestedOK["meta"] = map[string]any{"a": map[string]any{"cc": 1}, "b": []any{map[string]any{"cc": 2}}}
+	if _, err := assignment.Parse(testkit.SignMap(t, nestedOK)); err != nil {
+		t.Fatalf("the same name in different objects is not a duplicate: %v", err)
+	}
+	for name, rec := range map[string][]byte{
+		"cc twice, first cubic": append([]byte(`{"cc":"cubic",`), signed[1:]...),
+		"cc twice, same value":  append([]byte(`{"cc":"bbr",`), signed[1:]...),
+		"schema twice":          append([]byte(`{"schema":"assignment/1",`), signed[1:]...),
+		"nested duplicate":      append([]byte(`{"meta":{"a":1,"a":2},`), signed[1:]...),
+		"deep nesting":          append([]byte(`{"meta":`+strings.Repeat("[", 5000)+strings.Repeat("]", 5000)+`,`), signed[1:]...),
+	} {
+		_, err := assignment.Parse(rec)
+		if !errors.Is(err, assignment.ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), "duplicate") && !strings.Contains(err.Error(), "nested deeper") {
+			t.Errorf("%s: %q does not say why", name, err)
+		}
+	}
+}
+
 func TestRecordOf20MBIsRefusedBeforeParsing(t *testing.T) {
 	m := testkit.Valid("h", 3)
 	m["padding"] = strings.Repeat("x", 20<<20)

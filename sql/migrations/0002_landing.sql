@@ -105,6 +105,7 @@ CREATE TABLE IF NOT EXISTS tcp_samples_landing
     CONSTRAINT required__snd_wnd CHECK isNotNull(snd_wnd),
     CONSTRAINT required__rcv_space CHECK isNotNull(rcv_space),
     CONSTRAINT required__sample_rate CHECK isNotNull(sample_rate),
+    CONSTRAINT bounds__ts_ms CHECK isNull(ts_ms) OR ts_ms BETWEEN 946684800000 AND toUnixTimestamp(now()) * 1000 + 86400000,
     CONSTRAINT range__cc_version CHECK isNull(cc_version) OR cc_version BETWEEN 0 AND 255,
     CONSTRAINT range__local_port CHECK isNull(local_port) OR local_port BETWEEN 0 AND 65535,
     CONSTRAINT range__rtt_us CHECK isNull(rtt_us) OR rtt_us BETWEEN 0 AND 4294967295,
@@ -124,11 +125,11 @@ CREATE TABLE IF NOT EXISTS tcp_samples_landing
     CONSTRAINT range__lastrcv_ms CHECK isNull(lastrcv_ms) OR lastrcv_ms BETWEEN 0 AND 4294967295,
     CONSTRAINT range__lastack_ms CHECK isNull(lastack_ms) OR lastack_ms BETWEEN 0 AND 4294967295,
     CONSTRAINT range__bbr_min_rtt_us CHECK isNull(bbr_min_rtt_us) OR bbr_min_rtt_us BETWEEN 0 AND 4294967295,
-    CONSTRAINT invalid__bbr_pacing_gain CHECK isNull(bbr_pacing_gain) OR isFinite(bbr_pacing_gain),
-    CONSTRAINT invalid__bbr_cwnd_gain CHECK isNull(bbr_cwnd_gain) OR isFinite(bbr_cwnd_gain),
+    CONSTRAINT invalid__bbr_pacing_gain CHECK isNull(bbr_pacing_gain) OR (isFinite(bbr_pacing_gain) AND bbr_pacing_gain >= 0 AND bbr_pacing_gain <= 100),
+    CONSTRAINT invalid__bbr_cwnd_gain CHECK isNull(bbr_cwnd_gain) OR (isFinite(bbr_cwnd_gain) AND bbr_cwnd_gain >= 0 AND bbr_cwnd_gain <= 100),
     CONSTRAINT range__total_rto CHECK isNull(total_rto) OR total_rto BETWEEN 0 AND 4294967295,
     CONSTRAINT range__total_rto_recoveries CHECK isNull(total_rto_recoveries) OR total_rto_recoveries BETWEEN 0 AND 4294967295,
-    CONSTRAINT invalid__sample_rate CHECK isNull(sample_rate) OR isFinite(sample_rate),
+    CONSTRAINT invalid__sample_rate CHECK isNull(sample_rate) OR (isFinite(sample_rate) AND sample_rate > 0 AND sample_rate <= 1),
     CONSTRAINT invalid__peer_prefix CHECK isNull(peer_prefix) OR match(peer_prefix, '^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.0/24|((0|[1-9a-f][0-9a-f]{0,3}):(0|[1-9a-f][0-9a-f]{0,3}):([1-9a-f][0-9a-f]{0,3})|(0|[1-9a-f][0-9a-f]{0,3}):([1-9a-f][0-9a-f]{0,3})|([1-9a-f][0-9a-f]{0,3}))?::/48)$'),
     CONSTRAINT required___topic CHECK isNotNull(_topic),
     CONSTRAINT required___partition CHECK isNotNull(_partition),
@@ -239,6 +240,7 @@ CREATE TABLE IF NOT EXISTS tcp_samples_check
     CONSTRAINT required__snd_wnd CHECK isNotNull(snd_wnd),
     CONSTRAINT required__rcv_space CHECK isNotNull(rcv_space),
     CONSTRAINT required__sample_rate CHECK isNotNull(sample_rate),
+    CONSTRAINT bounds__ts_ms CHECK isNull(ts_ms) OR ts_ms BETWEEN 946684800000 AND toUnixTimestamp(now()) * 1000 + 86400000,
     CONSTRAINT range__cc_version CHECK isNull(cc_version) OR cc_version BETWEEN 0 AND 255,
     CONSTRAINT range__local_port CHECK isNull(local_port) OR local_port BETWEEN 0 AND 65535,
     CONSTRAINT range__rtt_us CHECK isNull(rtt_us) OR rtt_us BETWEEN 0 AND 4294967295,
@@ -258,11 +260,11 @@ CREATE TABLE IF NOT EXISTS tcp_samples_check
     CONSTRAINT range__lastrcv_ms CHECK isNull(lastrcv_ms) OR lastrcv_ms BETWEEN 0 AND 4294967295,
     CONSTRAINT range__lastack_ms CHECK isNull(lastack_ms) OR lastack_ms BETWEEN 0 AND 4294967295,
     CONSTRAINT range__bbr_min_rtt_us CHECK isNull(bbr_min_rtt_us) OR bbr_min_rtt_us BETWEEN 0 AND 4294967295,
-    CONSTRAINT invalid__bbr_pacing_gain CHECK isNull(bbr_pacing_gain) OR isFinite(bbr_pacing_gain),
-    CONSTRAINT invalid__bbr_cwnd_gain CHECK isNull(bbr_cwnd_gain) OR isFinite(bbr_cwnd_gain),
+    CONSTRAINT invalid__bbr_pacing_gain CHECK isNull(bbr_pacing_gain) OR (isFinite(bbr_pacing_gain) AND bbr_pacing_gain >= 0 AND bbr_pacing_gain <= 100),
+    CONSTRAINT invalid__bbr_cwnd_gain CHECK isNull(bbr_cwnd_gain) OR (isFinite(bbr_cwnd_gain) AND bbr_cwnd_gain >= 0 AND bbr_cwnd_gain <= 100),
     CONSTRAINT range__total_rto CHECK isNull(total_rto) OR total_rto BETWEEN 0 AND 4294967295,
     CONSTRAINT range__total_rto_recoveries CHECK isNull(total_rto_recoveries) OR total_rto_recoveries BETWEEN 0 AND 4294967295,
-    CONSTRAINT invalid__sample_rate CHECK isNull(sample_rate) OR isFinite(sample_rate),
+    CONSTRAINT invalid__sample_rate CHECK isNull(sample_rate) OR (isFinite(sample_rate) AND sample_rate > 0 AND sample_rate <= 1),
     CONSTRAINT invalid__peer_prefix CHECK isNull(peer_prefix) OR match(peer_prefix, '^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.0/24|((0|[1-9a-f][0-9a-f]{0,3}):(0|[1-9a-f][0-9a-f]{0,3}):([1-9a-f][0-9a-f]{0,3})|(0|[1-9a-f][0-9a-f]{0,3}):([1-9a-f][0-9a-f]{0,3})|([1-9a-f][0-9a-f]{0,3}))?::/48)$'),
     CONSTRAINT required___topic CHECK isNotNull(_topic),
     CONSTRAINT required___partition CHECK isNotNull(_partition),
@@ -331,7 +333,14 @@ SELECT
     assumeNotNull(_topic) AS _topic,
     assumeNotNull(_partition) AS _partition,
     assumeNotNull(_offset) AS _offset
-FROM tcp_samples_landing;
+FROM tcp_samples_landing
+WHERE (host, sock_id, ts_ms) NOT IN (
+    SELECT host, sock_id, ts_ms FROM tcp_samples
+    WHERE pop IN (SELECT pop FROM tcp_samples_landing)
+      AND host IN (SELECT host FROM tcp_samples_landing)
+      AND ts BETWEEN fromUnixTimestamp64Milli((SELECT min(ts_ms) FROM tcp_samples_landing)) AND fromUnixTimestamp64Milli((SELECT max(ts_ms) FROM tcp_samples_landing))
+      AND ts_ms BETWEEN (SELECT min(ts_ms) FROM tcp_samples_landing) AND (SELECT max(ts_ms) FROM tcp_samples_landing))
+LIMIT 1 BY host, sock_id, ts_ms;
 
 CREATE TABLE IF NOT EXISTS tcp_conns_landing
 (
@@ -405,6 +414,7 @@ CREATE TABLE IF NOT EXISTS tcp_conns_landing
     CONSTRAINT required__peer_prefix CHECK isNotNull(peer_prefix),
     CONSTRAINT required__local_port CHECK isNotNull(local_port),
     CONSTRAINT required__sample_rate CHECK isNotNull(sample_rate),
+    CONSTRAINT bounds__ts_ms CHECK isNull(ts_ms) OR ts_ms BETWEEN 946684800000 AND toUnixTimestamp(now()) * 1000 + 86400000,
     CONSTRAINT range__cc_version CHECK isNull(cc_version) OR cc_version BETWEEN 0 AND 255,
     CONSTRAINT range__local_port CHECK isNull(local_port) OR local_port BETWEEN 0 AND 65535,
     CONSTRAINT range__rtt_us CHECK isNull(rtt_us) OR rtt_us BETWEEN 0 AND 4294967295,
@@ -425,7 +435,7 @@ CREATE TABLE IF NOT EXISTS tcp_conns_landing
     CONSTRAINT range__rcv_ooopack CHECK isNull(rcv_ooopack) OR rcv_ooopack BETWEEN 0 AND 4294967295,
     CONSTRAINT range__total_rto CHECK isNull(total_rto) OR total_rto BETWEEN 0 AND 4294967295,
     CONSTRAINT range__total_rto_recoveries CHECK isNull(total_rto_recoveries) OR total_rto_recoveries BETWEEN 0 AND 4294967295,
-    CONSTRAINT invalid__sample_rate CHECK isNull(sample_rate) OR isFinite(sample_rate),
+    CONSTRAINT invalid__sample_rate CHECK isNull(sample_rate) OR (isFinite(sample_rate) AND sample_rate > 0 AND sample_rate <= 1),
     CONSTRAINT invalid__peer_prefix CHECK isNull(peer_prefix) OR match(peer_prefix, '^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.0/24|((0|[1-9a-f][0-9a-f]{0,3}):(0|[1-9a-f][0-9a-f]{0,3}):([1-9a-f][0-9a-f]{0,3})|(0|[1-9a-f][0-9a-f]{0,3}):([1-9a-f][0-9a-f]{0,3})|([1-9a-f][0-9a-f]{0,3}))?::/48)$'),
     CONSTRAINT required___topic CHECK isNotNull(_topic),
     CONSTRAINT required___partition CHECK isNotNull(_partition),
@@ -505,6 +515,7 @@ CREATE TABLE IF NOT EXISTS tcp_conns_check
     CONSTRAINT required__peer_prefix CHECK isNotNull(peer_prefix),
     CONSTRAINT required__local_port CHECK isNotNull(local_port),
     CONSTRAINT required__sample_rate CHECK isNotNull(sample_rate),
+    CONSTRAINT bounds__ts_ms CHECK isNull(ts_ms) OR ts_ms BETWEEN 946684800000 AND toUnixTimestamp(now()) * 1000 + 86400000,
     CONSTRAINT range__cc_version CHECK isNull(cc_version) OR cc_version BETWEEN 0 AND 255,
     CONSTRAINT range__local_port CHECK isNull(local_port) OR local_port BETWEEN 0 AND 65535,
     CONSTRAINT range__rtt_us CHECK isNull(rtt_us) OR rtt_us BETWEEN 0 AND 4294967295,
@@ -525,7 +536,7 @@ CREATE TABLE IF NOT EXISTS tcp_conns_check
     CONSTRAINT range__rcv_ooopack CHECK isNull(rcv_ooopack) OR rcv_ooopack BETWEEN 0 AND 4294967295,
     CONSTRAINT range__total_rto CHECK isNull(total_rto) OR total_rto BETWEEN 0 AND 4294967295,
     CONSTRAINT range__total_rto_recoveries CHECK isNull(total_rto_recoveries) OR total_rto_recoveries BETWEEN 0 AND 4294967295,
-    CONSTRAINT invalid__sample_rate CHECK isNull(sample_rate) OR isFinite(sample_rate),
+    CONSTRAINT invalid__sample_rate CHECK isNull(sample_rate) OR (isFinite(sample_rate) AND sample_rate > 0 AND sample_rate <= 1),
     CONSTRAINT invalid__peer_prefix CHECK isNull(peer_prefix) OR match(peer_prefix, '^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.0/24|((0|[1-9a-f][0-9a-f]{0,3}):(0|[1-9a-f][0-9a-f]{0,3}):([1-9a-f][0-9a-f]{0,3})|(0|[1-9a-f][0-9a-f]{0,3}):([1-9a-f][0-9a-f]{0,3})|([1-9a-f][0-9a-f]{0,3}))?::/48)$'),
     CONSTRAINT required___topic CHECK isNotNull(_topic),
     CONSTRAINT required___partition CHECK isNotNull(_partition),
@@ -591,7 +602,14 @@ SELECT
     assumeNotNull(_topic) AS _topic,
     assumeNotNull(_partition) AS _partition,
     assumeNotNull(_offset) AS _offset
-FROM tcp_conns_landing;
+FROM tcp_conns_landing
+WHERE (host, sock_id, ts_ms) NOT IN (
+    SELECT host, sock_id, ts_ms FROM tcp_conns
+    WHERE pop IN (SELECT pop FROM tcp_conns_landing)
+      AND host IN (SELECT host FROM tcp_conns_landing)
+      AND ts BETWEEN fromUnixTimestamp64Milli((SELECT min(ts_ms) FROM tcp_conns_landing)) AND fromUnixTimestamp64Milli((SELECT max(ts_ms) FROM tcp_conns_landing))
+      AND ts_ms BETWEEN (SELECT min(ts_ms) FROM tcp_conns_landing) AND (SELECT max(ts_ms) FROM tcp_conns_landing))
+LIMIT 1 BY host, sock_id, ts_ms;
 
 CREATE TABLE IF NOT EXISTS http_requests_landing
 (
@@ -636,14 +654,15 @@ CREATE TABLE IF NOT EXISTS http_requests_landing
     CONSTRAINT required__body_bytes_sent CHECK isNotNull(body_bytes_sent),
     CONSTRAINT required__request_time_ms CHECK isNotNull(request_time_ms),
     CONSTRAINT required__sample_rate CHECK isNotNull(sample_rate),
+    CONSTRAINT bounds__ts_ms CHECK isNull(ts_ms) OR ts_ms BETWEEN 946684800000 AND toUnixTimestamp(now()) * 1000 + 86400000,
     CONSTRAINT range__conn_requests CHECK isNull(conn_requests) OR conn_requests BETWEEN 0 AND 4294967295,
     CONSTRAINT range__status CHECK isNull(status) OR status BETWEEN 0 AND 65535,
-    CONSTRAINT invalid__request_time_ms CHECK isNull(request_time_ms) OR isFinite(request_time_ms),
+    CONSTRAINT invalid__request_time_ms CHECK isNull(request_time_ms) OR (isFinite(request_time_ms) AND request_time_ms >= 0 AND request_time_ms <= 86400000),
     CONSTRAINT range__tcpinfo_rtt_us CHECK isNull(tcpinfo_rtt_us) OR tcpinfo_rtt_us BETWEEN 0 AND 4294967295,
     CONSTRAINT range__tcpinfo_rttvar_us CHECK isNull(tcpinfo_rttvar_us) OR tcpinfo_rttvar_us BETWEEN 0 AND 4294967295,
     CONSTRAINT range__tcpinfo_snd_cwnd CHECK isNull(tcpinfo_snd_cwnd) OR tcpinfo_snd_cwnd BETWEEN 0 AND 4294967295,
     CONSTRAINT range__tcpinfo_rcv_space CHECK isNull(tcpinfo_rcv_space) OR tcpinfo_rcv_space BETWEEN 0 AND 4294967295,
-    CONSTRAINT invalid__sample_rate CHECK isNull(sample_rate) OR isFinite(sample_rate),
+    CONSTRAINT invalid__sample_rate CHECK isNull(sample_rate) OR (isFinite(sample_rate) AND sample_rate > 0 AND sample_rate <= 1),
     CONSTRAINT invalid__peer_prefix CHECK isNull(peer_prefix) OR match(peer_prefix, '^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.0/24|((0|[1-9a-f][0-9a-f]{0,3}):(0|[1-9a-f][0-9a-f]{0,3}):([1-9a-f][0-9a-f]{0,3})|(0|[1-9a-f][0-9a-f]{0,3}):([1-9a-f][0-9a-f]{0,3})|([1-9a-f][0-9a-f]{0,3}))?::/48)$'),
     CONSTRAINT required___topic CHECK isNotNull(_topic),
     CONSTRAINT required___partition CHECK isNotNull(_partition),
@@ -694,14 +713,15 @@ CREATE TABLE IF NOT EXISTS http_requests_check
     CONSTRAINT required__body_bytes_sent CHECK isNotNull(body_bytes_sent),
     CONSTRAINT required__request_time_ms CHECK isNotNull(request_time_ms),
     CONSTRAINT required__sample_rate CHECK isNotNull(sample_rate),
+    CONSTRAINT bounds__ts_ms CHECK isNull(ts_ms) OR ts_ms BETWEEN 946684800000 AND toUnixTimestamp(now()) * 1000 + 86400000,
     CONSTRAINT range__conn_requests CHECK isNull(conn_requests) OR conn_requests BETWEEN 0 AND 4294967295,
     CONSTRAINT range__status CHECK isNull(status) OR status BETWEEN 0 AND 65535,
-    CONSTRAINT invalid__request_time_ms CHECK isNull(request_time_ms) OR isFinite(request_time_ms),
+    CONSTRAINT invalid__request_time_ms CHECK isNull(request_time_ms) OR (isFinite(request_time_ms) AND request_time_ms >= 0 AND request_time_ms <= 86400000),
     CONSTRAINT range__tcpinfo_rtt_us CHECK isNull(tcpinfo_rtt_us) OR tcpinfo_rtt_us BETWEEN 0 AND 4294967295,
     CONSTRAINT range__tcpinfo_rttvar_us CHECK isNull(tcpinfo_rttvar_us) OR tcpinfo_rttvar_us BETWEEN 0 AND 4294967295,
     CONSTRAINT range__tcpinfo_snd_cwnd CHECK isNull(tcpinfo_snd_cwnd) OR tcpinfo_snd_cwnd BETWEEN 0 AND 4294967295,
     CONSTRAINT range__tcpinfo_rcv_space CHECK isNull(tcpinfo_rcv_space) OR tcpinfo_rcv_space BETWEEN 0 AND 4294967295,
-    CONSTRAINT invalid__sample_rate CHECK isNull(sample_rate) OR isFinite(sample_rate),
+    CONSTRAINT invalid__sample_rate CHECK isNull(sample_rate) OR (isFinite(sample_rate) AND sample_rate > 0 AND sample_rate <= 1),
     CONSTRAINT invalid__peer_prefix CHECK isNull(peer_prefix) OR match(peer_prefix, '^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.0/24|((0|[1-9a-f][0-9a-f]{0,3}):(0|[1-9a-f][0-9a-f]{0,3}):([1-9a-f][0-9a-f]{0,3})|(0|[1-9a-f][0-9a-f]{0,3}):([1-9a-f][0-9a-f]{0,3})|([1-9a-f][0-9a-f]{0,3}))?::/48)$'),
     CONSTRAINT required___topic CHECK isNotNull(_topic),
     CONSTRAINT required___partition CHECK isNotNull(_partition),
@@ -735,7 +755,16 @@ SELECT
     assumeNotNull(_topic) AS _topic,
     assumeNotNull(_partition) AS _partition,
     assumeNotNull(_offset) AS _offset
-FROM http_requests_landing;
+FROM http_requests_landing
+WHERE (host, conn_serial, conn_requests, ts_ms) NOT IN (
+    SELECT host, conn_serial, conn_requests, ts_ms FROM http_requests
+    WHERE pop IN (SELECT pop FROM http_requests_landing)
+      AND host IN (SELECT host FROM http_requests_landing)
+      AND conn_serial BETWEEN (SELECT min(conn_serial) FROM http_requests_landing) AND (SELECT max(conn_serial) FROM http_requests_landing)
+      AND conn_requests BETWEEN (SELECT min(conn_requests) FROM http_requests_landing) AND (SELECT max(conn_requests) FROM http_requests_landing)
+      AND ts BETWEEN fromUnixTimestamp64Milli((SELECT min(ts_ms) FROM http_requests_landing)) AND fromUnixTimestamp64Milli((SELECT max(ts_ms) FROM http_requests_landing))
+      AND ts_ms BETWEEN (SELECT min(ts_ms) FROM http_requests_landing) AND (SELECT max(ts_ms) FROM http_requests_landing))
+LIMIT 1 BY host, conn_serial, conn_requests, ts_ms;
 
 CREATE TABLE IF NOT EXISTS assignments_landing
 (
@@ -811,7 +840,14 @@ SELECT
     assumeNotNull(_topic) AS _topic,
     assumeNotNull(_partition) AS _partition,
     assumeNotNull(_offset) AS _offset
-FROM assignments_landing;
+FROM assignments_landing
+WHERE (rollout_id, host, generation) NOT IN (
+    SELECT rollout_id, host, generation FROM assignments
+    WHERE pop IN (SELECT pop FROM assignments_landing)
+      AND rollout_id IN (SELECT rollout_id FROM assignments_landing)
+      AND host IN (SELECT host FROM assignments_landing)
+      AND generation BETWEEN (SELECT min(generation) FROM assignments_landing) AND (SELECT max(generation) FROM assignments_landing))
+LIMIT 1 BY rollout_id, host, generation;
 
 CREATE TABLE IF NOT EXISTS agent_status_landing
 (
@@ -842,6 +878,7 @@ CREATE TABLE IF NOT EXISTS agent_status_landing
     CONSTRAINT required__state CHECK isNotNull(state),
     CONSTRAINT required__cc_effective CHECK isNotNull(cc_effective),
     CONSTRAINT required__reason CHECK isNotNull(reason),
+    CONSTRAINT bounds__ts_ms CHECK isNull(ts_ms) OR ts_ms BETWEEN 946684800000 AND toUnixTimestamp(now()) * 1000 + 86400000,
     CONSTRAINT invalid__state CHECK state IN ('applied', 'refused', 'error', 'heartbeat'),
     CONSTRAINT required___topic CHECK isNotNull(_topic),
     CONSTRAINT required___partition CHECK isNotNull(_partition),
@@ -878,6 +915,7 @@ CREATE TABLE IF NOT EXISTS agent_status_check
     CONSTRAINT required__state CHECK isNotNull(state),
     CONSTRAINT required__cc_effective CHECK isNotNull(cc_effective),
     CONSTRAINT required__reason CHECK isNotNull(reason),
+    CONSTRAINT bounds__ts_ms CHECK isNull(ts_ms) OR ts_ms BETWEEN 946684800000 AND toUnixTimestamp(now()) * 1000 + 86400000,
     CONSTRAINT invalid__state CHECK state IN ('applied', 'refused', 'error', 'heartbeat'),
     CONSTRAINT required___topic CHECK isNotNull(_topic),
     CONSTRAINT required___partition CHECK isNotNull(_partition),
@@ -902,4 +940,12 @@ SELECT
     assumeNotNull(_topic) AS _topic,
     assumeNotNull(_partition) AS _partition,
     assumeNotNull(_offset) AS _offset
-FROM agent_status_landing;
+FROM agent_status_landing
+WHERE (host, ts_ms, generation, state) NOT IN (
+    SELECT host, ts_ms, generation, state FROM agent_status
+    WHERE pop IN (SELECT pop FROM agent_status_landing)
+      AND host IN (SELECT host FROM agent_status_landing)
+      AND ts BETWEEN fromUnixTimestamp64Milli((SELECT min(ts_ms) FROM agent_status_landing)) AND fromUnixTimestamp64Milli((SELECT max(ts_ms) FROM agent_status_landing))
+      AND ts_ms BETWEEN (SELECT min(ts_ms) FROM agent_status_landing) AND (SELECT max(ts_ms) FROM agent_status_landing)
+      AND generation BETWEEN (SELECT min(generation) FROM agent_status_landing) AND (SELECT max(generation) FROM agent_status_landing))
+LIMIT 1 BY host, ts_ms, generation, state;

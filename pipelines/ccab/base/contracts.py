@@ -25,9 +25,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
+
+import numpy as np
 
 Kind = Literal["int", "uint", "float", "string", "bool", "string_array"]
 
@@ -38,6 +41,10 @@ class Field:
     kind: Kind
     required: bool = True
     bits: int = 64  # integers: the width of the raw column that stores it (uint32 -> UInt32)
+    # What the value means bounds it beyond its type: ``(lo, hi, lo_open)`` (a float in
+    # ``(0, 1]`` is ``(0, 1, True)``), ``"time"`` for the plausible time window (TS_MS_MIN ..
+    # the warehouse clock + TS_MAX_AHEAD_MS), None for no bound beyond the type.
+    bounds: tuple[float, float, bool] | Literal["time"] | None = None
 
     @cached_property
     def int_range(self) -> tuple[int, int]:
@@ -64,6 +71,9 @@ class Schema:
     topic: str  # Kafka topic
     table: str  # ClickHouse raw table
     fields: tuple[Field, ...]
+    # The record's natural key: two records with the same key are the same record (loaded twice:
+    # a renamed or cut copy of a file, a file and Kafka); the raw table stores it once.
+    key: tuple[str, ...] = ()
 
     @property
     def landing_table(self) -> str:
@@ -82,17 +92,30 @@ class Schema:
         raise KeyError(name)
 
 
+_INTERVAL_RE = re.compile(r"([\[(])(-?[0-9.e]+),(-?[0-9.e]+)\]")
+
+
 def _f(spec: str) -> tuple[Field, ...]:
     """Parse compact lines ``name kind`` / ``name kind?`` (``?`` = may be null or absent). An
-    integer kind may name its width (``uint32``: stored as UInt32; default 64)."""
+    integer kind may name its width (``uint32``: stored as UInt32; default 64). A third word
+    bounds the value: an interval ``[lo,hi]`` / ``(lo,hi]`` or ``time`` (the plausible window)."""
     out = []
     for line in spec.strip().splitlines():
-        name, kind = line.split()
+        name, kind, *rest = line.split()
         optional = kind.endswith("?")
         kind = kind.rstrip("?")
         m = re.fullmatch(r"(u?int)(8|16|32|64)", kind)
         bits = int(m.group(2)) if m else 64
-        out.append(Field(name, m.group(1) if m else kind, required=not optional, bits=bits))  # type: ignore[arg-type]
+        bounds: Any = None
+        if rest == ["time"]:
+            bounds = "time"
+        elif rest:
+            iv = _INTERVAL_RE.fullmatch(rest[0])
+            if iv is None:
+                raise ValueError(f"bad bound {rest[0]!r} for {name}")
+            bounds = (float(iv.group(2)), float(iv.group(3)), iv.group(1) == "(")
+        out.append(Field(name, m.group(1) if m else kind, required=not optional, bits=bits,  # type: ignore[arg-type]
+                         bounds=bounds))
     return tuple(out)
 
 
@@ -103,7 +126,7 @@ TCP_SAMPLE = Schema(
     fields=_f(
         """
         schema string
-        ts_ms int
+        ts_ms int time
         pop string
         host string
         kernel string
@@ -153,14 +176,15 @@ TCP_SAMPLE = Schema(
         lastack_ms uint32?
         bbr_bw_bps uint?
         bbr_min_rtt_us uint32?
-        bbr_pacing_gain float?
-        bbr_cwnd_gain float?
+        bbr_pacing_gain float? [0,100]
+        bbr_cwnd_gain float? [0,100]
         total_rto uint32?
         total_rto_recoveries uint32?
         total_rto_time_ms uint?
-        sample_rate float
+        sample_rate float (0,1]
         """
     ),
+    key=("host", "sock_id", "ts_ms"),
 )
 
 TCP_CONN = Schema(
@@ -170,7 +194,7 @@ TCP_CONN = Schema(
     fields=_f(
         """
         schema string
-        ts_ms int
+        ts_ms int time
         pop string
         host string
         kernel string
@@ -222,9 +246,10 @@ TCP_CONN = Schema(
         total_rto uint32?
         total_rto_recoveries uint32?
         total_rto_time_ms uint?
-        sample_rate float
+        sample_rate float (0,1]
         """
     ),
+    key=("host", "sock_id", "ts_ms"),
 )
 
 HTTP_REQUEST = Schema(
@@ -234,7 +259,7 @@ HTTP_REQUEST = Schema(
     fields=_f(
         """
         schema string
-        ts_ms int
+        ts_ms int time
         pop string
         host string
         kernel string
@@ -248,15 +273,16 @@ HTTP_REQUEST = Schema(
         status uint16
         bytes_sent uint
         body_bytes_sent uint
-        request_time_ms float
+        request_time_ms float [0,86400000]
         tcpinfo_rtt_us uint32?
         tcpinfo_rttvar_us uint32?
         tcpinfo_snd_cwnd uint32?
         tcpinfo_rcv_space uint32?
-        sample_rate float
+        sample_rate float (0,1]
         ts_source string?
         """
     ),
+    key=("host", "conn_serial", "conn_requests", "ts_ms"),
 )
 
 ASSIGNMENT = Schema(
@@ -277,6 +303,7 @@ ASSIGNMENT = Schema(
         signature string
         """
     ),
+    key=("rollout_id", "host", "generation"),
 )
 
 AGENT_STATUS = Schema(
@@ -286,7 +313,7 @@ AGENT_STATUS = Schema(
     fields=_f(
         """
         schema string
-        ts_ms int
+        ts_ms int time
         pop string
         host string
         kernel string
@@ -300,6 +327,7 @@ AGENT_STATUS = Schema(
         reason string
         """
     ),
+    key=("host", "ts_ms", "generation", "state"),
 )
 
 SCHEMAS: dict[str, Schema] = {s.name: s for s in (TCP_SAMPLE, TCP_CONN, HTTP_REQUEST, ASSIGNMENT, AGENT_STATUS)}
@@ -328,6 +356,20 @@ AUDIT_FIELDS = (
 INT_RANGES: dict[str, tuple[int, int]] = {"int": (-(1 << 63), (1 << 63) - 1), "uint": (0, (1 << 64) - 1)}
 # The shortest digit run that may leave an integer range: 2^63 has 19 digits.
 WIDE_INT_DIGITS = 19
+
+# The plausible time window of a record's ``ts_ms`` (CONTRACTS.md, "Rules"): from 2000-01-01
+# (before any collector of ours; a clock at 0 or a seconds/ms mix-up lands before it) to one day
+# past the warehouse clock at load time (skewed clocks and time zones fit; the year 2200 or a
+# microsecond timestamp do not). Outside it a record is a dead letter: ClickHouse's DateTime
+# ends in 2106, so a later time would be clamped by every hourly rollup and overflow
+# conversions elsewhere. Change the window here and regenerate (``ccab db gen-landing``).
+TS_MS_MIN = 946_684_800_000  # 2000-01-01T00:00:00Z
+TS_MAX_AHEAD_MS = 86_400_000  # 1 day
+# How deep a record's JSON may nest (objects and arrays): contract records are flat (depth 1;
+# agent_status's array: 2); extra fields may nest a little. Deeper is a dead letter before any
+# JSON reader recurses into it (ClickHouse stops at 1000 with TOO_DEEP_RECURSION for the whole
+# batch; Python's reader at its recursion limit).
+MAX_JSON_DEPTH = 64
 
 # peer_prefix as the collector writes it (collectors/anon): an IPv4 /24 "a.b.c.0/24" in
 # dotted decimal without leading zeros, or an IPv6 /48 in RFC 5952 form (lower-case hex, the
@@ -383,16 +425,46 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+_JSON_STRING_RE = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKETS = bytes(1 if b in b"[{" else 255 if b in b"]}" else 0 for b in range(256))
+
+
+def json_depth(data: bytes) -> int:
+    """How deep the objects and arrays of the JSON text ``data`` nest (outside strings), without
+    parsing it: a bare object is 1. For text that is not JSON the count is still bounded by the
+    brackets it holds."""
+    if data.count(b"{") + data.count(b"[") <= 1:
+        return data.count(b"{") + data.count(b"[")
+    steps = np.frombuffer(_JSON_STRING_RE.sub(b"", data).translate(_BRACKETS), dtype=np.int8)
+    return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
+
+
+def depth_problem(data: bytes) -> str | None:
+    """The reason a record nests too deep for any reader (``MAX_JSON_DEPTH``), or None."""
+    if data.count(b"{") + data.count(b"[") <= MAX_JSON_DEPTH:
+        return None
+    depth = json_depth(data)
+    return f"bad JSON: nested {depth} levels deep (limit {MAX_JSON_DEPTH})" if depth > MAX_JSON_DEPTH else None
+
+
 def strict_loads(data: bytes | str) -> Any:
-    """Decode one JSON value strictly: UTF-8, no duplicate member names at any depth (readers
-    disagree on which one wins), no NaN/Infinity, integers exact. Raises ``ValueError``
-    (``DuplicateKey`` for a repeated name) with a short reason."""
+    """Decode one JSON value strictly: UTF-8, nested at most ``MAX_JSON_DEPTH`` levels, no
+    duplicate member names at any depth (readers disagree on which one wins), no NaN/Infinity,
+    integers exact. Raises ``ValueError`` (``DuplicateKey`` for a repeated name) with a short
+    reason."""
+    raw = data if isinstance(data, (bytes, bytearray)) else data.encode("utf-8", "surrogatepass")
+    deep = depth_problem(bytes(raw))
+    if deep:
+        raise ValueError(deep.removeprefix("bad JSON: "))
     if isinstance(data, (bytes, bytearray)):
         try:
             data = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ValueError(f"not UTF-8 (byte {exc.start})") from None
-    return json.loads(data, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    try:
+        return json.loads(data, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except RecursionError:  # below MAX_JSON_DEPTH only if the limit was raised past the reader's
+        raise ValueError("nested too deep for the JSON reader") from None
 
 
 # --------------------------------------------------------------------------- Python validation
@@ -443,6 +515,8 @@ def validate(record: Any, schema: Schema | None = None) -> list[str]:
             errors.append(f"field {f.name}: expected {f.kind}, got {type(value).__name__} {value!r:.40}")
         elif f.kind in INT_RANGES and not f.int_range[0] <= value <= f.int_range[1]:
             errors.append(f"field {f.name}: integer out of range {f.int_range[0]}..{f.int_range[1]}")
+        elif f.bounds is not None and not _within(f, value):
+            errors.append(bound_reason(f))
     if schema is AGENT_STATUS and record.get("state") not in AGENT_STATES and "state" in record:
         errors.append(f"field state: must be one of {', '.join(AGENT_STATES)}")
     prefix = record.get("peer_prefix")
@@ -451,16 +525,31 @@ def validate(record: Any, schema: Schema | None = None) -> list[str]:
     return errors
 
 
-def int_range_errors(record: dict, schema: Schema) -> list[str]:
-    """Integer fields of ``record`` outside their kind's width (the loader's careful path)."""
-    out = []
-    for f in schema.fields:
-        v = record.get(f.name)
-        if f.kind in INT_RANGES and isinstance(v, int) and not isinstance(v, bool):
-            lo, hi = f.int_range
-            if not lo <= v <= hi:
-                out.append(f"field {f.name}: integer out of range {lo}..{hi}")
-    return out
+def _num(x: float) -> str:
+    return str(int(x)) if x == int(x) else repr(x)
+
+
+def _within(f: Field, value: float) -> bool:
+    if f.bounds == "time":
+        return TS_MS_MIN <= value <= time.time() * 1000 + TS_MAX_AHEAD_MS
+    lo, hi, lo_open = f.bounds  # type: ignore[misc]
+    return (lo < value if lo_open else lo <= value) and value <= hi
+
+
+def bound_reason(f: Field) -> str:
+    """The dead letter's reason for a value of ``f`` outside what it means."""
+    if f.bounds == "time":
+        return (f"field {f.name}: outside the plausible time window "
+                f"(2000-01-01 .. the warehouse clock + {TS_MAX_AHEAD_MS // 3_600_000} h)")
+    lo, hi, lo_open = f.bounds  # type: ignore[misc]
+    return f"field {f.name}: out of range {'(' if lo_open else '['}{_num(lo)}, {_num(hi)}]"
+
+
+def _bound_sql(f: Field) -> str:
+    if f.bounds == "time":
+        return f"{f.name} BETWEEN {TS_MS_MIN} AND toUnixTimestamp(now()) * 1000 + {TS_MAX_AHEAD_MS}"
+    lo, hi, lo_open = f.bounds  # type: ignore[misc]
+    return f"{f.name} {'>' if lo_open else '>='} {_num(lo)} AND {f.name} <= {_num(hi)}"
 
 
 def canonical_json(record: dict) -> bytes:
@@ -493,7 +582,10 @@ def constraints(schema: Schema) -> list[tuple[str, str]]:
             lo, hi = f.int_range
             out.append((f"range__{f.name}", f"isNull({f.name}) OR {f.name} BETWEEN {lo} AND {hi}"))
         if f.kind == "float":
-            out.append((f"invalid__{f.name}", f"isNull({f.name}) OR isFinite({f.name})"))
+            bound = f" AND {_bound_sql(f)}" if f.bounds is not None else ""
+            out.append((f"invalid__{f.name}", f"isNull({f.name}) OR (isFinite({f.name}){bound})"))
+        elif f.bounds is not None:
+            out.append((f"bounds__{f.name}", f"isNull({f.name}) OR {_bound_sql(f)}"))
     if any(f.name == "peer_prefix" for f in schema.fields):
         out.append(("invalid__peer_prefix", f"isNull(peer_prefix) OR match(peer_prefix, '{_sql_regex}')"))
     if schema is AGENT_STATUS:
@@ -525,6 +617,31 @@ def _mv_select(schema: Schema) -> str:
     return ",\n    ".join(exprs)
 
 
+def _mv_dedupe(schema: Schema) -> str:
+    """The view's filter that stores a record once per natural key (``Schema.key``): rows whose
+    key the raw table already holds are dropped, and the block keeps one row per key. Inside
+    the view, ``FROM <landing table>`` in a subquery reads the inserted block, so the lookup is
+    bounded to the block's hosts and key range (and, through ``ts``, its partitions and hours)."""
+    if not schema.key:
+        return ""
+    land, key = schema.landing_table, ", ".join(schema.key)
+    kinds = {f.name: f.kind for f in schema.fields}
+    where = []
+    if "pop" in kinds and "pop" not in schema.key:
+        where.append(f"pop IN (SELECT pop FROM {land})")
+    for c in schema.key:
+        if kinds[c] == "string":
+            if c in ("host", "rollout_id"):  # few distinct values: a small set that prunes well
+                where.append(f"{c} IN (SELECT {c} FROM {land})")
+            continue
+        lo, hi = f"(SELECT min({c}) FROM {land})", f"(SELECT max({c}) FROM {land})"
+        if c == "ts_ms":
+            where.append(f"ts BETWEEN fromUnixTimestamp64Milli({lo}) AND fromUnixTimestamp64Milli({hi})")
+        where.append(f"{c} BETWEEN {lo} AND {hi}")
+    return (f"\nWHERE ({key}) NOT IN (\n    SELECT {key} FROM {schema.table}\n    WHERE "
+            + "\n      AND ".join(where) + f")\nLIMIT 1 BY {key}")
+
+
 def landing_ddl() -> str:
     """DDL of the landing tables (Null engine + constraints), the no-write check tables, and the
     materialized views that move landed rows into the raw tables."""
@@ -539,9 +656,12 @@ def landing_ddl() -> str:
             parts.append(f"CREATE TABLE IF NOT EXISTS {table}\n(\n{body}\n)\nENGINE = Null;\n")
         parts.append(
             f"CREATE MATERIALIZED VIEW IF NOT EXISTS {s.landing_table}_mv TO {s.table} AS\n"
-            f"SELECT\n    {_mv_select(s)}\nFROM {s.landing_table};\n"
+            f"SELECT\n    {_mv_select(s)}\nFROM {s.landing_table}{_mv_dedupe(s)};\n"
         )
     return "\n".join(parts)
+
+
+_FLOAT_BOUNDED = {f.name: f for s in SCHEMAS.values() for f in s.fields if f.kind == "float" and f.bounds}
 
 
 def reason_from_constraint(constraint: str) -> str:
@@ -551,8 +671,12 @@ def reason_from_constraint(constraint: str) -> str:
     kind, _, field = constraint.partition("__")
     if kind == "required":
         return f"missing required field {field}"
+    if kind == "invalid" and field in _FLOAT_BOUNDED:
+        return f"invalid value for field {field}: not finite or {bound_reason(_FLOAT_BOUNDED[field]).split(': ', 1)[1]}"
     if kind == "invalid":
         return f"invalid value for field {field}"
     if kind == "range":
         return f"field {field}: integer out of range"
+    if kind == "bounds":
+        return bound_reason(next(f for s in SCHEMAS.values() for f in s.fields if f.name == field))
     return f"constraint {constraint} violated"

@@ -18,7 +18,9 @@ How a batch goes in (no per-row Python objects on the hot path):
    schema>",`` and ends with ``}``" (what every producer of ours writes). One regex and one
    UTF-8 check over the whole batch look for what ClickHouse's JSON reader would bend rather
    than refuse: digit runs long enough to leave an integer's width (it wraps them: 2^64+1 is
-   read as 1), raw control characters, invalid UTF-8. The records that fail any of these take
+   read as 1), raw control characters, invalid UTF-8, ``[``, backslashes and spaces; and a few
+   byte counts (:class:`Shape`) for a value of the wrong JSON type (``"5"`` read as 5, ``1`` as
+   true) or a nested object (duplicate keys inside it, nesting ClickHouse cannot survive). The records that fail any of these take
    the *careful* path (:func:`careful`): decoded strictly in Python (no duplicate keys, exact
    integers checked against their field's width, the top-level ``schema`` as the one
    definition of the record's schema; a number beyond an integer field's width in a record
@@ -45,7 +47,13 @@ How a batch goes in (no per-row Python objects on the hot path):
    over the batch, then the rows it could not tell bisected against the ``*_check`` table
    (same constraints, writes nothing): O(bad · log n) checks, never one per row): a record that
    names the end marker, or a position that stages twice.
-4. Dead letters are written *before* the good rows, so a crash in between re-delivers the batch
+4. A batch ClickHouse refuses in a way none of the above expects (an error code not known as
+   "bad data", e.g. Code 306 TOO_DEEP_RECURSION) is isolated while the warehouse answers
+   (:meth:`BatchWriter.write_isolating`): bisected against the ``*_check`` table, any refusal of
+   a single record making that record a dead letter; only an unanswering warehouse is raised to
+   the caller, who retries the same batch (and the Kafka loader splits a batch that still fails
+   while the warehouse answers: :meth:`ccab.ingest.loader.Loader._write_bounded`).
+5. Dead letters are written *before* the good rows, so a crash in between re-delivers the batch
    and the dead letters collapse on their source position (``dead_letters`` is a
    ReplacingMergeTree keyed by it).
 """
@@ -55,6 +63,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import itertools
+import logging
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -62,9 +71,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 from ccab.base.contracts import (AUDIT_FIELDS, INT_RANGES, SCHEMAS, WIDE_INT_DIGITS, DuplicateKey, Schema,
-                                  constraints, input_structure, int_range_errors, reason_from_constraint,
-                                  strict_loads, validate)
+                                  constraints, depth_problem, input_structure, reason_from_constraint, strict_loads,
+                                  validate)
 from ccab.base.warehouse import Warehouse, WarehouseError
+
+log = logging.getLogger("ccab.ingest.batch")
 
 DEFAULT_MAX_RECORD_BYTES = 1 << 20  # 1 MiB: a tcp_sample is ~1.2 KB; anything this big is broken
 # Keep a batch one ClickHouse block (atomic insert): below min_insert_block_size_{rows,bytes}.
@@ -77,6 +88,8 @@ INSERT_SETTINGS = {
     "input_format_json_read_numbers_as_strings": 0,  # a number is not a string
     "input_format_json_read_bools_as_numbers": 0,  # true is not an int
     "input_format_json_read_bools_as_strings": 0,
+    "input_format_json_read_objects_as_strings": 0,  # an object is not a string
+    "input_format_json_read_arrays_as_strings": 0,
     "async_insert": 0,  # tokens need synchronous inserts
     "insert_deduplicate": 1,
     "deduplicate_blocks_in_dependent_materialized_views": 1,
@@ -94,7 +107,12 @@ _KEY_RE = re.compile(r"while reading the value of key (\w+)")
 # What ClickHouse's JSON reader bends instead of refusing: integers long enough to wrap, raw
 # control characters (JSON allows none inside strings; tab/CR between tokens are rare enough).
 # Found with bytes.translate + bytes.find (C speed, ~1 GB/s): a regex is 10x slower here.
-_CLASSES = bytes(0x30 if 0x30 <= b <= 0x39 else 0x01 if b < 0x20 and b != 0x0A else 0x2E for b in range(256))
+# Also suspect (the careful path reads them): "[" (nesting; a contract array is rare), a
+# backslash (a key may be spelled with escapes, which the byte counts of Shape cannot see) and a
+# space (our producers write none between tokens; "a": "5" would hide a quoted number from
+# them). "{" is a class of its own: one per record, counted.
+_CLASSES = bytes(0x30 if 0x30 <= b <= 0x39 else 0x01 if (b < 0x20 and b != 0x0A) or b in b"[\\ " else
+                 0x02 if b == 0x7B else 0x2E for b in range(256))
 _WIDE_RUN = b"0" * WIDE_INT_DIGITS
 
 
@@ -108,6 +126,83 @@ def _suspect_positions(data: bytes) -> list[int]:
             out.append(at)
             at = t.find(needle, at + len(needle))
     return out
+@dataclass(frozen=True)
+class Shape:
+    """What a flat record of one schema looks like in byte counts, for what ClickHouse's JSON
+    reader would bend rather than refuse (it reads ``"5"`` into an integer, ``1`` into a Bool)
+    or cannot survive (``[[[...]]]`` a thousand deep fails the whole batch). A record has the
+    shape when: one ``{`` (nothing nested, no brace inside a string), ``[`` only as the value
+    of a string-array field, ``":"`` (a quoted value) only after the name of a string field,
+    only ``true``/``false``/``null`` after the name of a Bool field, and no ``\\u`` escape (a
+    key may be spelled with one). Every count is additive over records and each record's is
+    at least its expected share, so a run of records has the shape iff each of them has: the
+    batch is checked with a few ``bytes.count`` passes (C speed), and a failing batch bisected
+    to the records that need the careful path."""
+
+    string_keys: tuple[bytes, ...]
+    bool_keys: tuple[bytes, ...]
+    array_keys: tuple[bytes, ...]
+    required_strings: int  # how many string fields every record holds
+    optional_string_keys: tuple[bytes, ...]
+    required_bool_keys: tuple[bytes, ...]
+    optional_bool_keys: tuple[bytes, ...]
+
+    @classmethod
+    def of(cls, schema: Schema) -> "Shape":
+        def keys(kind: str, required: bool | None = None) -> tuple[bytes, ...]:
+            return tuple(b'"%s":' % f.name.encode() for f in schema.fields
+                         if f.kind == kind and (required is None or f.required == required))
+        return cls(keys("string"), keys("bool"), keys("string_array"), len(keys("string", True)),
+                   keys("string", False), keys("bool", True), keys("bool", False))
+
+    def plain_ok(self, data: bytes, n: int, classes: bytes) -> bool:
+        """The hot path's cheaper form of :meth:`ok` for a batch that has no suspect byte
+        (``classes``: ``data`` translated by ``_CLASSES``), valid only if ClickHouse then takes
+        the whole batch: that proves every record holds each required string field once, as a
+        string, under its plain name (so ``"f":"`` once), and each required Bool once; with
+        that, the sums below are equal iff each record's are. A batch ClickHouse refuses is
+        classified by :meth:`ok`/:meth:`misfits`, exactly."""
+        c = data.count
+        if classes.count(b"\x02") != n:
+            return False
+        if c(b'":"') != self.required_strings * n + sum(c(k + b'"') for k in self.optional_string_keys):
+            return False
+        if any(c(k + b"t") + c(k + b"f") != n for k in self.required_bool_keys):
+            return False
+        return all(c(k) == c(k + b"t") + c(k + b"f") + c(k + b"n") for k in self.optional_bool_keys)
+
+    def ok(self, data: bytes, n: int, start: int = 0, end: int | None = None) -> bool:
+        """Whether the ``n`` records in ``data[start:end]`` all have the shape."""
+        end = len(data) if end is None else end
+        c = data.count
+        if c(b"{", start, end) != n or c(b"\\u", start, end):
+            return False
+        if c(b"[", start, end) != sum(c(k + b"[", start, end) for k in self.array_keys):
+            return False
+        if c(b'":"', start, end) != sum(c(k + b'"', start, end) for k in self.string_keys):
+            return False
+        return all(c(k, start, end) == c(k + b"t", start, end) + c(k + b"f", start, end) + c(k + b"n", start, end)
+                   for k in self.bool_keys)
+
+    def misfits(self, data: bytes, ends: list[int]) -> list[int]:
+        """Indexes of the records without the shape; ``ends[i]``: one past record ``i``'s last
+        byte in ``data`` (records joined by one separator byte). O(misfits x log n) passes."""
+        out: list[int] = []
+        stack = [(0, len(ends))]
+        while stack:
+            a, b = stack.pop()
+            start = ends[a - 1] + 1 if a else 0
+            if self.ok(data, b - a, start, ends[b - 1]):
+                continue
+            if b - a == 1:
+                out.append(a)
+                continue
+            mid = (a + b) // 2
+            stack += [(mid, b), (a, mid)]
+        return sorted(out)
+
+
+_SHAPES = {name: Shape.of(s) for name, s in SCHEMAS.items()}
 # How many unparsable rows of one batch get ClickHouse's own reason (one check insert each)
 # when Python's strict reading finds nothing wrong.
 MAX_CLICKHOUSE_REASONS = 16
@@ -145,6 +240,10 @@ class Batch:
 
     def record(self, i: int) -> Record:
         return Record(self.payloads[i], self.topic, self.partitions[i], self.offsets[i])
+
+    def part(self, a: int, b: int) -> "Batch":
+        """Records ``a`` .. ``b - 1`` as a batch of their own."""
+        return Batch(self.topic, self.payloads[a:b], self.partitions[a:b], self.offsets[a:b], self.hash_content)
 
     @classmethod
     def of(cls, records: list[Record], hash_content: bool = False) -> "Batch":
@@ -234,9 +333,10 @@ def _strict_reason(exc: ValueError) -> str:
 
 def careful(rec: Record, schema: Schema, max_record_bytes: int) -> tuple[bytes | None, str | None]:
     """The careful path of one record (rare: see the module docstring): the cheap checks of
-    :func:`precheck`, then a strict decode (UTF-8, no duplicate keys, no NaN), the top-level
-    ``schema`` must be ``schema``, and every integer field within its width. Returns the landing
-    line or the reason."""
+    :func:`precheck`, then a strict decode (nesting depth, UTF-8, no duplicate keys, no NaN),
+    the top-level ``schema`` must be ``schema``, and every field as the contract says
+    (:func:`ccab.base.contracts.validate`: kind, width, bounds). Returns the landing line or
+    the reason."""
     line, reason = precheck(rec, max_record_bytes)
     if reason:
         return None, reason
@@ -254,7 +354,7 @@ def careful(rec: Record, schema: Schema, max_record_bytes: int) -> tuple[bytes |
         if name is None:
             return None, "missing required field schema"
         return None, f"unknown schema for this topic ({name!r:.80})"
-    errors = int_range_errors(value, schema)
+    errors = validate(value, schema)  # every field's kind, width and bounds, as the contract says
     if errors:
         return None, errors[0]
     return line, None
@@ -299,6 +399,10 @@ def _reason_from_error(err: WarehouseError) -> str:
     key = _KEY_RE.search(text)
     if key:
         return f"wrong type for field {key.group(1)}: {first.split(':')[0]}"
+    if err.code not in _DATA_ERROR_CODES:  # refused in a way the loader does not know: say how
+        name = re.search(r"\(([A-Z_]{4,})\)", text)
+        return (f"refused by ClickHouse (code {err.code}{' ' + name.group(1) if name else ''}): "
+                f"{first.split(' (in file')[0][:160]}")
     return f"bad JSON: {first[:200]}"
 
 
@@ -315,6 +419,9 @@ def _utf8(data: bytes) -> bool:
 def _python_reason(payload: bytes, schema: Schema) -> str | None:
     """Why ClickHouse could not parse a row, as Python's strict reading and the contract see
     it (None when they see nothing wrong)."""
+    deep = depth_problem(payload)
+    if deep:
+        return deep
     try:
         value = orjson.loads(payload)  # fast; the strict reading only when it sees nothing wrong
     except orjson.JSONDecodeError:
@@ -423,11 +530,11 @@ def offset_runs(partitions: list[int], offsets: list[int]) -> Runs | None:
     return Runs(starts, parts, firsts, spans)
 
 
-def _plain(data: bytes, n: int, head: bytes, limit: int, payloads: list[bytes]) -> bool:
+def _plain(data: bytes, n: int, head: bytes, limit: int, payloads: list[bytes], shape: Shape) -> bool:
     """Whether all ``n`` records joined in ``data`` may go in as they are: each starts with the
     schema's canonical prefix ``head`` and ends with ``}``, holds no newline, is within ``limit``
-    bytes, and the batch holds nothing suspect (wide digit runs, control characters, invalid
-    UTF-8). Byte counts over the whole batch, at C speed."""
+    bytes, has the schema's :class:`Shape`, and the batch holds nothing suspect (wide digit
+    runs, control characters, invalid UTF-8). Byte counts over the whole batch, at C speed."""
     if not data.startswith(head) or not data.endswith(b"}"):
         return False
     # every newline is a separator, and each is "}" + newline + the next record's prefix
@@ -438,7 +545,7 @@ def _plain(data: bytes, n: int, head: bytes, limit: int, payloads: list[bytes]) 
     if not _utf8(data):
         return False
     t = data.translate(_CLASSES)
-    return t.find(_WIDE_RUN) < 0 and t.find(b"\x01") < 0
+    return t.find(_WIDE_RUN) < 0 and t.find(b"\x01") < 0 and shape.plain_ok(data, n, t)
 
 
 def _plain_structure(schema: Schema) -> str:
@@ -469,6 +576,49 @@ class BatchWriter:
         self._staging: set[str] = set()  # schemas whose last batch had bad rows: straight to staging
 
     def write(self, schema: Schema, batch: Batch) -> BatchResult:
+        """Insert ``batch``: every record a row or a dead letter. A batch ClickHouse refuses in
+        a way none of the paths below expects (an error code not known as "bad data", e.g.
+        TOO_DEEP_RECURSION) is not retried as is while the warehouse answers: it is isolated
+        (:meth:`write_isolating`). Raises :class:`WarehouseError` only when the warehouse
+        itself does not answer (then the same batch may be retried: same dedup tokens)."""
+        try:
+            return self._write(schema, batch)
+        except WarehouseError as err:
+            if not self.healthy():
+                raise
+            log.warning("%s: batch of %d refused as a whole (%s); isolating the records ClickHouse refuses",
+                        schema.name, len(batch), str(err).split("\n", 1)[0][:200])
+            return self.write_isolating(schema, batch)
+
+    def healthy(self) -> bool:
+        """Whether the warehouse answers a trivial query (a refusal of data, not an outage)."""
+        try:
+            self.wh.query("SELECT 1")
+            return True
+        except Exception:  # any failure to answer: the warehouse is unwell
+            return False
+
+    def write_isolating(self, schema: Schema, batch: Batch) -> BatchResult:
+        """The last resort for a batch refused as a whole: the records that fail the cheap and
+        careful checks are dead letters as usual, then the rest is bisected against the
+        ``*_check`` table treating *any* refusal of a single record as that record's dead letter
+        (the warehouse is asked whether it is well before each such verdict, so an outage is
+        raised, never turned into dead letters), and the good rows go in as one block with the
+        usual dedup token. O(bad x log n) check inserts."""
+        result = BatchResult()
+        lines, kept, dead = self._prepare(schema, batch)
+        self._dead(schema, dead, result)
+        bad = self._bisect(schema, lines, any_refusal=True)
+        self._dead(schema, [(batch.record(kept[i]), why) for i, why in bad.items()], result)
+        kept = [k for i, k in enumerate(kept) if i not in bad]
+        lines = [ln for i, ln in enumerate(lines) if i not in bad]
+        if lines:
+            self._insert(schema.landing_table, batch, kept, lines)
+            result.inserted = len(lines)
+        self._staging.add(schema.name)
+        return result
+
+    def _write(self, schema: Schema, batch: Batch) -> BatchResult:
         result = BatchResult()
         refused = False  # the plain insert refused the batch: a direct insert would too
         if schema.name not in self._staging and len(batch):
@@ -505,7 +655,7 @@ class BatchWriter:
         if runs is None:
             return ""
         data = b"\n".join(batch.payloads)
-        if not _plain(data, n, schema_prefix(schema.name), self.max_record_bytes, batch.payloads):
+        if not _plain(data, n, schema_prefix(schema.name), self.max_record_bytes, batch.payloads, _SHAPES[schema.name]):
             return ""
         token = _token(batch.topic, runs.spans, data if batch.hash_content else None)
         try:
@@ -651,12 +801,16 @@ class BatchWriter:
         joined = b"\n".join(payloads)
         hits = _suspect_positions(joined)  # one pass over the batch
         utf8_ok = _utf8(joined)
-        if hits or not utf8_ok:
+        shape = _SHAPES[schema.name]
+        shape_ok = shape.ok(joined, len(payloads))
+        if hits or not utf8_ok or not shape_ok:
             seen = set(unusual)
             ends = list(itertools.accumulate(len(body) + 1 for body in payloads))  # end of record i, +1
             suspects = {bisect.bisect_right(ends, h) for h in hits}
             if not utf8_ok:
                 suspects.update(i for i, body in enumerate(payloads) if not _utf8(body))
+            if not shape_ok:
+                suspects.update(shape.misfits(joined, [e - 1 for e in ends]))
             unusual += sorted(suspects - seen)
         del joined
         prefix = {p: _prefix(batch.topic, p) for p in set(partitions)}
@@ -722,13 +876,15 @@ class BatchWriter:
                                [i for i in range(len(lines)) if i not in parsed and i not in bad], bad)
         return bad
 
-    def _check(self, schema: Schema, lines: list[bytes]) -> WarehouseError | None:
+    def _check(self, schema: Schema, lines: list[bytes], any_refusal: bool = False) -> WarehouseError | None:
+        """ClickHouse's refusal of ``lines`` (None: it takes them). A refusal whose code is not
+        known as bad data is raised, unless ``any_refusal`` and the warehouse answers."""
         settings = dict(INSERT_SETTINGS, input_format_parallel_parsing=0, insert_deduplicate=0)
         try:
             self.wh.insert_raw(schema.check_table, b"\n".join(lines), "JSONEachRow", settings)
             return None
         except WarehouseError as err:
-            if err.code not in _DATA_ERROR_CODES:
+            if err.code not in _DATA_ERROR_CODES and not (any_refusal and self.healthy()):
                 raise
             return err
 
@@ -736,14 +892,14 @@ class BatchWriter:
         err = self._check(schema, [line])
         return _reason_from_error(err) if err is not None else None
 
-    def _bisect(self, schema: Schema, lines: list[bytes]) -> dict[int, str]:
+    def _bisect(self, schema: Schema, lines: list[bytes], any_refusal: bool = False) -> dict[int, str]:
         """Index -> reason of the rows the ``*_check`` table rejects, by halving: a chunk that
         passes is good as a whole, so b bad rows of n cost O(b log n) check inserts."""
         bad: dict[int, str] = {}
-        stack = [(0, len(lines))]
+        stack = [(0, len(lines))] if lines else []
         while stack:
             a, b = stack.pop()
-            err = self._check(schema, lines[a:b])
+            err = self._check(schema, lines[a:b], any_refusal)
             if err is None:
                 continue
             if b - a == 1:

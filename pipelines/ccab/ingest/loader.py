@@ -182,6 +182,9 @@ def warehouse_positions(wh: Warehouse, topic: str, schema: Schema) -> dict[int, 
 
 
 ASSIGN_TIMEOUT_S = 30.0
+# A batch that fails this many times while the warehouse answers is split (Loader._write_bounded).
+MAX_BATCH_ATTEMPTS = 3
+RETRY_S = 2.0
 
 
 class NoPartitions(RuntimeError):
@@ -207,7 +210,7 @@ class Loader:
         self.topics = topics  # topic -> the schema its records must have
         self.batch_rows = min(batch_rows, MAX_BATCH_ROWS)
         self.batch_wait_s = batch_wait_s
-        self.writer = BatchWriter(wh, max_record_bytes)
+        self.writer = BatchWriter(self.wh, max_record_bytes)
         self.metrics = metrics or LoaderMetrics()
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap,
@@ -363,21 +366,49 @@ class Loader:
         for topic, batch in by_topic.items():
             self.metrics.consumed.labels(topic).inc(len(batch))
             schema = self.topics[topic]
-            while True:
-                try:
-                    res = self._write_sharded(schema, batch) if self.shards else self.writer.write(schema, batch)
-                    break
-                except Exception as exc:  # warehouse unwell: retry the same batch (same tokens)
-                    self.metrics.insert_errors.inc()
-                    log.error("insert into %s failed, retrying in 2 s: %s", schema.table, exc)
-                    time.sleep(2)
-                    if self._stop:
-                        raise
+            res = self._write_bounded(schema, batch)
             self.metrics.record(topic, schema.table, res)
             self.totals.add(res)
         self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in next_offsets.items()],
                              asynchronous=False)
         self.metrics.batch_seconds.observe(time.monotonic() - start)
+
+    def _write_bounded(self, schema: Schema, batch: Batch, attempts: int = MAX_BATCH_ATTEMPTS) -> BatchResult:
+        """Write ``batch``, retrying while the warehouse does not answer (an outage: the same
+        batch, same dedup tokens, every ``RETRY_S``, for as long as it lasts). A batch that fails
+        ``attempts`` times while the warehouse answers is never retried as is again: it is
+        split in halves, each written on its own (and split again if it fails), down to single
+        records; a single record that still fails is a dead letter with the error as its reason.
+        So one record no path expected costs O(log n) extra writes and never stalls the topic."""
+        failures = 0
+        while True:
+            try:
+                return self._write_sharded(schema, batch) if self.shards else self.writer.write(schema, batch)
+            except Exception as exc:  # noqa: BLE001 - whatever failed, the batch is retried or split
+                self.metrics.insert_errors.inc()
+                if self._stop:
+                    raise
+                failures += 1
+                if failures >= attempts and self.writer.healthy():
+                    log.error("insert into %s failed %d times while the warehouse answers (%s): splitting "
+                              "the batch of %d", schema.table, failures, str(exc).split("\n", 1)[0][:200], len(batch))
+                    return self._split(schema, batch, exc)
+                log.error("insert into %s failed (attempt %d), retrying in %g s: %s", schema.table, failures,
+                          RETRY_S, exc)
+                time.sleep(RETRY_S)
+
+    def _split(self, schema: Schema, batch: Batch, exc: Exception) -> BatchResult:
+        if len(batch) == 1:
+            res = BatchResult()
+            why = f"refused {MAX_BATCH_ATTEMPTS} times while the warehouse answers: {str(exc).splitlines()[0][:200]}"
+            self.writer.write_dead_letters(schema.name, [(batch.record(0), why)])
+            res.dead[why] += 1
+            return res
+        mid = len(batch) // 2
+        total = BatchResult()
+        for part in (batch.part(0, mid), batch.part(mid, len(batch))):
+            total.add(self._write_bounded(schema, part, attempts=1))  # the warehouse answers: split at once
+        return total
 
     def _write_sharded(self, schema: Schema, batch: Batch) -> BatchResult:
         """Each shard's part of ``batch`` into that shard (one atomic insert each). A retry after

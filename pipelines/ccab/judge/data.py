@@ -238,8 +238,13 @@ def http_requests_per_host(wh: Warehouse, pop: str, rollout_id: str | None, star
 
 def retrans_by_minute(wh: Warehouse, pop: str, rollout_id: str, start: datetime, end: datetime):
     """(minute, arm, Σbytes_retrans, Σbytes_sent, samples) per minute of the window, for the circuit
-    breaker: the retransmitted share of the bytes of the connections sampled that minute."""
-    res = wh.query("""SELECT toStartOfMinute(ts) AS minute, arm, sum(bytes_retrans), sum(bytes_sent), count()
+    breaker: the retransmitted share of the bytes of the connections sampled that minute. Summed
+    in Float64, as the rollups do: a UInt64 sum wraps (one contract-valid sample near 2^64 made
+    a minute of 8.4 % retransmits read 0 %). The counters are the samples' cumulative values,
+    never differences between samples, so a counter that goes backwards (a reset) is just a
+    smaller value, never a huge delta."""
+    res = wh.query("""SELECT toStartOfMinute(ts) AS minute, arm, sum(toFloat64(bytes_retrans)), sum(toFloat64(bytes_sent)),
+                             count()
                       FROM tcp_samples
                       WHERE pop = {pop:String} AND rollout_id = {r:String}
                         AND ts_ms >= {a:Int64} AND ts_ms < {b:Int64}

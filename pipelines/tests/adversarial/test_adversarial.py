@@ -17,10 +17,11 @@ import random
 from pathlib import Path
 
 from ccab import cli
-from ccab.base.contracts import HTTP_REQUEST, SCHEMAS, TCP_SAMPLE
+from ccab.base.contracts import HTTP_REQUEST, SCHEMAS, TCP_CONN, TCP_SAMPLE
 from ccab.base.warehouse import ChdbWarehouse
 from ccab.ingest.loader import Loader, load_files
 from factories import BASE_TS_MS, http_request, tcp_sample
+from hostile_cases import DATA_SCHEMAS, confusion_cases, duplicate_cases, one_of_each_class, tcp_conn
 
 SEED = 15
 HOSTILE_ROLLOUT = "tyo1-bbr-canary\\x"  # the rollout id of the issue: one backslash
@@ -113,8 +114,20 @@ def generate(seed: int = SEED) -> list[tuple[str, bytes]]:
             (name, _dump({**make(n + 11), "app_limited" if name == "tcp_sample/1" else "method": 1})),
             (name, b" " + _dump(make(n + 12)) + b"\t"),  # whitespace around a valid record
         ]
+    # issue 29, every data schema: one record of each class (nesting thousands deep, duplicate
+    # keys at any depth, wrong JSON types, values outside their bounds, ts_ms outside the time
+    # window), every field's wrong types and bounds, and valid tcp_conn/1 records beside them
+    out += [("tcp_conn/1", _dump(tcp_conn(i, rollout_id=HOSTILE_ROLLOUT, pop=HOSTILE_POP))) for i in range(60)]
+    for s in DATA_SCHEMAS:
+        bad = [body for _, body in one_of_each_class(s, 70_000)] + duplicate_cases(s, 71_000)
+        bad += [body for _, body in confusion_cases(s, 72_000)]
+        MUST_BE_DEAD.update(bad)
+        out += [(s.name, body) for body in bad]
     rng.shuffle(out)
     return out
+
+
+MUST_BE_DEAD: set[bytes] = set()  # records of generate() whose fate is a dead letter in every path
 
 
 # --------------------------------------------------------------------------- fates per path
@@ -126,11 +139,17 @@ def _fates(wh, topic_of_index: dict[int, tuple[str, int, int]]) -> dict[int, lis
     pos = {v: k for k, v in topic_of_index.items()}
     found: dict[int, list[str]] = {i: [] for i in topic_of_index}
     mine = sorted({t for t, _, _ in topic_of_index.values()})
-    for table, fate in (("tcp_samples", "loaded"), ("http_requests", "loaded"), ("dead_letters FINAL", "dead")):
+    for table, fate in (("tcp_samples", "loaded"), ("tcp_conns", "loaded"), ("http_requests", "loaded"),
+                        ("dead_letters FINAL", "dead")):
         for t, p, o in wh.query(f"SELECT _topic, _partition, _offset FROM {table} WHERE _topic IN {{t:Array(String)}}",
                                 params={"t": mine}).rows:
             found[pos[(t, int(p), int(o))]].append(fate)
     return found
+
+
+def _empty_raw_tables(wh) -> None:
+    for schema in (TCP_SAMPLE, TCP_CONN, HTTP_REQUEST):
+        wh.command(f"TRUNCATE TABLE {schema.table}")
 
 
 def _via_file(wh, path: Path, recs: list[tuple[str, bytes]], order: list[int], batch_rows: int) -> dict[int, list[str]]:
@@ -144,7 +163,7 @@ def _via_kafka(wh, recs: list[tuple[str, bytes]], bootstrap: str, fresh_topic) -
     from confluent_kafka import Producer
 
     topics = {name: fresh_topic("adv." + name.split("/")[0], partitions=2,
-                                config={"max.message.bytes": str(4 << 20)}) for name in (TCP_SAMPLE.name, HTTP_REQUEST.name)}
+                                config={"max.message.bytes": str(4 << 20)}) for name in (TCP_SAMPLE.name, TCP_CONN.name, HTTP_REQUEST.name)}
     where: dict[int, tuple[str, int, int]] = {}
     producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 8 << 20, "linger.ms": 5})
 
@@ -179,8 +198,11 @@ def test_hostile_records_through_both_paths_then_the_whole_analysis(tmp_path, ka
     wh = ChdbWarehouse(warehouse_env / "warehouse")
     try:
         by_file = _fates(wh, {i: (f"file:{first.name}", 0, i + 1) for i in order})
-        # path 2: the same records shuffled, 37 per batch; path 3: a real Kafka topic
+        # path 2: the same records shuffled, 37 per batch; path 3: a real Kafka topic. A record
+        # is stored once (its natural key), so each path starts from empty raw tables
+        _empty_raw_tables(wh)
         by_file_shuffled = _via_file(wh, tmp_path / "shuffled.jsonl", recs, shuffled, batch_rows=37)
+        _empty_raw_tables(wh)
         by_kafka = _via_kafka(wh, recs, kafka_broker, fresh_topic)
     finally:
         wh.close()
@@ -194,6 +216,8 @@ def test_hostile_records_through_both_paths_then_the_whole_analysis(tmp_path, ka
         assert not differ, f"{name} differs from file: {[(recs[i][1][:120], outcome[i], fates[i]) for i in differ[:5]]}"
     loaded = sum(1 for v in outcome.values() if v == "loaded")
     dead = n - loaded
+    stored = [recs[i][1][-100:] for i, v in outcome.items() if recs[i][1] in MUST_BE_DEAD and v != "dead"]
+    assert not stored, f"issue-29 records stored instead of dead-lettered: {stored[:5]}"
     assert 180 <= loaded < n and dead > 100  # the valid hostile-string records all loaded
 
     # the whole analysis, through the CLI, on data whose rollout_id and pop hold a backslash
@@ -212,4 +236,5 @@ def test_hostile_records_through_both_paths_then_the_whole_analysis(tmp_path, ka
     assert "Traceback" not in err
 
     summary_line(f"adversarial: tried {n}, loaded {loaded}, dead-lettered {dead}, lost 0 "
-                 f"(file, file shuffled in batches of 37, Kafka: identical fates; ccab analyze finished)")
+                 f"(file, file shuffled in batches of 37, Kafka: identical fates; {len(MUST_BE_DEAD)} issue-29 records "
+                 f"all dead letters; ccab analyze finished)")

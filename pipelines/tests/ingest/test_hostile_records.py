@@ -8,7 +8,7 @@ import json
 import random
 
 import pytest
-from ccab.base.contracts import HTTP_REQUEST, TCP_SAMPLE
+from ccab.base.contracts import HTTP_REQUEST, TCP_SAMPLE, TS_MS_MIN
 from ccab.ingest.batch import Batch, BatchWriter
 from ccab.ingest.loader import load_files
 from factories import http_request, line, tcp_sample
@@ -70,13 +70,16 @@ def test_integers_beyond_their_width_are_dead_lettered_never_wrapped(warehouse, 
 
 
 def test_an_integer_at_the_edge_of_its_width_loads_exactly(warehouse, tmp_path):
+    """(``ts_ms`` at the edges of Int64 is outside the plausible time window: a dead letter
+    naming the window, never wrapped; its window's own edge loads.)"""
     lines = [_with_raw(_tcp(1), "bytes_sent", str(2**64 - 1)), _with_raw(_tcp(2), "ts_ms", str(2**63 - 1)),
              _with_raw(_tcp(3), "ts_ms", str(-(2**63))), _with_raw(_tcp(4), "rtt_us", str(2**32 - 1)),
-             _with_raw(_tcp(5), "local_port", "65535")]
+             _with_raw(_tcp(5), "local_port", "65535"), _with_raw(_tcp(6), "ts_ms", str(TS_MS_MIN))]
     rep = load_files(warehouse, [_write_file(tmp_path / "edge.jsonl", lines)])
-    assert rep.inserted == {"tcp_samples": 5} and rep.dead_total == 0
-    got = warehouse.query("SELECT max(bytes_sent), max(ts_ms), min(ts_ms), max(rtt_us), max(local_port) FROM tcp_samples").rows[0]
-    assert tuple(int(x) for x in got) == (2**64 - 1, 2**63 - 1, -(2**63), 2**32 - 1, 65535)
+    assert rep.inserted == {"tcp_samples": 4} and rep.dead_total == 2
+    assert all("ts_ms: outside the plausible time window" in why for why in rep.dead), rep.dead
+    got = warehouse.query("SELECT max(bytes_sent), min(ts_ms), max(rtt_us), max(local_port) FROM tcp_samples").rows[0]
+    assert tuple(int(x) for x in got) == (2**64 - 1, TS_MS_MIN, 2**32 - 1, 65535)
 
 
 def test_duplicate_keys_are_refused(warehouse, tmp_path):

@@ -172,3 +172,39 @@ def test_loader_cli_serves_prometheus_metrics(kafka_broker, fresh_topic, tmp_pat
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0  # graceful stop on SIGTERM
+
+
+def test_a_batch_that_keeps_failing_while_the_warehouse_answers_is_split_not_retried_for_ever(
+        kafka_broker, fresh_topic, warehouse, monkeypatch):
+    """Issue 29: a batch failed the same way every 2 s for ever (the topic stalled). Now, after
+    3 failures while the warehouse answers, it is split down to the record that fails (a dead
+    letter naming the error) and the rest loads. The failure is injected into the writer for
+    the batches holding one record (an error no path expects); broker and warehouse are real."""
+    import ccab.ingest.loader as loader_mod
+    from ccab.ingest.batch import BatchWriter
+
+    monkeypatch.setattr(loader_mod, "RETRY_S", 0.05)
+    topic = fresh_topic("poison", partitions=1)
+    poison = line(http_request(99_999, method="POISON"))
+    _produce(kafka_broker, topic, [line(http_request(i)) for i in range(150)] + [poison]
+             + [line(http_request(i)) for i in range(150, 300)])
+    real_write = BatchWriter.write
+    calls = []
+
+    def write(self, schema, batch):
+        calls.append(len(batch))
+        if poison in batch.payloads:
+            raise RuntimeError("unexpected failure on this record")
+        return real_write(self, schema, batch)
+
+    monkeypatch.setattr(BatchWriter, "write", write)
+    metrics = LoaderMetrics()
+    loader = Loader(warehouse, kafka_broker, {topic: SCHEMAS["http_request/1"]}, group=f"g-{topic}",
+                    batch_rows=1000, batch_wait_s=0.5, metrics=metrics)
+    totals = loader.run(max_idle_s=3)
+    assert totals.inserted == 300 and totals.dead_total == 1, totals
+    [(offset, reason)] = warehouse.query("SELECT _offset, reason FROM dead_letters FINAL").rows
+    assert int(offset) == 150 and "unexpected failure on this record" in reason, reason
+    assert warehouse.query("SELECT count() FROM http_requests WHERE method = 'POISON'").scalar() == 0
+    # bounded: 3 tries of the whole batch, then one write per half on the way down to the record
+    assert len(calls) <= 3 + 2 * 10, calls

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,10 +17,74 @@ import (
 
 var intLiteral = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
 
-// Object decodes b (at most max bytes) as one JSON object and nothing after it.
+// MaxDepth bounds how deep the objects and arrays of an input may nest (CONTRACTS.md).
+const MaxDepth = 64
+
+// NoDuplicates returns an error naming the first member name that appears twice in one object
+// of the JSON text b, at any depth (readers disagree on which one wins: Go's keeps the last,
+// ClickHouse the first), or an object/array nested deeper than MaxDepth. Syntax errors are left
+// to the decoder that reads b (nil here).
+func NoDuplicates(b []byte) error {
+	type frame struct {
+		keys      map[string]struct{} // nil for an array
+		expectKey bool
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF || err != nil {
+			return nil
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				if len(stack) >= MaxDepth {
+					return fmt.Errorf("nested deeper than %d levels", MaxDepth)
+				}
+				f := &frame{}
+				if t == '{' {
+					f.keys, f.expectKey = map[string]struct{}{}, true
+				}
+				stack = append(stack, f)
+				continue
+			default: // a closing delimiter completes a value of the enclosing container
+				stack = stack[:len(stack)-1]
+				if len(stack) > 0 && stack[len(stack)-1].keys != nil {
+					stack[len(stack)-1].expectKey = true
+				}
+				continue
+			}
+		case string:
+			if top != nil && top.keys != nil && top.expectKey {
+				if _, seen := top.keys[t]; seen {
+					return fmt.Errorf("duplicate member %.64q", t)
+				}
+				top.keys[t] = struct{}{}
+				top.expectKey = false
+				continue
+			}
+		}
+		if top != nil && top.keys != nil { // a scalar value completed a member
+			top.expectKey = true
+		}
+	}
+}
+
+// Object decodes b (at most max bytes) as one JSON object and nothing after it, with no
+// duplicate member names (NoDuplicates).
 func Object(b []byte, max int) (map[string]json.RawMessage, error) {
 	if len(b) > max {
 		return nil, fmt.Errorf("%d bytes, the limit is %d", len(b), max)
+	}
+	if err := NoDuplicates(b); err != nil {
+		return nil, err
 	}
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(b))
