@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 import orjson
 from ccab.base.chtime import sql_time
 from ccab.base.vocabulary import get as get_metric
+from ccab.base.vocabulary import zero_base_text
 from ccab.base.warehouse import Warehouse
 from ccab.judge.model import HIGHER_IS_WORSE, RolloutJudgement
 
@@ -84,6 +85,12 @@ def _pct(x: float, statistic: str = "") -> str:
     return f"{100 * x:+.2f} pp" if statistic.startswith("share_above") else f"{x:+.1%}"
 
 
+def _effect(r) -> str:
+    """A result's effect: relative, or from a zero base the difference ('+2.3 ms from 0')."""
+    return zero_base_text(r.metric, r.statistic, r.estimate, r.value_treatment, r.value_control) \
+        or _pct(r.estimate, r.statistic)
+
+
 def _value(metric: str, v: float, statistic: str = "") -> str:
     if not math.isfinite(v):
         return "n/a"
@@ -111,7 +118,7 @@ def shift_direction(results, shift) -> tuple[str, str]:
     worse = [r for r in quant if r.outcome == "regression"]
 
     def names(rs):
-        return ", ".join(f"{r.statistic} {_pct(r.estimate)}" for r in rs)
+        return ", ".join(f"{r.statistic} {_effect(r)}" for r in rs)
 
     if better and not worse:
         return "improvement", f"improvement derived from the quantiles: {names(better)} better, none worse"
@@ -163,11 +170,11 @@ def build_alerts(j: RolloutJudgement, start: datetime, end: datetime, report_url
         if r.role == "guardrail":
             if r.outcome != "regression":
                 continue
-            summary = (f"{r.treatment_arm} regressed {r.metric} {r.statistic} by {_pct(r.estimate, r.statistic)} vs "
+            summary = (f"{r.treatment_arm} regressed {r.metric} {r.statistic} by {_effect(r)} vs "
                        f"{r.control_arm} on {where}")
             desc = (f"Guardrail {r.metric} {r.statistic} ({r.severity}) on {where}, window {ws}–{we} UTC: "
                     f"{r.treatment_arm} {_value(r.metric, r.value_treatment, r.statistic)} vs {r.control_arm} "
-                    f"{_value(r.metric, r.value_control, r.statistic)}, {_pct(r.estimate, r.statistic)} "
+                    f"{_value(r.metric, r.value_control, r.statistic)}, {_effect(r)} "
                     f"(interval {_pct(r.ci_low, r.statistic)} to {_pct(r.ci_high, r.statistic)}; one-sided p={r.p_value:.2g} that it is "
                     f"within the tolerated {_margin(r)}, "
                     f"α at this look {r.alpha_look:.2g}; {r.hosts_treatment} vs {r.hosts_control} hosts, "
@@ -187,11 +194,11 @@ def build_alerts(j: RolloutJudgement, start: datetime, end: datetime, report_url
         else:
             kind = "segment" if r.role == "segment" else "info"
             seg = "" if r.segment == "all" else f" in segment {r.segment}"
-            summary = (f"{r.treatment_arm} {r.outcome}: {r.metric} {r.statistic}{seg} {_pct(r.estimate, r.statistic)} vs "
+            summary = (f"{r.treatment_arm} {r.outcome}: {r.metric} {r.statistic}{seg} {_effect(r)} vs "
                        f"{r.control_arm} on {where}")
             desc = (f"Informational ({kind}) finding on {where}, window {ws}–{we} UTC: {r.metric} {r.statistic}{seg} "
                     f"{r.treatment_arm} {_value(r.metric, r.value_treatment, r.statistic)} vs {r.control_arm} "
-                    f"{_value(r.metric, r.value_control, r.statistic)}, {_pct(r.estimate, r.statistic)} (95% interval {_pct(r.ci_low, r.statistic)} to "
+                    f"{_value(r.metric, r.value_control, r.statistic)}, {_effect(r)} (95% interval {_pct(r.ci_low, r.statistic)} to "
                     f"{_pct(r.ci_high, r.statistic)}; p={r.p_value:.2g}, BH q={r.q_value:.2g}; {r.hosts_treatment} vs "
                     f"{r.hosts_control} hosts).")
             make(kind, r.metric, r.statistic, r.segment, r.treatment_arm, r.outcome, r.estimate, r.ci_low, r.ci_high,
