@@ -78,6 +78,19 @@ def register(sub) -> None:
     p.set_defaults(func=run_power)
 
 
+def check_rollout(wh, rollout_id: str) -> None:
+    """A UserError (exit 2) naming the known rollouts when ``rollout_id`` is none of them."""
+    from ccab.base.errors import UserError
+    from ccab.judge.store import known_rollouts
+
+    if not rollout_id:
+        return
+    known = known_rollouts(wh)
+    if rollout_id not in known:
+        shown = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+        raise UserError(f"--rollout {rollout_id!r}: no such rollout in the warehouse (known: {shown or 'none'})")
+
+
 def run_alerts(args: argparse.Namespace) -> int:
     from urllib.parse import urlsplit
 
@@ -94,6 +107,7 @@ def run_alerts(args: argparse.Namespace) -> int:
     severity = args.severity or "acting"
     try:
         with warehouse() as wh:
+            check_rollout(wh, args.rollout)
             alerts = read_alerts(wh, rollout_id=args.rollout, severity="" if severity in ("all", "acting") else severity,
                                  kinds=args.kind)
     except WarehouseError as exc:
@@ -144,6 +158,7 @@ def run_verdicts(args: argparse.Namespace) -> int:
     from ccab.pipeline import open_warehouse as warehouse
 
     with warehouse() as wh:
+        check_rollout(wh, args.rollout)
         rows = wh.query(_LATEST_VERDICTS, params={"r": args.rollout}).dicts()
     if args.json:
         print(json.dumps(rows, indent=1))

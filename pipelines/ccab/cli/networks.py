@@ -116,7 +116,15 @@ def _status(args) -> int:
 
 
 def _lookup(args) -> int:
+    import ipaddress
+
     from ccab.cohorts import networks
+
+    for p in args.prefixes:
+        try:
+            ipaddress.ip_network(p.strip(), strict=False)
+        except ValueError:
+            raise UserError(f"{p!r} is not an IP address or prefix (e.g. 100.64.3.0/24, 2001:db8:1a2b::/48)") from None
 
     with _every_shard() as shards:
         wh = shards[0]  # every shard holds the same networks

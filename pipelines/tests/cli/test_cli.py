@@ -118,3 +118,20 @@ def test_query_is_read_only_unless_write(warehouse_env, tmp_path, capsys):
     assert count() == 3
     assert cli.main(["query", "--write", "INSERT INTO tcp_samples SELECT * FROM tcp_samples"]) == 0
     assert count() == 6
+
+
+def test_a_known_rollout_without_alerts_is_not_an_error(warehouse_env, capsys):
+    from ccab.base.warehouse import connect
+
+    assert cli.main(["db", "migrate"]) == 0
+    wh = connect()
+    try:
+        wh.command("INSERT INTO assignments (rollout_id, generation, pop, host, arm, cc) VALUES ('r1', 1, 'tyo1', 'h1', 'control', 'cubic')")
+    finally:
+        wh.close()
+    capsys.readouterr()
+    assert cli.main(["alerts", "--rollout", "r1"]) == 0
+    assert capsys.readouterr().out.strip() == "no page or ticket alerts for r1"
+    assert cli.main(["verdicts", "--rollout", "r1"]) == 0
+    assert cli.main(["alerts", "--rollout", "r2"]) == 2
+    assert "(known: r1)" in capsys.readouterr().err
