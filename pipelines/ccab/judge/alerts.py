@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import math
 import time
@@ -251,6 +252,27 @@ def read_alerts(wh: Warehouse, rollout_id: str = "", severity: str = "", alert_i
     return out
 
 
+def before_rollout(wh: Warehouse, alerts: list[Alert]) -> set[str]:
+    """The ids of ``alerts`` judged on a window that ended before their rollout's first assignment
+    was issued (a ``ccab_compare`` run over pre-rollout hours): not findings about the rollout."""
+    rollouts = sorted({a.rollout_id for a in alerts})
+    if not rollouts:
+        return set()
+    started = dict(wh.query("SELECT rollout_id, min(issued_at_ms) FROM assignments WHERE has({r:Array(String)}, "
+                            "rollout_id) GROUP BY rollout_id", params={"r": rollouts}).rows)
+    out = set()
+    for a in alerts:
+        ms = started.get(a.rollout_id)
+        if ms is None:
+            continue
+        end = datetime.fromisoformat(str(a.window_end).replace(" ", "T").replace("Z", ""))
+        if end.tzinfo is None:
+            end = end.replace(tzinfo=timezone.utc)
+        if end.timestamp() * 1000 <= int(ms):
+            out.add(a.alert_id)
+    return out
+
+
 def write_alerts(wh: Warehouse, alerts: list[Alert], seq: int) -> list[Alert]:
     """Upsert alerts by id, keeping the first time each was seen and what the controller did.
     Every computation goes to ``alert_history`` (append-only, with its window and look). An alert
@@ -397,4 +419,9 @@ def notify(url: str, alerts: list[Alert], timeout_s: float = 10.0) -> int:
         raise RuntimeError(f"alert webhook {url} answered HTTP {exc.code}: {exc.read()[:200]!r}") from None
     except urllib.error.URLError as exc:
         raise RuntimeError(f"alert webhook {url} unreachable: {exc.reason}") from None
+    except (OSError, http.client.HTTPException) as exc:  # the peer dropped the connection, a timeout
+        what = {"RemoteDisconnected": "closed the connection without an answer"}.get(type(exc).__name__, "")
+        raise RuntimeError(f"alert webhook {url} {what or 'failed'}: {type(exc).__name__}"
+                           + (f": {exc}" if str(exc) and not what else "")
+                           + "; the alerts may not have been delivered") from None
     return len(alerts)
