@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CCAB_DATA_DIR=${CCAB_DATA_DIR:-$PWD/.ccab}
 ccab=.venv/bin/ccab
-PLAN=rollout/plans/tyo1-bbr-canary.yaml
+PLAN=${DEMO_ROLLOUT_PLAN:-rollout/plans/tyo1-bbr-canary.yaml}
 ID=tyo1-bbr-canary
 # A day after the main demo's window, so the two never mix in the warehouse.
 FROM=${DEMO_ROLLOUT_FROM:-2025-11-21T00:00Z}
@@ -19,6 +19,13 @@ CONNECTIONS=${DEMO_ROLLOUT_CONNECTIONS:-150000}
 TO=$(date -u -d "${FROM%Z} UTC + ${HOURS} hours" +%Y-%m-%dT%H:%MZ)
 
 banner() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+# The plan first, before anything is started or deleted: a plan that does not validate must not
+# cost the previous rollout's state and audit log (removed below for a fresh run).
+if ! $ccab rollout plan "$PLAN" --json >/dev/null; then
+  echo "demo-rollout: the plan $PLAN does not validate (see above); nothing was started or deleted" >&2
+  exit 2
+fi
 
 $ccab kafka up >/dev/null
 $ccab db migrate >/dev/null

@@ -27,6 +27,10 @@ const (
 	DropRejected   = "rejected"    // Kafka refused the record for good (e.g. too large)
 	DropEncode     = "encode"      // the record could not be encoded as JSON
 	DropSpoolWrite = "spool_write" // the spool could not be written (disk error)
+	// close-time capture: connections whose tcp_conn/1 record was never made (counted as
+	// destroy events; see close_dropped_total and close_decode_errors_total)
+	DropCloseRcvBuf = "close_rcvbuf" // the kernel dropped the event: the listener's receive buffer was full
+	DropCloseDecode = "close_decode" // the event could not be decoded
 )
 
 // Metrics is every metric of one collector process.

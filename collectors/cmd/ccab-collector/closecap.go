@@ -26,7 +26,16 @@ type closeCap struct {
 	m      *metrics.Metrics
 	log    *slog.Logger
 	last   closeCounts
+
+	// rate-limited loss warning: at most one line per lossLogEvery, with what was lost since
+	// the previous line
+	now         func() time.Time
+	lastLossLog time.Time
+	unlogged    closeCounts // dropped and decode since the last warning
 }
+
+// lossLogEvery is the least time between two "close-time capture lost events" warnings.
+const lossLogEvery = time.Minute
 
 type closeCounts struct {
 	events, filtered, sampled, emitted, dropped, overruns, decode, ccSocket, ccDefault, ccUnknown uint64
@@ -64,11 +73,14 @@ func newCloseCap(cfg config.Config, ports []uint16, book *closecap.Book, m *metr
 	if herr != nil {
 		log.Info("close-time capture: the sampling hash runs in user space (the eBPF filter needs CAP_BPF or CAP_SYS_ADMIN)", "err", herr)
 	}
-	return &closeCap{c: c, topic: cfg.Kafka.TopicConn, m: m, log: log,
+	return &closeCap{c: c, topic: cfg.Kafka.TopicConn, m: m, log: log, now: time.Now,
 		stream: fmt.Sprintf("c:%d:%d", os.Getpid(), time.Now().UnixNano())}, nil
 }
 
-// sync adds what the capture counted since the last call to the Prometheus counters.
+// sync adds what the capture counted since the last call to the Prometheus counters. Lost
+// connections (events the kernel dropped for a full receive buffer, events that could not be
+// decoded) are also records_dropped_total{reason="close_rcvbuf"|"close_decode"}, and logged:
+// one warning per lossLogEvery at most.
 func (cc *closeCap) sync() {
 	st := &cc.c.Stats
 	now := closeCounts{st.Events.Load(), st.Filtered.Load(), st.Sampled.Load(), st.Emitted.Load(), st.Dropped.Load(),
@@ -82,10 +94,42 @@ func (cc *closeCap) sync() {
 	m.CloseDropped.Add(float64(now.dropped - l.dropped))
 	m.CloseOverruns.Add(float64(now.overruns - l.overruns))
 	m.CloseDecodeErrors.Add(float64(now.decode - l.decode))
+	m.RecordsDropped.WithLabelValues(metrics.DropCloseRcvBuf).Add(float64(now.dropped - l.dropped))
+	m.RecordsDropped.WithLabelValues(metrics.DropCloseDecode).Add(float64(now.decode - l.decode))
 	m.CloseCC.WithLabelValues(record.CCSourceSocket).Add(float64(now.ccSocket - l.ccSocket))
 	m.CloseCC.WithLabelValues(record.CCSourceNetnsDefault).Add(float64(now.ccDefault - l.ccDefault))
 	m.CloseCC.WithLabelValues(record.CCSourceUnknown).Add(float64(now.ccUnknown - l.ccUnknown))
+	cc.unlogged.dropped += now.dropped - l.dropped
+	cc.unlogged.decode += now.decode - l.decode
 	cc.last = now
+	cc.logLosses(now, false)
+}
+
+// logLosses warns about the events lost since the last warning, if any, when lossLogEvery has
+// passed (or final: the capture stopped).
+func (cc *closeCap) logLosses(total closeCounts, final bool) {
+	u := cc.unlogged
+	if u.dropped == 0 && u.decode == 0 {
+		return
+	}
+	t := cc.now()
+	if !final && !cc.lastLossLog.IsZero() && t.Sub(cc.lastLossLog) < lossLogEvery {
+		return
+	}
+	rb, _ := cc.c.RcvBuf()
+	cc.log.Warn("close-time capture lost connections",
+		"kernel_dropped", u.dropped, "undecodable", u.decode, "since_last_warning", sinceText(cc.lastLossLog, t),
+		"kernel_dropped_total", total.dropped, "undecodable_total", total.decode, "rcvbuf", rb,
+		"hint", "kernel drops mean the destroy listener's receive buffer filled: raise close_capture.rcvbuf (CAP_NET_ADMIN or net.core.rmem_max) or lower close_capture.coalesce")
+	cc.lastLossLog = t
+	cc.unlogged = closeCounts{}
+}
+
+func sinceText(last, now time.Time) string {
+	if last.IsZero() {
+		return "start"
+	}
+	return now.Sub(last).Round(time.Second).String()
 }
 
 // run captures until ctx is done. Like the sampler it never waits for the sink (a full
@@ -123,6 +167,7 @@ func (cc *closeCap) run(ctx context.Context, host *config.Host, sk *sink.Sink) e
 		}
 	})
 	cc.sync()
+	cc.logLosses(cc.last, true)
 	cc.m.CloseUp.Set(0)
 	if ctx.Err() != nil {
 		return nil

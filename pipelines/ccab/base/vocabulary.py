@@ -172,3 +172,40 @@ def check_statistic(metric: str, statistic: str) -> None:
     allowed = statistics_of(metric)
     if statistic not in allowed:
         raise ValueError(f"statistic {statistic!r} is not available for {metric}; use one of: {', '.join(allowed)}")
+
+
+# ---- effects from a zero base ----------------------------------------------------------------------
+# A relative effect (treatment / control − 1) has no value when control's value is 0: 0 % → 11.2 %
+# is not "+inf %", and a NaN estimate has no sign. Such an effect is the difference treatment −
+# control in the metric's own unit, and its direction is that difference's sign.
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and x == x and x not in (float("inf"), float("-inf"))
+
+
+def zero_base_difference(estimate, value_treatment, value_control) -> float | None:
+    """treatment − control (the metric's stored unit) when the relative estimate is undefined
+    because control's value is 0; None otherwise (the relative estimate stands)."""
+    if _finite(estimate) or not _finite(value_treatment) or value_control != 0:
+        return None
+    return float(value_treatment) - float(value_control)
+
+
+def effect_sign(estimate, value_treatment, value_control) -> int | None:
+    """+1 (treatment higher), −1, 0, or None (no estimate and no zero-base difference)."""
+    d = estimate if _finite(estimate) else zero_base_difference(estimate, value_treatment, value_control)
+    if d is None:
+        return None
+    return (d > 0) - (d < 0)
+
+
+def zero_base_text(metric: str, statistic: str, estimate, value_treatment, value_control) -> str | None:
+    """'+11.2 % from 0' / '+2.3 ms from 0' for a zero-base effect (the difference in the metric's
+    display unit); None when the relative estimate stands."""
+    d = zero_base_difference(estimate, value_treatment, value_control)
+    if d is None:
+        return None
+    if statistic.startswith("share_above"):
+        return f"{100 * d:+.2f} pp from 0"
+    m = get(metric)
+    return f"{d / m.scale:+.3g} {m.unit} from 0"

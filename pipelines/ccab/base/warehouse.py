@@ -124,7 +124,8 @@ def _settings_clause(settings: dict | None) -> str:
         elif isinstance(v, bool):
             v = int(v)
         items.append(f"{k}={v}")
-    return " SETTINGS " + ", ".join(items)
+    # on its own line: a statement ending in a `--` comment cannot comment the settings out
+    return "\nSETTINGS " + ", ".join(items)
 
 
 @dataclass

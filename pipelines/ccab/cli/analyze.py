@@ -222,6 +222,23 @@ def run_dags_list(args: argparse.Namespace) -> int:
     return 1 if bag.import_errors else 0
 
 
+def _stop_on_ctrl_c(command: str, where) -> None:
+    """Ctrl-C stops the process at once with one line: Airflow's task runner would otherwise catch
+    the KeyboardInterrupt as a task failure (a traceback), retry the task, and go on with the next
+    interval. Nothing is half-written: ClickHouse inserts are atomic per part, and an hour's rollup
+    is rebuilt whole when re-run."""
+    import os
+    import signal
+
+    def stop(_signum, _frame):
+        sys.stdout.flush()
+        os.write(2, (f"ccab {command}: interrupted (Ctrl-C) {where()}; later runs not started "
+                     f"(re-run the interrupted interval)\n").encode())
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, stop)
+
+
 def run_dags_test(args: argparse.Namespace) -> int:
     from ccab_workshop import dags_local as airflow_local
 
@@ -232,7 +249,16 @@ def run_dags_test(args: argparse.Namespace) -> int:
     if end <= start:
         return _fail("dags test", f"--to ({args.t_to}) must be after --from ({args.t_from})")
     airflow_local.configure()
-    log = (lambda _m: None) if args.json else print
+    show = (lambda _m: None) if args.json else print
+    current = {"run": "before the first run"}
+
+    def log(message: str) -> None:
+        if " dag.test " in message:
+            current["run"] = message.split(" dag.test ", 1)[1]
+        show(message)
+
+    if not args.dry_run:
+        _stop_on_ctrl_c("dags test", lambda: f"during {current['run']}")
     found: dict[str, list] = {}
     runs = []
     try:

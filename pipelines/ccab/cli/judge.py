@@ -19,7 +19,10 @@ examples:
   ccab alerts --notify http://alertmanager:9093/api/v2/alerts --severity page   # (re)send to a webhook
 
 alert_id is stable for a finding: re-running an analysis updates the alert instead of adding one.
-action says what the rollout controller did: none, halted, rolled_back.
+action says what the rollout controller did: none, halted, rolled_back, promoted. An alert it acted
+on, or one that was resolved, is sent to --notify as resolved (endsAt set): the summary line says so.
+Alerts judged on a window that ended before the rollout's first assignment (a ccab_compare run over
+pre-rollout hours) are not findings about the rollout: they are counted, not listed.
 """
 
 POWER_EPILOG = """\
@@ -78,12 +81,25 @@ def register(sub) -> None:
     p.set_defaults(func=run_power)
 
 
+def check_rollout(wh, rollout_id: str) -> None:
+    """A UserError (exit 2) naming the known rollouts when ``rollout_id`` is none of them."""
+    from ccab.base.errors import UserError
+    from ccab.judge.store import known_rollouts
+
+    if not rollout_id:
+        return
+    known = known_rollouts(wh)
+    if rollout_id not in known:
+        shown = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+        raise UserError(f"--rollout {rollout_id!r}: no such rollout in the warehouse (known: {shown or 'none'})")
+
+
 def run_alerts(args: argparse.Namespace) -> int:
     from urllib.parse import urlsplit
 
     from ccab.base.errors import UserError
     from ccab.base.warehouse import WarehouseError
-    from ccab.judge.alerts import notify, read_alerts
+    from ccab.judge.alerts import before_rollout, notify, read_alerts
     from ccab.pipeline import open_warehouse as warehouse
 
     if args.notify:
@@ -94,11 +110,14 @@ def run_alerts(args: argparse.Namespace) -> int:
     severity = args.severity or "acting"
     try:
         with warehouse() as wh:
+            check_rollout(wh, args.rollout)
             alerts = read_alerts(wh, rollout_id=args.rollout, severity="" if severity in ("all", "acting") else severity,
                                  kinds=args.kind)
+            early = before_rollout(wh, alerts)
     except WarehouseError as exc:
         print(f"ccab alerts: {exc}", file=sys.stderr)
         return 1
+    alerts = [a for a in alerts if a.alert_id not in early]
     hidden = 0
     if severity == "acting":  # the default: what on-call acts on; info findings counted, not listed
         hidden = sum(1 for a in alerts if a.severity not in ("page", "ticket"))
@@ -109,7 +128,10 @@ def run_alerts(args: argparse.Namespace) -> int:
         except RuntimeError as exc:
             print(f"ccab alerts: {exc}", file=sys.stderr)
             return 1
-        print(f"sent {sent} alert(s) to {args.notify}", file=sys.stderr)
+        resolved = sum(1 for a in alerts if a.status == "resolved")
+        print(f"sent {sent} alert(s) to {args.notify}"
+              + (f", {resolved} of them as resolved (already acted on or resolved: Alertmanager closes them, "
+                 f"no new page)" if resolved else ""), file=sys.stderr)
     if args.json:
         keys = ("alert_id", "ts_ms", "rollout_id", "pop", "metric", "statistic", "segment", "treatment_arm",
                 "control_arm", "direction", "estimate", "ci_low", "ci_high", "p_value", "severity", "action")
@@ -125,6 +147,9 @@ def run_alerts(args: argparse.Namespace) -> int:
             print(f"         {a.description}")
     if hidden:
         print(f"({hidden} informational finding(s) not shown: ccab alerts --severity info, or --severity all)")
+    if early:
+        print(f"({len(early)} alert(s) from windows that ended before their rollout's first assignment not shown: "
+              f"not about the rollout)")
     return 0
 
 
@@ -144,6 +169,7 @@ def run_verdicts(args: argparse.Namespace) -> int:
     from ccab.pipeline import open_warehouse as warehouse
 
     with warehouse() as wh:
+        check_rollout(wh, args.rollout)
         rows = wh.query(_LATEST_VERDICTS, params={"r": args.rollout}).dicts()
     if args.json:
         print(json.dumps(rows, indent=1))

@@ -18,6 +18,10 @@ file formats (--format auto tells them apart by the first line):
 
 A load replaces every network at once without downtime (queries running meanwhile see the old or
 the new table, never a mix). Prefixes that no network contains are 'unknown', never dropped.
+A network listed twice keeps its later row, one with host bits set (10.5.5.1/24) is loaded as its
+network (10.5.5.0/24): both are reported. /0 rows are refused (every unknown client would become
+one network). Without --force a load is refused when over 1% of the rows are bad (unparsable,
+missing columns, /0), or when the file has over 10% fewer networks than the dictionary holds.
 On a sharded warehouse (CCAB_CLICKHOUSE_SHARDS) load and rank write every shard: the same networks
 and the same fleet-wide ASN ranking on each, so the shards' asn:* segments agree.
 
@@ -30,6 +34,10 @@ examples:
 """
 
 
+MAX_BAD_SHARE_PCT = "1%%"  # networks.MAX_BAD_SHARE (argparse help: %% is %); cli imports ccab lazily
+MAX_SHRINK_PCT = "10%%"  # networks.MAX_SHRINK
+
+
 def _load(args) -> int:
     from ccab.cohorts import networks
 
@@ -40,13 +48,29 @@ def _load(args) -> int:
     if not parsed.networks:
         raise UserError(f"no usable networks in {args.file} ({parsed.skipped} rows skipped: "
                         f"{'; '.join(parsed.skipped_examples) or 'empty file'}); check --format")
+    refusal = parsed.refusal()
+    if refusal and not args.force:
+        raise UserError(f"not loaded: {args.file}: {refusal}")
+    unique = len({n.network for n in parsed.networks})
     with _every_shard() as shards:
+        before = networks.held(shards[0])
+        shrink = networks.shrink_refusal(before, unique)
+        if shrink and not args.force:
+            raise UserError(f"not loaded: {args.file}: {shrink}")
         # each shard's rollups look prefixes up in its own dictionary: every shard gets the networks
         held = [networks.load(wh, parsed.networks, str(args.file), parsed.format, parsed.skipped) for wh in shards]
         ranked = networks.rank_asns_fleet(shards, args.top) if args.top else []
     where = f" into each of {len(shards)} shards" if len(shards) > 1 else ""
-    print(f"loaded {held[0]:,} networks from {args.file} ({parsed.format}){where}; {parsed.skipped} rows skipped"
-          + (f" ({'; '.join(parsed.skipped_examples)})" if parsed.skipped else ""))
+    print(f"loaded {held[0]:,} networks from {args.file} ({parsed.format}){where} (before: {before:,}); "
+          f"{parsed.skipped} rows skipped" + (f" ({'; '.join(parsed.skipped_examples)})" if parsed.skipped else ""))
+    if parsed.duplicates:
+        print(f"warning: {parsed.duplicates:,} network(s) listed more than once, the later row kept "
+              f"({'; '.join(parsed.duplicate_examples)})")
+    if parsed.host_bits:
+        print(f"warning: {parsed.host_bits:,} network(s) with host bits set, loaded as their network "
+              f"({'; '.join(parsed.host_bits_examples)})")
+    if args.force and (refusal or shrink):
+        print(f"warning: loaded with --force: {'; '.join(r for r in (refusal, shrink) if r)}")
     if args.top:
         print(f"ranked {len(ranked)} ASN(s) by connections: {', '.join(str(a) for a, _ in ranked) or 'none (no data)'}")
     return 0
@@ -92,7 +116,15 @@ def _status(args) -> int:
 
 
 def _lookup(args) -> int:
+    import ipaddress
+
     from ccab.cohorts import networks
+
+    for p in args.prefixes:
+        try:
+            ipaddress.ip_network(p.strip(), strict=False)
+        except ValueError:
+            raise UserError(f"{p!r} is not an IP address or prefix (e.g. 100.64.3.0/24, 2001:db8:1a2b::/48)") from None
 
     with _every_shard() as shards:
         wh = shards[0]  # every shard holds the same networks
@@ -118,6 +150,9 @@ def register(sub) -> None:
                    help="access type of rows that do not say (MaxMind/IPtoASN files never do)")
     q.add_argument("--top", type=int, default=20, metavar="N",
                    help="then rank the top N ASNs by connections (0: keep the current ranking; default 20)")
+    q.add_argument("--force", action="store_true",
+                   help=f"load even when more than {MAX_BAD_SHARE_PCT} of the rows are bad, or when the file has "
+                        f"over {MAX_SHRINK_PCT} fewer networks than the dictionary holds")
     q.set_defaults(func=_load)
     q = s.add_parser("rank", help="pick the top-N ASNs by connections (their own segments)",
                      description="Rank ASNs by connections in the raw rows' newest days; the top N get "

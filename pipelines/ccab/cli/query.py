@@ -75,8 +75,15 @@ def _cmd_query(args) -> int:
     except WarehouseError as exc:
         raise UserError(user_message(exc), 1) from None
     try:
-        res = wh.query(sql)
+        # read-only unless --write: ClickHouse itself refuses every statement that writes or
+        # changes the schema (readonly = 2 still lets the client set its output settings)
+        res = wh.query(sql, settings=None if args.write else {"readonly": 2})
     except WarehouseError as exc:
+        if not args.write and "Cannot modify 'readonly' setting" in str(exc):
+            raise UserError("read-only: a statement cannot change the readonly setting; use --write", 1) from None
+        if not args.write and "(READONLY)" in str(exc):
+            raise UserError("read-only: this statement writes or changes the warehouse; ccab query runs "
+                            "read-only unless given --write", 1) from None
         raise UserError(user_message(exc), 1) from None
     finally:
         wh.close()
@@ -102,4 +109,7 @@ def register(sub) -> None:
                    help="output: an aligned table, CSV with a header row, or a JSON array of objects "
                         "(default: %(default)s)")
     p.add_argument("--max-rows", type=int, default=200, help="rows shown in table format (default: %(default)s)")
+    p.add_argument("--write", action="store_true",
+                   help="allow statements that write or change the warehouse (INSERT, ALTER, DROP, CREATE, "
+                        "TRUNCATE, OPTIMIZE...); without it ccab query is read-only (ClickHouse's readonly setting)")
     p.set_defaults(func=_cmd_query)

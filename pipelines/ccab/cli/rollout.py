@@ -120,6 +120,7 @@ def register(sub) -> None:
     a = rs.add_parser("keygen", help="write an Ed25519 key pair (seed hex + public base64)")
     a.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder for the key pair (created if missing)")
     a.add_argument("--name", default="rollout", help="file name prefix: NAME_ed25519_seed.hex / NAME_ed25519_public.b64 (default: %(default)s)")
+    a.add_argument("--force", action="store_true", help="replace an existing pair of that name (refused otherwise)")
     a.set_defaults(func=cmd_keygen)
 
     from ccab_workshop import sim_actuator
@@ -481,6 +482,11 @@ def cmd_status(args) -> int:
 def cmd_keygen(args) -> int:
     from ccab.rollout.signing import keygen
 
+    existing = [f for f in (args.out / f"{args.name}_ed25519_seed.hex", args.out / f"{args.name}_ed25519_public.b64")
+                if f.exists()]
+    if existing and not args.force:
+        return _fail(f"{existing[0]} exists: a new pair would replace the key the agents trust; "
+                     f"give another --out/--name, or --force to replace it", 2)
     priv, pub = keygen(args.out, args.name)
     print(f"private seed: {priv}\npublic key:   {pub}")
     return 0

@@ -73,17 +73,60 @@ class Network:
     access: str
 
 
+#: a file whose bad rows (unparsable, missing columns, /0) are more than this share of its rows is
+#: refused unless --force: a broken export must not replace the networks
+MAX_BAD_SHARE = 0.01
+#: a load that would leave the dictionary with fewer than (1 - this) of the networks it holds is
+#: refused unless --force: a truncated file must not empty the segments
+MAX_SHRINK = 0.10
+
+
 @dataclass
 class Parsed:
     networks: list[Network] = field(default_factory=list)
-    skipped: int = 0
+    skipped: int = 0  # rows not loaded: bad ones and iptoasn's "not routed"
     skipped_examples: list[str] = field(default_factory=list)
     format: str = ""
+    rows: int = 0  # data rows read (not the header, blank or comment lines)
+    bad: int = 0  # rows skipped because they are wrong (not iptoasn's "not routed" rows)
+    duplicates: int = 0  # networks listed again (the later row wins)
+    duplicate_examples: list[str] = field(default_factory=list)
+    host_bits: int = 0  # networks written with host bits set (10.5.5.1/24: loaded as 10.5.5.0/24)
+    host_bits_examples: list[str] = field(default_factory=list)
+    _seen: dict[str, int] = field(default_factory=dict, repr=False)
 
-    def skip(self, line_no: int, why: str) -> None:
+    def skip(self, line_no: int, why: str, *, bad: bool = True) -> None:
         self.skipped += 1
+        self.bad += bad
         if len(self.skipped_examples) < 5:
             self.skipped_examples.append(f"line {line_no}: {why}")
+
+    def add(self, line_no: int, net: Network, written: str | None = None) -> None:
+        """Keep ``net`` from line ``line_no``; ``written`` is the CIDR as the file wrote it."""
+        if written is not None and written.strip() != net.network and _has_host_bits(written):
+            self.host_bits += 1
+            if len(self.host_bits_examples) < 5:
+                self.host_bits_examples.append(f"line {line_no}: {written.strip()} read as {net.network}")
+        first = self._seen.get(net.network)
+        if first is not None:
+            self.duplicates += 1
+            if len(self.duplicate_examples) < 5:
+                self.duplicate_examples.append(f"{net.network} on lines {first} and {line_no}")
+        else:
+            self._seen[net.network] = line_no
+        self.networks.append(net)
+
+    @property
+    def bad_share(self) -> float:
+        return self.bad / self.rows if self.rows else 0.0
+
+    def refusal(self) -> str | None:
+        """Why this file must not be loaded without --force, or None."""
+        if self.bad and self.bad_share > MAX_BAD_SHARE:
+            return (f"{self.bad:,} of {self.rows:,} rows are bad ({self.bad_share:.1%}, more than "
+                    f"{MAX_BAD_SHARE:.0%}: {'; '.join(self.skipped_examples)}); fix the file or check --format, "
+                    f"or load the good rows anyway with --force")
+        return None
 
 
 def _asn(text: str) -> int:
@@ -115,7 +158,18 @@ def _access(text: str) -> str:
 
 
 def _cidr(text: str) -> str:
-    return str(ipaddress.ip_network(text.strip(), strict=False))
+    net = ipaddress.ip_network(text.strip(), strict=False)
+    if net.prefixlen == 0:
+        raise ValueError(f"{text.strip()} is every address: a /0 would make every unknown client one network")
+    return str(net)
+
+
+def _has_host_bits(text: str) -> bool:
+    try:
+        ipaddress.ip_network(text.strip(), strict=True)
+    except ValueError:
+        return True
+    return False
 
 
 def detect_format(first_line: str) -> str:
@@ -155,33 +209,45 @@ def parse(text: str, fmt: str = "auto", default_access: str = "unknown") -> Pars
         for i, line in enumerate(lines, start=1):
             if not line.strip() or line.startswith("#"):
                 continue
+            out.rows += 1
             parts = line.rstrip("\n").split("\t")
             try:
                 if len(parts) < 5:
                     raise ValueError(f"{len(parts)} fields, want 5")
                 asn = _asn(parts[2])
                 if asn == 0:
-                    out.skip(i, "not routed (ASN 0)")
+                    out.skip(i, "not routed (ASN 0)", bad=False)
                     continue
                 lo, hi = ipaddress.ip_address(parts[0].strip()), ipaddress.ip_address(parts[1].strip())
+                if lo > hi:
+                    raise ValueError(f"range start {lo} is after its end {hi}")
                 cc = _country(parts[3])
-                for net in ipaddress.summarize_address_range(lo, hi):
-                    out.networks.append(Network(str(net), asn, parts[4].strip(), cc, default_access))
+                nets = list(ipaddress.summarize_address_range(lo, hi))
+                if any(n.prefixlen == 0 for n in nets):
+                    raise ValueError(f"{lo}-{hi} is every address: a /0 would make every unknown client one network")
+                for net in nets:
+                    out.add(i, Network(str(net), asn, parts[4].strip(), cc, default_access))
             except ValueError as exc:
                 out.skip(i, str(exc))
         return out
     reader = csv.DictReader(io.StringIO(text))
-    for i, row in enumerate(reader, start=2):
+    width = len(reader.fieldnames or [])
+    for row in reader:
+        i = reader.line_num
+        out.rows += 1
         try:
+            if None in row.values() or None in row:
+                n = width - sum(v is None for v in row.values()) + len(row.get(None) or [])
+                raise ValueError(f"{n} columns, the header has {width}")
             if fmt == "maxmind-asn":
-                out.networks.append(Network(_cidr(row["network"]), _asn(row.get("autonomous_system_number", "")),
-                                            (row.get("autonomous_system_organization") or "").strip(), "",
-                                            default_access))
+                net = row["network"]
+                out.add(i, Network(_cidr(net), _asn(row.get("autonomous_system_number", "")),
+                                   (row.get("autonomous_system_organization") or "").strip(), "", default_access), net)
             else:
                 net = row.get("network") or row.get("cidr") or ""
-                out.networks.append(Network(_cidr(net), _asn(row.get("asn", "")), (row.get("as_name") or "").strip(),
-                                            _country(row.get("country", "")),
-                                            _access(row.get("access") or default_access)))
+                out.add(i, Network(_cidr(net), _asn(row.get("asn", "")), (row.get("as_name") or "").strip(),
+                                   _country(row.get("country", "")), _access(row.get("access") or default_access)),
+                        net)
         except (ValueError, TypeError, KeyError) as exc:
             out.skip(i, str(exc))
     return out
@@ -204,10 +270,23 @@ def write_csv(networks: Iterable[Network], path: Path) -> None:
             w.writerow([n.network, n.asn, n.as_name, n.country, n.access])
 
 
+def held(wh: Warehouse) -> int:
+    """How many networks are loaded now."""
+    return int(wh.query(f"SELECT count() FROM {TABLE}").scalar() or 0)
+
+
+def shrink_refusal(before: int, after: int) -> str | None:
+    """Why replacing ``before`` networks by ``after`` must not happen without --force, or None."""
+    if before and after < before * (1 - MAX_SHRINK):
+        return (f"the file has {after:,} networks and would replace {before:,} (-{1 - after / before:.1%}, more "
+                f"than {MAX_SHRINK:.0%} fewer): a truncated or wrong file? Load it anyway with --force")
+    return None
+
+
 def load(wh: Warehouse, networks: list[Network], source: str, fmt: str, skipped: int = 0) -> int:
     """Replace the networks without downtime; returns how many the dictionary now holds.
 
-    Duplicated CIDRs keep their last row (a file's later line wins)."""
+    Duplicated CIDRs keep their last row (a file's later line wins; :class:`Parsed` counts them)."""
     unique = {n.network: n for n in networks}
     wh.command("TRUNCATE TABLE prefix_networks_next")
     if unique:

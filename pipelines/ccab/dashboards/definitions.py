@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ccab.dashboards.model import (DS_REF, FORMAT_TABLE, Panel, Row, custom_variable, dashboard, datasource_variable,
-                                   query_variable, sql_in, sql_value)
+from ccab.dashboards.model import (DS_REF, FORMAT_TABLE, Panel, PromPanel, Row, custom_variable, dashboard,
+                                   datasource_variable, prometheus_variable, query_variable, sql_in, sql_value)
 
 POP = f"pop = {sql_value('pop')}"
 ROLLOUT = f"rollout_id = {sql_value('rollout')}"
@@ -212,10 +212,31 @@ FROM dead_letters FINAL
 WHERE $__timeFilter(ts)
 ORDER BY ts DESC
 LIMIT 50"""),
+        Row("Records lost on the edge (Prometheus)"),
+        PromPanel("Collector records lost, by host and reason", unit="short", w=12,
+                  expr="sum by (pop, host, reason) (increase(ccab_collector_records_dropped_total[$__rate_interval]))",
+                  legend="{{pop}} {{host}} {{reason}}",
+                  description="Records a collector lost for good, every PoP (the $prometheus datasource): spool_full, "
+                              "queue_full, rejected, encode, spool_write, and the close-time capture's close_rcvbuf "
+                              "(destroy events the kernel dropped: the receive buffer was full) and close_decode. "
+                              "Alerts: CcabCollectorRecordsDropped, CcabCollectorCloseEventsLost, CcabPopRecordsDropping.",
+                  field_config={"custom": {"drawStyle": "bars", "fillOpacity": 60, "stacking": {"mode": "normal"}}}),
+        PromPanel("Records only in memory, per collector", unit="short", w=6,
+                  expr="sum by (pop, host) (ccab_collector_queue_records + ccab_collector_inflight_records)",
+                  legend="{{pop}} {{host}}",
+                  description="Records in a collector's queue or held by its Kafka client, not yet acknowledged: "
+                              "what a crash (SIGKILL) would lose of the sampler's and the close capture's records "
+                              "(the tailer re-reads its lines). Bounded by queue.max_records + "
+                              "kafka.max_inflight_records; beyond that the sink spools to disk."),
+        PromPanel("Collectors not scraped, per PoP", unit="short", w=6,
+                  expr="count by (pop) (up{job=\"ccab-collector\"} == 0)",
+                  legend="{{pop}}",
+                  description="Collectors Prometheus cannot scrape (CcabCollectorDown after 10 min): connections "
+                              "closing on those hosts meanwhile are never seen, their samples never taken."),
     ]
     return dashboard("ccab-fleet", "ccab / Fleet",
-                     "Arms per PoP, hosts applied vs assigned, collector and loader health.",
-                     items, _variables(), time_from="now-6h")
+                     "Arms per PoP, hosts applied vs assigned, collector and loader health, records lost on the edge.",
+                     items, _variables() + [prometheus_variable()], time_from="now-6h")
 
 
 # --- Canary comparison -----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ by ClickHouse: ``sql_value("pop")`` / ``sql_in("arm", "arm")`` (see there and da
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +128,67 @@ class Panel:
         return out
 
 
+# Prometheus panels read the fleet's own metrics (ccab_collector_* ...) through the dashboard's
+# `prometheus` variable (any Prometheus datasource; no UID). Their PromQL uses no template variable:
+# nothing a dashboard viewer picks reaches it.
+PROM_PLUGIN_ID = "prometheus"
+PROM_DS_REF = {"type": PROM_PLUGIN_ID, "uid": "${prometheus}"}
+
+
+@dataclass
+class PromPanel:
+    """A time-series panel of one PromQL expression (one series per ``legend`` label set)."""
+
+    title: str
+    expr: str
+    legend: str
+    description: str = ""
+    w: int = 12
+    h: int = 8
+    unit: str | None = None
+    field_config: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if re.search(r"\$(?!__rate_interval\b)", self.expr):
+            raise ValueError(f"panel {self.title!r}: a template variable in PromQL (only $__rate_interval)")
+
+    def to_json(self, panel_id: int, x: int, y: int) -> dict[str, Any]:
+        defaults: dict[str, Any] = {"custom": {}}
+        defaults.update(self.field_config)
+        if self.unit:
+            defaults["unit"] = self.unit
+        return {
+            "id": panel_id,
+            "type": "timeseries",
+            "title": self.title,
+            "description": self.description,
+            "datasource": dict(PROM_DS_REF),
+            "gridPos": {"x": x, "y": y, "w": self.w, "h": self.h},
+            "targets": [{"refId": "A", "datasource": dict(PROM_DS_REF), "expr": self.expr.strip(),
+                         "legendFormat": self.legend, "range": True}],
+            "fieldConfig": {"defaults": defaults, "overrides": []},
+            "options": dict(self.options),
+            "transformations": [],
+        }
+
+
+def prometheus_variable() -> dict[str, Any]:
+    """The Prometheus datasource of :class:`PromPanel` panels."""
+    return {
+        "name": "prometheus",
+        "label": "Prometheus",
+        "type": "datasource",
+        "query": PROM_PLUGIN_ID,
+        "pluginId": PROM_PLUGIN_ID,
+        "refresh": 1,
+        "regex": "",
+        "hide": 0,
+        "current": {},
+        "options": [],
+    }
+
+
 @dataclass
 class Row:
     """A collapsible-free row header grouping the panels after it."""
@@ -190,10 +252,11 @@ def custom_variable(name: str, label: str, values: list[tuple[str, str]], defaul
     }
 
 
-def layout(items: list[Panel | Row]) -> tuple[list[dict[str, Any]], dict[int, Panel]]:
+def layout(items: list[Panel | PromPanel | Row]) -> tuple[list[dict[str, Any]], dict[int, Panel]]:
     """Place panels left to right in rows 24 units wide; ids are 1.. in order.
 
-    Returns the panels' JSON and panel id -> :class:`Panel` (what each query must return)."""
+    Returns the panels' JSON and panel id -> :class:`Panel` (what each SQL query must return;
+    PromPanels are not in it)."""
     panels: list[dict[str, Any]] = []
     by_id: dict[int, Panel] = {}
     x = y = 0
@@ -211,14 +274,15 @@ def layout(items: list[Panel | Row]) -> tuple[list[dict[str, Any]], dict[int, Pa
             if x + item.w > 24:
                 x, y, row_h = 0, y + row_h, 0
             panels.append(item.to_json(next_id, x, y))
-            by_id[next_id] = item
+            if isinstance(item, Panel):
+                by_id[next_id] = item
             x += item.w
             row_h = max(row_h, item.h)
         next_id += 1
     return panels, by_id
 
 
-def dashboard(uid: str, title: str, description: str, items: list[Panel | Row], variables: list[dict[str, Any]],
+def dashboard(uid: str, title: str, description: str, items: list[Panel | PromPanel | Row], variables: list[dict[str, Any]],
               *, annotations: list[dict[str, Any]] | None = None, time_from: str = "now-6h",
               tags: tuple[str, ...] = ("ccab",)) -> tuple[dict[str, Any], dict[int, Panel]]:
     builtin = {

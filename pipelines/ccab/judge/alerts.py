@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import math
 import time
@@ -24,6 +25,7 @@ from datetime import datetime, timezone
 import orjson
 from ccab.base.chtime import sql_time
 from ccab.base.vocabulary import get as get_metric
+from ccab.base.vocabulary import zero_base_text
 from ccab.base.warehouse import Warehouse
 from ccab.judge.model import HIGHER_IS_WORSE, RolloutJudgement
 
@@ -84,6 +86,12 @@ def _pct(x: float, statistic: str = "") -> str:
     return f"{100 * x:+.2f} pp" if statistic.startswith("share_above") else f"{x:+.1%}"
 
 
+def _effect(r) -> str:
+    """A result's effect: relative, or from a zero base the difference ('+2.3 ms from 0')."""
+    return zero_base_text(r.metric, r.statistic, r.estimate, r.value_treatment, r.value_control) \
+        or _pct(r.estimate, r.statistic)
+
+
 def _value(metric: str, v: float, statistic: str = "") -> str:
     if not math.isfinite(v):
         return "n/a"
@@ -111,7 +119,7 @@ def shift_direction(results, shift) -> tuple[str, str]:
     worse = [r for r in quant if r.outcome == "regression"]
 
     def names(rs):
-        return ", ".join(f"{r.statistic} {_pct(r.estimate)}" for r in rs)
+        return ", ".join(f"{r.statistic} {_effect(r)}" for r in rs)
 
     if better and not worse:
         return "improvement", f"improvement derived from the quantiles: {names(better)} better, none worse"
@@ -163,11 +171,11 @@ def build_alerts(j: RolloutJudgement, start: datetime, end: datetime, report_url
         if r.role == "guardrail":
             if r.outcome != "regression":
                 continue
-            summary = (f"{r.treatment_arm} regressed {r.metric} {r.statistic} by {_pct(r.estimate, r.statistic)} vs "
+            summary = (f"{r.treatment_arm} regressed {r.metric} {r.statistic} by {_effect(r)} vs "
                        f"{r.control_arm} on {where}")
             desc = (f"Guardrail {r.metric} {r.statistic} ({r.severity}) on {where}, window {ws}–{we} UTC: "
                     f"{r.treatment_arm} {_value(r.metric, r.value_treatment, r.statistic)} vs {r.control_arm} "
-                    f"{_value(r.metric, r.value_control, r.statistic)}, {_pct(r.estimate, r.statistic)} "
+                    f"{_value(r.metric, r.value_control, r.statistic)}, {_effect(r)} "
                     f"(interval {_pct(r.ci_low, r.statistic)} to {_pct(r.ci_high, r.statistic)}; one-sided p={r.p_value:.2g} that it is "
                     f"within the tolerated {_margin(r)}, "
                     f"α at this look {r.alpha_look:.2g}; {r.hosts_treatment} vs {r.hosts_control} hosts, "
@@ -187,11 +195,11 @@ def build_alerts(j: RolloutJudgement, start: datetime, end: datetime, report_url
         else:
             kind = "segment" if r.role == "segment" else "info"
             seg = "" if r.segment == "all" else f" in segment {r.segment}"
-            summary = (f"{r.treatment_arm} {r.outcome}: {r.metric} {r.statistic}{seg} {_pct(r.estimate, r.statistic)} vs "
+            summary = (f"{r.treatment_arm} {r.outcome}: {r.metric} {r.statistic}{seg} {_effect(r)} vs "
                        f"{r.control_arm} on {where}")
             desc = (f"Informational ({kind}) finding on {where}, window {ws}–{we} UTC: {r.metric} {r.statistic}{seg} "
                     f"{r.treatment_arm} {_value(r.metric, r.value_treatment, r.statistic)} vs {r.control_arm} "
-                    f"{_value(r.metric, r.value_control, r.statistic)}, {_pct(r.estimate, r.statistic)} (95% interval {_pct(r.ci_low, r.statistic)} to "
+                    f"{_value(r.metric, r.value_control, r.statistic)}, {_effect(r)} (95% interval {_pct(r.ci_low, r.statistic)} to "
                     f"{_pct(r.ci_high, r.statistic)}; p={r.p_value:.2g}, BH q={r.q_value:.2g}; {r.hosts_treatment} vs "
                     f"{r.hosts_control} hosts).")
             make(kind, r.metric, r.statistic, r.segment, r.treatment_arm, r.outcome, r.estimate, r.ci_low, r.ci_high,
@@ -241,6 +249,27 @@ def read_alerts(wh: Warehouse, rollout_id: str = "", severity: str = "", alert_i
         for k in ("estimate", "ci_low", "ci_high", "p_value"):
             d[k] = math.nan if d[k] is None else float(d[k])
         out.append(Alert(**d))
+    return out
+
+
+def before_rollout(wh: Warehouse, alerts: list[Alert]) -> set[str]:
+    """The ids of ``alerts`` judged on a window that ended before their rollout's first assignment
+    was issued (a ``ccab_compare`` run over pre-rollout hours): not findings about the rollout."""
+    rollouts = sorted({a.rollout_id for a in alerts})
+    if not rollouts:
+        return set()
+    started = dict(wh.query("SELECT rollout_id, min(issued_at_ms) FROM assignments WHERE has({r:Array(String)}, "
+                            "rollout_id) GROUP BY rollout_id", params={"r": rollouts}).rows)
+    out = set()
+    for a in alerts:
+        ms = started.get(a.rollout_id)
+        if ms is None:
+            continue
+        end = datetime.fromisoformat(str(a.window_end).replace(" ", "T").replace("Z", ""))
+        if end.tzinfo is None:
+            end = end.replace(tzinfo=timezone.utc)
+        if end.timestamp() * 1000 <= int(ms):
+            out.add(a.alert_id)
     return out
 
 
@@ -390,4 +419,9 @@ def notify(url: str, alerts: list[Alert], timeout_s: float = 10.0) -> int:
         raise RuntimeError(f"alert webhook {url} answered HTTP {exc.code}: {exc.read()[:200]!r}") from None
     except urllib.error.URLError as exc:
         raise RuntimeError(f"alert webhook {url} unreachable: {exc.reason}") from None
+    except (OSError, http.client.HTTPException) as exc:  # the peer dropped the connection, a timeout
+        what = {"RemoteDisconnected": "closed the connection without an answer"}.get(type(exc).__name__, "")
+        raise RuntimeError(f"alert webhook {url} {what or 'failed'}: {type(exc).__name__}"
+                           + (f": {exc}" if str(exc) and not what else "")
+                           + "; the alerts may not have been delivered") from None
     return len(alerts)

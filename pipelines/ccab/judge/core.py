@@ -31,7 +31,7 @@ from typing import Callable, Iterable
 import numpy as np
 from ccab.base.chtime import floor_hour, parse_sql_time, utc_hour
 from ccab.base.config import settings
-from ccab.base.vocabulary import NETWORK_SEGMENT_FAMILIES, RTT_CLASSES, SIZE_CLASSES
+from ccab.base.vocabulary import NETWORK_SEGMENT_FAMILIES, RTT_CLASSES, SIZE_CLASSES, effect_sign, zero_base_text
 from ccab.base.vocabulary import get as get_metric
 from ccab.base.warehouse import Warehouse
 from ccab.cohorts.summaries import rollouts_in
@@ -451,8 +451,15 @@ def _bh(family: list[Result]) -> None:
             if r.role == "shift":
                 r.outcome = "shift"
             else:
-                worse = (r.estimate > 0) == HIGHER_IS_WORSE.get(r.metric, True)
-                r.outcome = "regression" if worse else "improvement"
+                # from a zero base (control 0) the direction is the difference's: never NaN > 0
+                sign = effect_sign(r.estimate, r.value_treatment, r.value_control)
+                if sign is None:
+                    r.outcome = "inconclusive"
+                elif sign == 0:
+                    r.outcome = "no_difference"
+                else:
+                    worse = (sign > 0) == HIGHER_IS_WORSE.get(r.metric, True)
+                    r.outcome = "regression" if worse else "improvement"
         else:
             r.outcome = "no_difference"
 
@@ -585,6 +592,9 @@ def decide(pop, rollout, arm, control_arm, results: list[Result], trips: list[Br
 
 
 def _effect_text(r: Result) -> str:
+    zero = zero_base_text(r.metric, r.statistic, r.estimate, r.value_treatment, r.value_control)
+    if zero:
+        return f"{zero} on {r.control_arm} (a difference: no ratio from a zero base)"
     if not math.isfinite(r.estimate):
         return "no estimate" + (f" ({r.error})" if r.error else "")
     if r.statistic == SHARE_ABOVE:

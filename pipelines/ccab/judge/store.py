@@ -53,3 +53,15 @@ def write_judgement(wh: Warehouse, j: RolloutJudgement, report, seq: int) -> Non
               "detail": g.detail} for g in j.gates]
     if gates:
         wh.insert_raw("judge_gates", _rows(gates), settings=settings)
+
+
+def known_rollouts(wh: Warehouse) -> list[str]:
+    """Every rollout id the warehouse knows: assigned by the controller, in the rollups, judged or
+    alerted on (for ``--rollout ID`` checks: an unknown id is a typo, not "no alerts")."""
+    return [r[0] for r in wh.query("""
+        SELECT rollout_id FROM (
+            SELECT DISTINCT rollout_id FROM assignments
+            UNION ALL SELECT DISTINCT rollout_id FROM cohort_hourly
+            UNION ALL SELECT DISTINCT rollout_id FROM judge_verdicts
+            UNION ALL SELECT DISTINCT rollout_id FROM alerts)
+        WHERE rollout_id != '' GROUP BY rollout_id ORDER BY rollout_id""").rows]

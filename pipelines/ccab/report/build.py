@@ -18,6 +18,7 @@ from pathlib import Path
 from ccab.base.config import settings
 from ccab.base.contracts import rollout_id_problem
 from ccab.base.vocabulary import get as get_metric
+from ccab.base.vocabulary import zero_base_text
 from ccab.base.warehouse import Warehouse
 from ccab.judge.model import HIGHER_IS_WORSE
 from ccab.plots import data as plot_data
@@ -101,6 +102,12 @@ def fmt_value(metric: str, statistic: str, v) -> str:
     # the judge stores a ratio of sums already in the metric's unit (× ratio_scale): scale once
     x = v / m.scale
     return f"{x:,.3g} {m.unit}"
+
+
+def fmt_row_effect(r: dict) -> str:
+    """A stored result's effect: relative, or from a zero base the difference ('+2.3 ms from 0')."""
+    return zero_base_text(r["metric"], r["statistic"], r["estimate"], r["value_treatment"], r["value_control"]) \
+        or fmt_effect(r["statistic"], r["estimate"])
 
 
 def fmt_effect(statistic: str, v) -> str:
@@ -246,7 +253,7 @@ def _effect_rows(results: list[dict], with_segment: bool = False) -> tuple[list,
             row.append(r["segment"])
         row += [r["treatment_arm"], fmt_value(r["metric"], r["statistic"], r["value_control"]),
                 fmt_value(r["metric"], r["statistic"], r["value_treatment"]),
-                h.Html(f"<strong>{h.esc(fmt_effect(r['statistic'], r['estimate']))}</strong>"), ci,
+                h.Html(f"<strong>{h.esc(fmt_row_effect(r))}</strong>"), ci,
                 fmt_p(r["p_value"]), fmt_p(q) if q is not None else (f"α {fmt_p(r['alpha_look'])}" if _finite(r["alpha_look"]) else "–"),
                 fmt_margin(r) + (f" ({r['severity']})" if r["role"] == "guardrail" else ""),
                 h.badge(r["outcome"].replace("_", " "), kind),
@@ -287,7 +294,7 @@ def _pivot_table(results: list[dict], with_segment: bool = False) -> h.Html:
             kind = OUTCOME_KIND.get(r["outcome"], "neutral")
             ci = fmt_ci(r).replace("–", "")
             row += [fmt_value(metric, statistic, r["value_treatment"]),
-                    h.Cell(h.Html(f"<strong>{h.esc(fmt_effect(statistic, r['estimate']))}</strong>"
+                    h.Cell(h.Html(f"<strong>{h.esc(fmt_row_effect(r))}</strong>"
                                   f'<span class="sub">{h.esc(ci.strip())}</span>'), f"cell-{kind}"),
                     h.Html(f'{h.esc(fmt_p(r["q_value"]))}<span class="sub">p {h.esc(fmt_p(r["p_value"]))}</span>'),
                     h.Cell(h.badge(r["outcome"].replace("_", " "), kind), f"cell-{kind}")]

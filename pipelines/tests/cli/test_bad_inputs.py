@@ -100,6 +100,10 @@ CASES = [
     (["dags", "test", "ccab_compare", "--frm", "2025-11-20T00:00Z", "--to", "2025-11-20T01:00Z"], 2,
      r"did you mean --from\?"),
     (["alerts", "--severity", "pages"], 2, r"invalid choice: 'pages'"),
+    # unknown ids and bad values are errors, not "nothing found" (issue 29)
+    (["alerts", "--rollout", "nope"], 2, r"--rollout 'nope': no such rollout in the warehouse \(known: none\)"),
+    (["verdicts", "--rollout", "nope"], 2, r"--rollout 'nope': no such rollout"),
+    (["networks", "lookup", "100.64.3.0/24", "notanip"], 2, r"'notanip' is not an IP address or prefix"),
     (["plot", "cdf", "--metric", "nope", "--out", "x.png"], 2, r"invalid choice"),
     (["no-such-command"], 2, r"invalid choice: 'no-such-command'"),
 ]

@@ -90,3 +90,48 @@ def test_server_warehouse_maps_the_url_and_errors(monkeypatch):
     with pytest.raises(WarehouseError) as exc:
         wh.command("SELECT boom")
     assert exc.value.code == 60
+
+
+def test_query_is_read_only_unless_write(warehouse_env, tmp_path, capsys):
+    """Analysts cannot change the warehouse by accident (issue 29): without --write ClickHouse's
+    readonly setting refuses INSERT, DROP, ALTER, TRUNCATE..., also after a trailing `--` comment
+    (which would hide a SETTINGS clause on the same line) and when the statement tries to turn
+    readonly off itself."""
+    f = tmp_path / "x.jsonl"
+    f.write_bytes(b"\n".join(line(tcp_sample(i)) for i in range(3)))
+    assert cli.main(["load", str(f)]) == 0
+
+    def count() -> int:
+        capsys.readouterr()
+        assert cli.main(["query", "--format", "json", "SELECT count() AS n FROM tcp_samples"]) == 0
+        return json.loads(capsys.readouterr().out)[0]["n"]
+
+    assert count() == 3
+    for sql in ("DROP TABLE tcp_samples", "TRUNCATE TABLE tcp_samples", "INSERT INTO tcp_samples SELECT * FROM tcp_samples",
+                "INSERT INTO tcp_samples SELECT * FROM tcp_samples --", "ALTER TABLE tcp_samples DELETE WHERE 1",
+                "CREATE TABLE scratch (x UInt8) ENGINE = Memory"):
+        assert cli.main(["query", sql]) == 1, sql
+        err = capsys.readouterr().err
+        assert "read-only" in err and "--write" in err and err.count("\n") == 1, (sql, err)
+    assert cli.main(["query", "SELECT 1 SETTINGS readonly = 0"]) == 1
+    assert "cannot change the readonly setting; use --write" in capsys.readouterr().err
+    assert count() == 3
+    assert cli.main(["query", "--write", "INSERT INTO tcp_samples SELECT * FROM tcp_samples"]) == 0
+    assert count() == 6
+
+
+def test_a_known_rollout_without_alerts_is_not_an_error(warehouse_env, capsys):
+    from ccab.base.warehouse import connect
+
+    assert cli.main(["db", "migrate"]) == 0
+    wh = connect()
+    try:
+        wh.command("INSERT INTO assignments (rollout_id, generation, pop, host, arm, cc) VALUES ('r1', 1, 'tyo1', 'h1', 'control', 'cubic')")
+    finally:
+        wh.close()
+    capsys.readouterr()
+    assert cli.main(["alerts", "--rollout", "r1"]) == 0
+    assert capsys.readouterr().out.strip() == "no page or ticket alerts for r1"
+    assert cli.main(["verdicts", "--rollout", "r1"]) == 0
+    assert cli.main(["alerts", "--rollout", "r2"]) == 2
+    assert "(known: r1)" in capsys.readouterr().err

@@ -169,3 +169,27 @@ def test_hourly_dag_with_late_rows_then_compare_and_report(airflow, records, tmp
 def test_the_test_process_never_imports_airflow():
     """Guard for the rule above (keep it last in this file)."""
     assert "airflow" not in sys.modules
+
+
+def test_ctrl_c_stops_dags_test_at_once_with_one_line(airflow):
+    """Ctrl-C (SIGINT to the process, as a terminal sends it) during `ccab dags test`: no traceback,
+    no retry of the interrupted task, no next interval; exit 130 and one line naming the run."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "ccab.cli", "dags", "test", "ccab_cohorts_hourly", "--from",
+                             H12.isoformat(), "--to", (H12 + timedelta(hours=6)).isoformat()],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **airflow["env"]})
+    first = proc.stdout.readline()
+    assert "run 1/6" in first, first + proc.stderr.read()
+    time.sleep(0.5)  # inside dag.test of the first interval (or the next): Airflow's task runner holds it
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    out = first + out
+    assert proc.returncode == 130, (proc.returncode, out[-3000:], err[-3000:])
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err, err[-3000:]
+    assert "run 6/6" not in out, out
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[-1].startswith("ccab dags test: interrupted (Ctrl-C) during ccab_cohorts_hourly [2025-11-20 "), lines
+    assert "later runs not started" in lines[-1]

@@ -95,6 +95,9 @@ def test_dashboard_schema(name):
         cells |= mine
         if p["type"] == "row":
             continue
+        if p["datasource"]["type"] == "prometheus":  # PromPanel: test_dashboards_prometheus.py
+            assert p["datasource"]["uid"] == "${prometheus}" and variables["prometheus"]["query"] == "prometheus"
+            continue
         assert p["datasource"] == {"type": PLUGIN_ID, "uid": "${datasource}"}
         assert len(p["targets"]) == 1
         t = p["targets"][0]
@@ -104,7 +107,7 @@ def test_dashboard_schema(name):
             assert p["repeat"] in variables and variables[p["repeat"]]["multi"]
     # every variable a query uses exists and reaches SQL only in the safe form: single-value ones as
     # sql_value(v), multi-value ones as sql_values(v); nothing else with a `$` but the plugin's macros
-    sqls = [p["targets"][0]["rawSql"] for p in doc["panels"] if p["type"] != "row"]
+    sqls = [p["targets"][0]["rawSql"] for p in doc["panels"] if p["type"] != "row" and "rawSql" in p["targets"][0]]
     sqls += [v["query"]["rawSql"] for v in variables.values() if v["type"] == "query"]
     sqls += [a["target"]["rawSql"] for a in doc["annotations"]["list"] if "target" in a]
     for sql in sqls:
@@ -122,7 +125,7 @@ def test_no_hard_coded_datasource_uids():
         doc = json.loads(text) if rel.endswith(".json") else yaml.safe_load(text)
         for path, key, value in _walk(doc):
             if key == "uid" and "/datasource/" in path + "/":
-                assert value in ("${datasource}", "-- Grafana --"), f"{rel}{path}: {value}"
+                assert value in ("${datasource}", "${prometheus}", "-- Grafana --"), f"{rel}{path}: {value}"
             if key == "datasourceUid":
                 assert value in (provisioning.DS_UID, "__expr__"), f"{rel}{path}: {value}"
             if key == "uid" and rel.endswith(".yaml") and "/datasources[" in path:

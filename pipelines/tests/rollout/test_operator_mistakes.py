@@ -1,0 +1,46 @@
+"""Operators' mistakes around a rollout that must not cost anything (issue 29): keygen over an
+existing key pair, and the demo script run with a broken plan."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from ccab import cli
+from paths import REPO
+
+
+def test_keygen_refuses_to_replace_a_pair_unless_forced(tmp_path, capsys):
+    keys = tmp_path / "keys"
+    assert cli.main(["rollout", "keygen", "--out", str(keys)]) == 0
+    seed = (keys / "rollout_ed25519_seed.hex").read_text()
+    pub = (keys / "rollout_ed25519_public.b64").read_text()
+    capsys.readouterr()
+    assert cli.main(["rollout", "keygen", "--out", str(keys)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ccab rollout: ") and "rollout_ed25519_seed.hex exists" in err and "--force" in err, err
+    assert err.count("\n") == 1
+    assert (keys / "rollout_ed25519_seed.hex").read_text() == seed  # untouched
+    (keys / "rollout_ed25519_seed.hex").unlink()  # half a pair: the public key is still trusted somewhere
+    assert cli.main(["rollout", "keygen", "--out", str(keys)]) == 2
+    assert (keys / "rollout_ed25519_public.b64").read_text() == pub
+    assert cli.main(["rollout", "keygen", "--out", str(keys), "--name", "other"]) == 0
+    assert cli.main(["rollout", "keygen", "--out", str(keys), "--force"]) == 0
+    assert (keys / "rollout_ed25519_public.b64").read_text() != pub
+
+
+def test_demo_rollout_checks_the_plan_before_deleting_the_previous_rollout(tmp_path):
+    data = tmp_path / "data"
+    previous = data / "rollouts" / "tyo1-bbr-canary"
+    previous.mkdir(parents=True)
+    (previous / "audit.jsonl").write_text('{"seq": 1, "event": "started"}\n')
+    bad = tmp_path / "plan.yaml"
+    bad.write_text("rollout_id: tyo1-bbr-canary\nnonsense: [\n")
+    env = {**os.environ, "CCAB_DATA_DIR": str(data), "DEMO_ROLLOUT_PLAN": str(bad),
+           "PYTHONPATH": str(REPO / "pipelines"), "CCAB_KAFKA_BROKERS": "127.0.0.1:1"}
+    res = subprocess.run(["bash", str(REPO / "scripts" / "demo-rollout.sh")], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "does not validate" in res.stderr and "nothing was started or deleted" in res.stderr
+    assert (previous / "audit.jsonl").exists()
+    assert not (data / "kafka").exists()  # no broker was started for a plan that cannot run
