@@ -222,15 +222,23 @@ class Store:
             return
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Exclusive lock: one controller process per rollout at a time (released on exit/crash)."""
+    def locked(self, wait_s: float = 0.0) -> Iterator[None]:
+        """Exclusive lock: one controller process per rollout at a time (released on exit/crash).
+        ``wait_s``: how long to wait for a holder to finish (a person's command waits out the
+        service's tick of this rollout; the service itself never waits)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + wait_s
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise StateError(f"another controller holds {self.dir / 'lock'}") from None
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise StateError(f"another controller holds {self.dir / 'lock'}"
+                                         + (f" (waited {wait_s:.0f} s)" if wait_s else "")) from None
+                    time.sleep(0.05)
             yield
         finally:
             os.close(fd)

@@ -80,7 +80,7 @@ class ExternalTable:
 class Request:
     """One statement as the HTTP layer parsed it."""
 
-    sql: str
+    sql: str  # an insert with rows: its target, ``t [(c1, c2)] [SETTINGS ...]``
     data: bytes | memoryview | None = None  # the rows of an INSERT ... FORMAT f
     insert_format: str = ""
     database: str | None = None

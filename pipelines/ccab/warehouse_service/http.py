@@ -107,10 +107,10 @@ def parse_request(method: str, target: str, headers, body: bytes) -> Request:
     if split is not None and not bytes(split[2]).strip():  # statement in `query`, rows in the body
         target_sql, insert_format, _ = split
         data = body
-        sql = f"INSERT INTO {target_sql}"
+        sql = target_sql
     elif (split := split_insert(text)) is not None:
         target_sql, insert_format, data = split
-        sql = f"INSERT INTO {target_sql}"
+        sql = target_sql
     else:
         sql = text.decode()
     if not sql.strip():
