@@ -21,6 +21,7 @@ TO=$(date -u -d "${FROM%Z} UTC + ${HOURS} hours" +%Y-%m-%dT%H:%MZ)
 banner() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 $ccab kafka up >/dev/null
+$ccab warehouse up >/dev/null
 $ccab db migrate >/dev/null
 
 keys="$CCAB_DATA_DIR/rollout-keys"   # a demo key pair, kept across runs (never the production key)

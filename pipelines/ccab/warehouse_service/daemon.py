@@ -225,6 +225,8 @@ def serve(port: int | None = None, slots: int = engine_mod.DEFAULT_SLOTS,
     try:
         try:
             engine = engine_mod.Engine(s.warehouse_path, slots=slots, reserved=reserved)
+        except ValueError as exc:
+            raise ServiceError(str(exc)) from None
         except Exception as exc:
             raise ServiceError(f"cannot open the embedded engine at {s.warehouse_path}: {exc}") from None
         stop = stop or threading.Event()
@@ -258,9 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("action", choices=["serve"])
     ap.add_argument("--port", type=int, default=None)
     ap.add_argument("--slots", type=int, default=engine_mod.DEFAULT_SLOTS)
+    ap.add_argument("--reserved", type=int, default=engine_mod.DEFAULT_RESERVED,
+                    help="slots batch statements cannot take (bench/warehouse runs --slots 1 --reserved 0: serialized)")
     args = ap.parse_args(argv)
     try:
-        serve(args.port, args.slots)
+        serve(args.port, args.slots, args.reserved)
     except ServiceError as exc:
         print(f"ccab warehouse: error: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -18,7 +18,7 @@ PACKAGE = REPO / "pipelines" / "ccab"
 #: lowest first; a module may import its own layer and the layers below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("ccab.base",)),
-    ("engines and sources", ("ccab.ingest", "ccab.kafka", "ccab.sim", "ccab.alerting")),
+    ("engines and sources", ("ccab.ingest", "ccab.kafka", "ccab.sim", "ccab.alerting", "ccab.warehouse_service")),
     ("cohorts", ("ccab.cohorts",)),
     ("judge", ("ccab.judge",)),
     ("rollout", ("ccab.rollout",)),
