@@ -2,7 +2,8 @@
 through the warehouse service, in one run.
 
 Data: `ccab sim bench/cohorts/scenario.yaml` (~1M tcp samples over 4 hours, the cohorts bench's
-PoP) loaded into an embedded warehouse once, copied for each case.
+PoP), simulated once and loaded into a fresh embedded warehouse for each case (a chdb directory
+cannot be copied: its Atomic databases link into it by absolute path).
 
 Each case starts the warehouse service on that copy (a separate process, as deployed) and runs:
 - the breaker query alone: the controller's own code (``ccab.judge.data.retrans_by_minute`` over
@@ -77,10 +78,11 @@ def priority_wait(url: str) -> str:
     return f"{within.get('0.01', 0)}/{total} waited <= 10 ms, {within.get('0.1', 0)}/{total} <= 100 ms"
 
 
-def run_case(name: str, slots: int, reserved: int, master: Path, workdir: Path) -> dict:
+def run_case(name: str, slots: int, reserved: int, sim: Path, workdir: Path) -> dict:
     data = workdir / name
-    shutil.rmtree(data, ignore_errors=True)
-    shutil.copytree(master, data / "warehouse")
+    wh = bench_cohorts.build_warehouse(data / "warehouse", sim, 1)
+    bench_cohorts.settle_merges(wh)
+    wh.close()
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "CCAB_CLICKHOUSE_URL"}
     env.update(CCAB_DATA_DIR=str(data), CCAB_WAREHOUSE_PORT=str(port))
@@ -123,18 +125,17 @@ def run_case(name: str, slots: int, reserved: int, master: Path, workdir: Path) 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--connections", type=int, default=74_000)
+    p.add_argument("--workdir", type=Path, default=None, help="keep the simulation here and reuse it")
     args = p.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="ccab-bench-warehouse-"))
+    keep = args.workdir is not None
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ccab-bench-warehouse-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     try:
-        sim = bench_cohorts.simulate(workdir, args.connections, keep=False)
-        master = workdir / "master"
-        wh = bench_cohorts.build_warehouse(master, sim, 1)
-        samples = wh.query("SELECT count() FROM tcp_samples").scalar()
-        bench_cohorts.settle_merges(wh)
-        wh.close()
+        sim = bench_cohorts.simulate(workdir, args.connections, keep=keep)
+        samples = sum(1 for _ in open(sim / "ccab.tcp.v1.jsonl", "rb"))
         print(f"bench/warehouse: {samples:,} tcp samples; breaker query = retrans_by_minute over 12 minutes "
               f"(priority 1); hourly job = ccab cohorts run {HOURS[0]}..{HOURS[1]} in its own process")
-        results = [run_case(n, s, r, master, workdir) for n, s, r in CASES]
+        results = [run_case(n, s, r, sim, workdir) for n, s, r in CASES]
         for r in results:
             a, d = statistics.median(r["alone"]), statistics.median(r["during"])
             print(f"  {r['name']:<10} breaker alone p50 {a * 1000:7.1f} ms | during the job ({len(r['during'])} runs) "
@@ -146,7 +147,11 @@ def main() -> int:
         print(f"  load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
         return 0
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            for name, _, _ in CASES:
+                shutil.rmtree(workdir / name, ignore_errors=True)
 
 
 if __name__ == "__main__":
