@@ -59,6 +59,7 @@ bench: setup  ## run the benchmarks in bench/ (each prints a ratio against a pee
 	for b in bench/*/run.sh; do echo "== $$b"; bash $$b 2>&1 | tee -a $$out || status=1; done; \
 	$(PY) bench/table19.py $$out; rm -f $$out; exit $$status
 
-clean:  ## stop the local broker, remove the local data dir and built binaries (keeps the jar cache)
+clean:  ## stop the local broker and warehouse service, remove the local data dir and built binaries (keeps the jar cache)
 	-@[ -x .venv/bin/ccab ] && .venv/bin/ccab kafka down
+	-@[ -x .venv/bin/ccab ] && .venv/bin/ccab warehouse down
 	rm -rf .ccab bin

@@ -28,6 +28,7 @@ if ! $ccab rollout plan "$PLAN" --json >/dev/null; then
 fi
 
 $ccab kafka up >/dev/null
+$ccab warehouse up >/dev/null
 $ccab db migrate >/dev/null
 
 keys="$CCAB_DATA_DIR/rollout-keys"   # a demo key pair, kept across runs (never the production key)

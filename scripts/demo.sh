@@ -21,8 +21,9 @@ HOURS=${DEMO_HOURS:-6}
 
 banner() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-banner "Kafka broker and warehouse schema"
+banner "Kafka broker, warehouse service and schema"
 $ccab kafka up
+$ccab warehouse up   # the one owner of the embedded engine: every command below reaches it over HTTP
 $ccab db migrate
 
 banner "Simulate ${SCENARIO} (${HOURS} h): raw ss snapshots and nginx logs per host"
@@ -99,6 +100,6 @@ $ccab dashboards build
 banner "Done"
 [ -n "$report_html" ] && echo "canary report: file://$report_html"
 echo "Grafana dashboards: $PWD/dashboards/generated/*.json   provisioning: $PWD/dashboards/provisioning/ (dashboards/README.md)"
-echo "warehouse: $CCAB_DATA_DIR/warehouse   (ccab query \"SQL\"; tables: tcp_samples, http_requests, cohort_hourly, judge_results, alerts)"
+echo "warehouse: $CCAB_DATA_DIR/warehouse, served by ccab warehouse on 127.0.0.1:${CCAB_WAREHOUSE_PORT:-18123}   (ccab query \"SQL\"; tables: tcp_samples, http_requests, cohort_hourly, judge_results, alerts)"
 echo "simulation truth: $out/truth.json"
-echo "the broker keeps running: ccab kafka down stops it"
+echo "the broker and the warehouse service keep running: ccab kafka down and ccab warehouse down stop them"

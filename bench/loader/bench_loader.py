@@ -4,7 +4,10 @@ The limit: ClickHouse (the same embedded engine) ingesting the very same JSONEac
 one direct INSERT into the raw table, by its fastest path (`INSERT ... SELECT FROM file()` on a
 tmpfs file; inline data is ~2x slower in chdb) — no Kafka, no validation, no dead-letter path.
 Ours: the same records produced to a Kafka topic beforehand (not timed), then consumed by the
-loader (validation in ClickHouse, audit columns, dedup tokens, offset commits) until all are in.
+loader (validation in ClickHouse, audit columns, dedup tokens, offset commits) until all are in,
+the way it is deployed: the loader process talks to the warehouse service (another process, the
+one owner of the engine, over ClickHouse's HTTP interface: ``ServerWarehouse``). ``--in-process``:
+the loader holds the engine itself (``ChdbWarehouse``, how it ran before the service).
 Prints both rates and the ratio per round (goal, issue #19: >= 0.85 in every round) and the
 ``table19 loader`` line of ``make bench``'s issue-19 table.
 
@@ -18,16 +21,19 @@ own JSONEachRow reader, alone, on the same two sets of bytes (all good; the bad 
 a tmpfs file — the least any loader that lets the engine's reader find the unreadable rows pays
 for the bad mix. It does less than the loader (the wide integers wrap, NaN and full IPs go in).
 
-Usage: bench/loader/run.sh [N_RECORDS] [--bad-fraction 0.5]
+Usage: bench/loader/run.sh [N_RECORDS] [--bad-fraction 0.5] [--in-process]
        (default 300000 tcp_sample/1 records, ~1.2 KB each)
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +43,7 @@ from pathlib import Path
 from ccab.base import schema as migrate
 from ccab.base.config import settings
 from ccab.base.contracts import SCHEMAS
-from ccab.base.warehouse import ChdbWarehouse
+from ccab.base.warehouse import ChdbWarehouse, ServerWarehouse
 from ccab.ingest.batch import MAX_BATCH_ROWS
 from ccab.ingest.loader import Loader
 from ccab_workshop.kafka import broker
@@ -118,9 +124,48 @@ def direct_insert(data: bytes, n_lines: int, workdir: Path, into_memory: bool = 
         wh.close()
 
 
-def loader_rate(lines: list[bytes], bootstrap: str, workdir: Path, n_bad: int = 0) -> tuple[float, float, float]:
-    """Records/s through the loader, and of its timed seconds those inside ClickHouse statements
-    (the rest: Kafka messages to a batch, the byte checks, the join, the temp file, the commit)."""
+@contextlib.contextmanager
+def warehouse_service(data_dir: Path):
+    """A warehouse service process owning the engine at ``data_dir/warehouse``; yields its URL."""
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "CCAB_CLICKHOUSE_URL"}
+    env.update(CCAB_DATA_DIR=str(data_dir), CCAB_WAREHOUSE_PORT=str(port))
+    with open(data_dir / "service.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "ccab.warehouse_service", "serve", "--port", str(port)],
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=1)
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    sys.exit(f"the warehouse service exited: {(data_dir / 'service.log').read_text()[-2000:]}")
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/ccab"
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+def loader_rate(lines: list[bytes], bootstrap: str, workdir: Path, n_bad: int = 0,
+                in_process: bool = False) -> tuple[float, float, float]:
+    """Records/s through the loader, and of its timed seconds those inside warehouse statements
+    (the engine's, plus the HTTP exchange with the service; the rest: Kafka messages to a batch,
+    the byte checks, the join, the commit)."""
+    if in_process:
+        return _loader_rate(lines, bootstrap, workdir, n_bad, ChdbWarehouse(workdir / "ours"))
+    with warehouse_service(workdir / "ours-data") as url:
+        return _loader_rate(lines, bootstrap, workdir, n_bad,
+                            ServerWarehouse(url, local_path=workdir / "ours-data" / "warehouse"))
+
+
+def _loader_rate(lines: list[bytes], bootstrap: str, workdir: Path, n_bad: int, wh) -> tuple[float, float, float]:
     from confluent_kafka import Producer
 
     topic = f"bench.tcp.{uuid.uuid4().hex[:8]}"
@@ -135,26 +180,27 @@ def loader_rate(lines: list[bytes], bootstrap: str, workdir: Path, n_bad: int = 
             except BufferError:
                 p.poll(0.05)
     assert p.flush(120) == 0
-    wh = ChdbWarehouse(workdir / "ours")
     migrate.migrate(wh, log=lambda _m: None)
     loader = Loader(wh, bootstrap, {topic: SCHEMAS["tcp_sample/1"]}, group=f"bench-{topic}",
                     batch_rows=MAX_BATCH_ROWS, batch_wait_s=0.5)
     # time from the first batch to the last row, not the consumer-group join
     first_batch = {}
     orig_write = loader._write
-    # every ClickHouse statement goes through ChdbWarehouse._run: timing it splits ours (bench only)
+    # every statement goes through one of the Warehouse methods: timing them splits ours (bench only)
     in_engine = [0.0]
-    orig_run = wh._run
 
-    def timed_run(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return orig_run(*args, **kwargs)
-        finally:
-            if "t" in first_batch:
-                in_engine[0] += time.perf_counter() - start
+    def timed(orig):
+        def run(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                if "t" in first_batch:
+                    in_engine[0] += time.perf_counter() - start
+        return run
 
-    wh._run = timed_run
+    for name in ("query", "command", "insert_raw", "query_input", "command_input"):
+        setattr(wh, name, timed(getattr(wh, name)))
 
     def timed_write(msgs):
         first_batch.setdefault("t", time.perf_counter())
@@ -171,15 +217,15 @@ def loader_rate(lines: list[bytes], bootstrap: str, workdir: Path, n_bad: int = 
     return len(lines) / total, in_engine[0], total
 
 
-def bad_mix(lines: list[bytes], fraction: float, bootstrap: str, workdir: Path) -> int:
+def bad_mix(lines: list[bytes], fraction: float, bootstrap: str, workdir: Path, in_process: bool = False) -> int:
     mixed, n_bad = spoil(lines, fraction)
     print(f"bench/loader --bad-fraction {fraction}: {len(lines):,} tcp_sample/1 records, {n_bad:,} of them bad, "
           f"{ROUNDS} alternating rounds (median)")
     good_data, mixed_data = b"\n".join(lines), b"\n".join(mixed)
     good, bad, ratios, floors = [], [], [], []
     for r in range(ROUNDS):
-        good.append(loader_rate(lines, bootstrap, workdir / f"g{r}")[0])
-        bad.append(loader_rate(mixed, bootstrap, workdir / f"b{r}", n_bad)[0])
+        good.append(loader_rate(lines, bootstrap, workdir / f"g{r}", in_process=in_process)[0])
+        bad.append(loader_rate(mixed, bootstrap, workdir / f"b{r}", n_bad, in_process=in_process)[0])
         ratios.append(good[-1] / bad[-1])
         t_good, _ = direct_insert(good_data, len(lines), workdir / f"fg{r}", into_memory=True)
         t_mixed, read = direct_insert(mixed_data, len(mixed), workdir / f"fb{r}", into_memory=True, skip_errors=True)
@@ -200,6 +246,9 @@ def bad_mix(lines: list[bytes], fraction: float, bootstrap: str, workdir: Path) 
 
 def main() -> int:
     args = sys.argv[1:]
+    in_process = "--in-process" in args
+    if in_process:
+        args.remove("--in-process")
     fraction = None
     if "--bad-fraction" in args:
         i = args.index("--bad-fraction")
@@ -215,18 +264,20 @@ def main() -> int:
             bootstrap = broker.up(timeout_s=120)
         lines = records(n)
         if fraction is not None:
-            return bad_mix(lines, fraction, bootstrap, workdir)
+            return bad_mix(lines, fraction, bootstrap, workdir, in_process)
         data = b"\n".join(lines)
         print(f"bench/loader: {n:,} tcp_sample/1 records, {len(data) / 1e6:.0f} MB of JSONEachRow, "
-              f"{ROUNDS} alternating rounds (median)")
+              f"{ROUNDS} alternating rounds (median); the loader "
+              + ("holds the engine in-process (--in-process)" if in_process else
+                 "talks to the warehouse service (its own process, ClickHouse's HTTP interface)"))
         limits, ours, ratios = [], [], []
         for r in range(ROUNDS):
             limits.append(limit_rate(data, n, workdir / f"l{r}"))
-            rate, engine_s, total_s = loader_rate(lines, bootstrap, workdir / f"r{r}")
+            rate, engine_s, total_s = loader_rate(lines, bootstrap, workdir / f"r{r}", in_process=in_process)
             ours.append(rate)
             ratios.append(ours[-1] / limits[-1])
             print(f"  round {r + 1}: limit {limits[-1]:>10,.0f}/s  ours {ours[-1]:>10,.0f}/s  ratio {ratios[-1]:.2f}   "
-                  f"(ours {total_s:.2f} s: {engine_s:.2f} s in ClickHouse statements, {total_s - engine_s:.2f} s "
+                  f"(ours {total_s:.2f} s: {engine_s:.2f} s in warehouse statements, {total_s - engine_s:.2f} s "
                   f"Kafka + Python; ClickHouse's share alone would be {n / engine_s / limits[-1]:.2f} of the limit)")
         print(f"  limit  (one direct INSERT of the same bytes)  {statistics.median(limits):>12,.0f} records/s")
         print(f"  ours   (Kafka -> ccab loader -> ClickHouse)   {statistics.median(ours):>12,.0f} records/s")

@@ -34,9 +34,12 @@ from ccab.rollout.state import Store
 
 
 @contextmanager
-def open_warehouse() -> Iterator[Warehouse]:
-    """The environment's warehouse with the schema and the analysts' views in place."""
-    wh = connect()
+def open_warehouse(priority: int = 0) -> Iterator[Warehouse]:
+    """The environment's warehouse with the schema and the analysts' views in place.
+    ``priority`` 1: short statements that must not wait behind long analytical work (the
+    controller's breakers and alerts): the warehouse service admits them first, on a slot of
+    their own (:class:`ccab.base.warehouse.ServerWarehouse`)."""
+    wh = connect(priority=priority)
     try:
         schema.migrate(wh, log=lambda _m: None)
         install_views(wh)
@@ -121,7 +124,7 @@ def controller_judge(plan: Plan, run_rollups: bool = True) -> Callable[[datetime
 
 def record_action(alert_ids: list[str], action: str) -> None:
     """Record on the alerts what the controller did because of them (``halted``, ``rolled_back``)."""
-    with open_warehouse() as wh:
+    with open_warehouse(priority=1) as wh:
         set_action(wh, list(alert_ids), action)
 
 
@@ -132,7 +135,7 @@ def controller_breakers(plan: Plan) -> Callable[[datetime, datetime], list[dict]
 
     def breakers(start: datetime, end: datetime) -> list[dict]:
         trips: list[dict] = []
-        with open_warehouse() as wh:
+        with open_warehouse(priority=1) as wh:
             for pop in plan.pops:
                 minutes = retrans_by_minute(wh, pop, plan.rollout_id, start, end)
                 for arm in plan.treatment_arms:
@@ -157,7 +160,7 @@ def known_alerts(rollout_id: str) -> Callable[[list[str]], set]:
     """``known(ids) -> the ids that are alerts of rollout_id`` (the controller refuses the others)."""
 
     def known(ids: list[str]) -> set:
-        with open_warehouse() as wh:
+        with open_warehouse(priority=1) as wh:
             return {a.alert_id for a in read_alerts(wh, rollout_id=rollout_id, alert_ids=list(ids))}
 
     return known
@@ -165,7 +168,7 @@ def known_alerts(rollout_id: str) -> Callable[[list[str]], set]:
 
 def alert_payloads(ids: list[str]) -> list[dict]:
     """The stored alerts ``ids`` as Alertmanager API v2 postable alerts."""
-    with open_warehouse() as wh:
+    with open_warehouse(priority=1) as wh:
         return alertmanager_payload(read_alerts(wh, alert_ids=list(ids)))
 
 
@@ -174,7 +177,7 @@ def arm_done(rollout_id: str) -> Callable[[str, str], list[dict]]:
     the warehouse; returns them as Alertmanager alerts with ``endsAt``."""
 
     def done(arm: str, state: str) -> list[dict]:
-        with open_warehouse() as wh:
+        with open_warehouse(priority=1) as wh:
             return alertmanager_payload(resolve_arm(wh, rollout_id, arm, state))
 
     return done

@@ -22,6 +22,13 @@ Warehouse and worlds, built once per test run (session scope) and copied or only
 - ``warehouse_template``: a warehouse directory migrated once and closed; ``warehouse`` (per test)
   is a copy of it, opened (copying a closed chdb directory is ~50x cheaper than migrating one).
 - ``tiny_world``: ``ccab sim tiny --hours 2`` generated once; tests only read its files.
+
+Warehouse (docs: pipelines/ccab/warehouse_service/README.md, "Tests"):
+- ``warehouse_service`` (session): one real warehouse service for the session; ``warehouse_env``
+  (per test) points CCAB_CLICKHOUSE_URL at a fresh database on it, so CLI and pipeline tests take
+  the deployment's client path (clickhouse-connect over HTTP) without an engine start each.
+- ``local_warehouse`` (per test): a service of the test's own CCAB_DATA_DIR with
+  CCAB_CLICKHOUSE_URL unset, started like ``ccab warehouse up``.
 """
 
 from __future__ import annotations
@@ -144,12 +151,80 @@ def warehouse(tmp_path, warehouse_template):
         wh.close()
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def warehouse_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One real warehouse service (``python -m ccab.warehouse_service serve``: chdb behind
+    ClickHouse's HTTP interface) for the whole session, in its own data dir on a free port; yields
+    its base URL ``http://127.0.0.1:PORT``. Tests take a database each on it (``warehouse_env``),
+    so they share one engine start and never see each other's tables."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    data = tmp_path_factory.mktemp("warehouse-service")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "CCAB_CLICKHOUSE_URL"}
+    env.update(CCAB_DATA_DIR=str(data), CCAB_WAREHOUSE_PORT=str(port))
+    with open(data / "service.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "ccab.warehouse_service", "serve", "--port", str(port)],
+                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(url + "/ping", timeout=2).read()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"the warehouse service did not start: {(data / 'service.log').read_text()[-2000:]}")
+            time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.fixture
-def warehouse_env(tmp_path, monkeypatch):
-    """CCAB_DATA_DIR pointing at a fresh directory, for tests that go through the CLI."""
+def warehouse_env(tmp_path, monkeypatch, warehouse_service):
+    """CCAB_DATA_DIR pointing at a fresh directory and CCAB_CLICKHOUSE_URL at a fresh database of
+    the session's warehouse service, for tests that go through the CLI (the same client path as
+    a ClickHouse server and as the local service)."""
     monkeypatch.setenv("CCAB_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.delenv("CCAB_CLICKHOUSE_URL", raising=False)
+    monkeypatch.setenv("CCAB_CLICKHOUSE_URL", f"{warehouse_service}/t_{uuid.uuid4().hex[:12]}")
     return tmp_path / "data"
+
+
+@pytest.fixture
+def local_warehouse(tmp_path, monkeypatch) -> Iterator[Path]:
+    """A warehouse service of the test's own CCAB_DATA_DIR, started like ``ccab warehouse up``
+    (CCAB_CLICKHOUSE_URL unset, CCAB_WAREHOUSE_PORT a free port): the deployment's path, for tests
+    that run real services beside each other. Yields the data dir; stopped afterwards."""
+    from ccab.warehouse_service import daemon
+
+    data = tmp_path / "data"
+    monkeypatch.setenv("CCAB_DATA_DIR", str(data))
+    monkeypatch.setenv("CCAB_WAREHOUSE_PORT", str(_free_port()))
+    monkeypatch.delenv("CCAB_CLICKHOUSE_URL", raising=False)
+    daemon.up(timeout_s=120, progress=lambda _m: None)
+    try:
+        yield data
+    finally:
+        daemon.down(progress=lambda _m: None)
 
 
 @pytest.fixture(scope="session")

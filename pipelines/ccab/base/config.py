@@ -2,8 +2,10 @@
 
 One switch per engine, same code either way (Dagster-style resource selection):
 
-- ``CCAB_CLICKHOUSE_URL`` unset -> embedded chdb at ``$CCAB_DATA_DIR/warehouse``;
-  set (``http://user:pass@host:8123/ccab``) -> a ClickHouse server via clickhouse-connect.
+- ``CCAB_CLICKHOUSE_URL`` unset -> the local warehouse service (``ccab warehouse up``), which owns
+  the embedded engine (chdb) at ``$CCAB_DATA_DIR/warehouse`` and speaks ClickHouse's HTTP interface
+  on 127.0.0.1:``CCAB_WAREHOUSE_PORT``; set (``http://user:pass@host:8123/ccab``) -> that ClickHouse
+  server. Either way every process reaches it through clickhouse-connect.
 - ``CCAB_CLICKHOUSE_SHARDS`` unset -> one node (above). ``N`` (an integer >= 1) -> N shard databases
   ``<db>_shard0`` .. ``<db>_shard<N-1>`` on the one engine above (embedded or server): the layout the
   tests rehearse a cluster with. ``url0,url1,...`` -> one ClickHouse server per shard, in the
@@ -16,6 +18,7 @@ One switch per engine, same code either way (Dagster-style resource selection):
   creating an empty ``.ccab`` there): local state of the embedded engines (warehouse, broker
   data, pid files, logs).
 - ``CCAB_KAFKA_PORT`` (default 19092): port of the local broker.
+- ``CCAB_WAREHOUSE_PORT`` (default 18123): port of the local warehouse service (127.0.0.1 only).
 - ``CCAB_CACHE_DIR`` (default ``~/.cache/ccab``): downloaded Kafka jars, outside the repo.
 - ``CCAB_ALERT_WEBHOOK_URL`` (default unset): where the judge POSTs page/ticket alerts
   (Alertmanager API v2 shape, e.g. ``http://alertmanager:9093/api/v2/alerts``).
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_KAFKA_PORT = 19092
+DEFAULT_WAREHOUSE_PORT = 18123
 #: the repository checkout (sql/, dags/, dashboards/ are read from it)
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -58,6 +62,7 @@ class Settings:
     java_home: Path | None = None
     #: None (one node), an int N (N shard databases on the one engine) or one URL per shard
     clickhouse_shards: int | tuple[str, ...] | None = None
+    warehouse_port: int = DEFAULT_WAREHOUSE_PORT
 
     @property
     def shard_count(self) -> int:
@@ -69,6 +74,11 @@ class Settings:
     @property
     def embedded_clickhouse(self) -> bool:
         return not self.clickhouse_url
+
+    @property
+    def local_warehouse_url(self) -> str:
+        """The local warehouse service's URL (database ``ccab``), used when CCAB_CLICKHOUSE_URL is unset."""
+        return f"http://127.0.0.1:{self.warehouse_port}/ccab"
 
     @property
     def embedded_kafka(self) -> bool:
@@ -110,6 +120,9 @@ def settings() -> Settings:
         port = int(port_text)
     except ValueError:
         raise SystemExit(f"CCAB_KAFKA_PORT must be a port number, got {port_text!r}") from None
+    wh_port_text = env.get("CCAB_WAREHOUSE_PORT") or str(DEFAULT_WAREHOUSE_PORT)
+    if not wh_port_text.isdigit() or not 0 < int(wh_port_text) < 65536:
+        raise SystemExit(f"CCAB_WAREHOUSE_PORT must be a port number, got {wh_port_text!r}")
     cache = env.get("CCAB_CACHE_DIR") or os.path.join(
         env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ccab"
     )
@@ -128,4 +141,5 @@ def settings() -> Settings:
         lab_agent_args=tuple((env.get("CCAB_LAB_AGENT_ARGS") or "").split()),
         java_home=Path(env["JAVA_HOME"]) if env.get("JAVA_HOME") else None,
         clickhouse_shards=parse_shards(env.get("CCAB_CLICKHOUSE_SHARDS")),
+        warehouse_port=int(wh_port_text),
     )

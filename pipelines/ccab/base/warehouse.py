@@ -1,8 +1,13 @@
 """The one module that owns the ClickHouse connection.
 
-``connect()`` returns a :class:`Warehouse`: embedded chdb at ``$CCAB_DATA_DIR/warehouse`` when
-``CCAB_CLICKHOUSE_URL`` is unset, a ClickHouse server (clickhouse-connect, HTTP) when it is set.
-The same SQL runs on both; callers never know which one they have.
+``connect()`` returns a :class:`Warehouse` reached over ClickHouse's HTTP interface
+(clickhouse-connect, :class:`ServerWarehouse`): the server in ``CCAB_CLICKHOUSE_URL`` when it is
+set, else the local warehouse service (:mod:`ccab.warehouse_service`, ``ccab warehouse up``), the
+one process that owns the embedded engine (chdb) at ``$CCAB_DATA_DIR/warehouse`` — chdb allows one
+process per data directory, so the loader, the controller, the DAG tasks and every command share
+it through the service. :class:`ChdbWarehouse` (the engine in-process) is for the service itself,
+benchmarks of the engine alone and unit tests. The same SQL runs on both; callers never know
+which one they have.
 
 SQL uses unqualified table names; the connection's current database is ``ccab`` (or the
 database named in the URL path).
@@ -157,7 +162,8 @@ def _with_input(sql: str, path: str, fmt: str, structure: str) -> str:
 
 
 class ChdbWarehouse:
-    """Embedded ClickHouse (chdb) on a directory. One process at a time may hold the path."""
+    """Embedded ClickHouse (chdb) on a directory, in this process. One process at a time may hold
+    the path: everything but the warehouse service and unit tests goes through :func:`connect`."""
 
     def __init__(self, path: Path, database: str = DEFAULT_DATABASE):
         from chdb import session as chdb_session  # heavy import, only when used
@@ -254,56 +260,114 @@ class ChdbWarehouse:
             pass
 
 
-class ServerWarehouse:
-    """A ClickHouse server (or cluster entry point) over HTTP via clickhouse-connect."""
+LOCAL_DOWN = "the local warehouse is not running: start it with `ccab warehouse up`"
 
-    def __init__(self, url: str):
+
+class WarehouseUnavailable(WarehouseError):
+    """The warehouse does not answer (the local service is down, the server unreachable): one line."""
+
+
+def _local_service_problem(port: int, path: Path) -> str | None:
+    """Why the local warehouse service on 127.0.0.1:``port`` cannot serve the engine at ``path``
+    (not running, or another data directory's), or None when it can."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            served = orjson.loads(r.read()).get("path", "")
+    except (OSError, ValueError, urllib.error.URLError):
+        return f"{LOCAL_DOWN} (nothing answers on 127.0.0.1:{port}, CCAB_WAREHOUSE_PORT)"
+    if Path(served).resolve() != path.resolve():
+        return (f"the warehouse service on 127.0.0.1:{port} serves {served}, not {path} (CCAB_DATA_DIR): "
+                "start this data directory's with `ccab warehouse up` on another CCAB_WAREHOUSE_PORT")
+    return None
+
+
+_SERVER_ERROR_RE = re.compile(r"(Code: \d+\..*?)(?:\s*\(version [^)]*\))?(?:\s*\(for url [^)]*\))?\s*\Z", re.S)
+
+
+def _parse_json_compact(raw: bytes) -> QueryResult:
+    if not raw.strip():
+        return QueryResult([], [])
+    doc = orjson.loads(raw)
+    return QueryResult([m["name"] for m in doc["meta"]], [tuple(r) for r in doc["data"]],
+                       [m["type"] for m in doc["meta"]])
+
+
+class ServerWarehouse:
+    """A ClickHouse server over HTTP via clickhouse-connect: a real server (``CCAB_CLICKHOUSE_URL``)
+    or the local warehouse service (:mod:`ccab.warehouse_service`) that owns the embedded engine.
+
+    Results are read as ``JSONCompact`` and parsed like :class:`ChdbWarehouse`'s, so both give the
+    same Python values. ``local_path``: the URL is the local service, which must serve that engine
+    directory (else :class:`WarehouseUnavailable` with one line saying what to do); its requests
+    are not compressed (loopback). ``priority`` (ClickHouse's ``priority`` setting, 1 = highest):
+    the local service admits such statements before waiting batch ones, on a slot batch work
+    cannot take (the controller's breakers and looks, ``ccab query``)."""
+
+    def __init__(self, url: str, local_path: Path | None = None, priority: int = 0):
         import clickhouse_connect  # only when used
 
         parsed = urlparse(url)
         database = (parsed.path or "").strip("/") or DEFAULT_DATABASE
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", database):
+            raise WarehouseError(f"bad database name {database!r} in the warehouse URL")
+        port = parsed.port or (8443 if parsed.scheme == "https" else 8123)
+        self._local = local_path is not None
+        if local_path is not None:
+            problem = _local_service_problem(port, local_path)
+            if problem:
+                raise WarehouseUnavailable(problem)
         try:
-            bootstrap = clickhouse_connect.get_client(
-                host=parsed.hostname or "localhost",
-                port=parsed.port or (8443 if parsed.scheme == "https" else 8123),
-                username=parsed.username or "default",
-                password=parsed.password or "",
-                secure=parsed.scheme == "https",
+            client = clickhouse_connect.get_client(
+                host=parsed.hostname or "localhost", port=port,
+                username=parsed.username or "default", password=parsed.password or "",
+                secure=parsed.scheme == "https", compress=not self._local,
+                settings={"priority": priority} if priority else None,
             )
-            bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {database}")
-            bootstrap.close()
-            self._client = clickhouse_connect.get_client(
-                host=parsed.hostname or "localhost",
-                port=parsed.port or (8443 if parsed.scheme == "https" else 8123),
-                username=parsed.username or "default",
-                password=parsed.password or "",
-                secure=parsed.scheme == "https",
-                database=database,
-            )
+            client.command(f"CREATE DATABASE IF NOT EXISTS {database}")
+            client.database = database
         except Exception as exc:
-            raise WarehouseError(f"cannot reach ClickHouse at CCAB_CLICKHOUSE_URL={parsed.hostname}:{parsed.port}: {exc}") from exc
+            where = "the local warehouse service" if self._local else "ClickHouse at CCAB_CLICKHOUSE_URL="
+            raise WarehouseUnavailable(f"cannot reach {where}{parsed.hostname}:{port}: "
+                                       f"{' '.join(str(exc).split())[:300]}") from exc
+        self._client = client
         self.database = database
-        self.description = f"ClickHouse server {parsed.hostname}:{parsed.port}/{database}"
+        self.description = (f"the local warehouse service 127.0.0.1:{port} (engine {local_path})"
+                            + ("" if database == DEFAULT_DATABASE else f", database {database}")
+                            if self._local else f"ClickHouse server {parsed.hostname}:{port}/{database}")
+
+    def _error(self, exc: Exception, sql: str) -> WarehouseError:
+        """ClickHouse's own message (as the embedded engine words it: from ``Code: N.``, without the
+        driver's prefix, the server version and the URL) and code."""
+        text = str(exc)
+        m = _SERVER_ERROR_RE.search(text)
+        if m:
+            return _error_from(RuntimeError(m.group(1).strip()), sql)
+        if self._local and type(exc).__name__ == "OperationalError":
+            return WarehouseUnavailable(f"{LOCAL_DOWN} (it stopped answering: {' '.join(text.split())[:200]})")
+        return _error_from(exc, sql)
 
     def query(self, sql: str, params: dict | None = None, settings: dict | None = None) -> QueryResult:
         try:
-            r = self._client.query(sql, parameters=params, settings=settings)
+            raw = self._client.raw_query(sql.strip().rstrip(";"), parameters=params, fmt="JSONCompact",
+                                         settings={"output_format_json_quote_64bit_integers": 0, **(settings or {})})
         except Exception as exc:
-            raise _error_from(exc, sql) from exc
-        return QueryResult(list(r.column_names), [tuple(x) for x in r.result_rows],
-                           [t.name for t in r.column_types])
+            raise self._error(exc, sql) from exc
+        return _parse_json_compact(raw)
 
     def command(self, sql: str, params: dict | None = None, settings: dict | None = None) -> None:
         try:
             self._client.command(sql, parameters=params, settings=settings)
         except Exception as exc:
-            raise _error_from(exc, sql) from exc
+            raise self._error(exc, sql) from exc
 
     def insert_raw(self, table: str, data: bytes, fmt: str = "JSONEachRow", settings: dict | None = None) -> None:
         try:
             self._client.raw_insert(table, insert_block=data, settings=settings, fmt=fmt)
         except Exception as exc:
-            raise _error_from(exc, f"INSERT INTO {table}") from exc
+            raise self._error(exc, f"INSERT INTO {table}") from exc
 
     def query_input(self, sql: str, data: bytes, fmt: str, structure: str,
                     settings: dict | None = None) -> QueryResult:
@@ -311,11 +375,12 @@ class ServerWarehouse:
 
         ext = ExternalData(file_name="ccab_input", data=data, fmt=fmt, structure=structure)
         try:
-            r = self._client.query(sql.replace("{input}", "ccab_input"), settings=settings, external_data=ext)
+            raw = self._client.raw_query(sql.replace("{input}", "ccab_input").strip().rstrip(";"), fmt="JSONCompact",
+                                         settings={"output_format_json_quote_64bit_integers": 0, **(settings or {})},
+                                         external_data=ext)
         except Exception as exc:
-            raise _error_from(exc, sql) from exc
-        return QueryResult(list(r.column_names), [tuple(x) for x in r.result_rows],
-                           [t.name for t in r.column_types])
+            raise self._error(exc, sql) from exc
+        return _parse_json_compact(raw)
 
     def command_input(self, sql: str, data: bytes, fmt: str, structure: str, params: dict | None = None,
                       settings: dict | None = None) -> None:
@@ -326,18 +391,20 @@ class ServerWarehouse:
             self._client.command(sql.replace("{input}", "ccab_input"), parameters=params, settings=settings,
                                  external_data=ext)
         except Exception as exc:
-            raise _error_from(exc, sql) from exc
+            raise self._error(exc, sql) from exc
 
     def close(self) -> None:
         self._client.close()
 
 
-def connect(cfg: Settings | None = None) -> Warehouse:
-    """Open the warehouse the environment selects (see :mod:`ccab.base.config`)."""
+def connect(cfg: Settings | None = None, priority: int = 0) -> Warehouse:
+    """Open the warehouse the environment selects (see :mod:`ccab.base.config`): the server in
+    ``CCAB_CLICKHOUSE_URL``, else the local warehouse service that owns ``$CCAB_DATA_DIR/warehouse``
+    (:class:`WarehouseUnavailable` when it is not running). ``priority``: see :class:`ServerWarehouse`."""
     cfg = cfg or current_settings()
     if cfg.clickhouse_url:
-        return ServerWarehouse(cfg.clickhouse_url)
-    return ChdbWarehouse(cfg.warehouse_path)
+        return ServerWarehouse(cfg.clickhouse_url, priority=priority)
+    return ServerWarehouse(cfg.local_warehouse_url, local_path=cfg.warehouse_path, priority=priority)
 
 
 def shard_database(database: str, shard: int) -> str:
@@ -362,12 +429,17 @@ def connect_shards(cfg: Settings | None = None) -> list[Warehouse]:
             close_all(out)
             raise
         return out
-    if cfg.clickhouse_url:
-        parsed = urlparse(cfg.clickhouse_url)
-        base = (parsed.path or "").strip("/") or DEFAULT_DATABASE
-        return [ServerWarehouse(parsed._replace(path="/" + shard_database(base, k)).geturl()) for k in range(shards)]
-    root = ChdbWarehouse(cfg.warehouse_path, shard_database(DEFAULT_DATABASE, 0))
-    return [root] + [root.on_database(shard_database(DEFAULT_DATABASE, k)) for k in range(1, shards)]
+    parsed = urlparse(cfg.clickhouse_url or cfg.local_warehouse_url)
+    local = None if cfg.clickhouse_url else cfg.warehouse_path
+    base = (parsed.path or "").strip("/") or DEFAULT_DATABASE
+    out = []
+    try:
+        for k in range(shards):
+            out.append(ServerWarehouse(parsed._replace(path="/" + shard_database(base, k)).geturl(), local_path=local))
+    except WarehouseError:
+        close_all(out)
+        raise
+    return out
 
 
 def close_all(warehouses: list[Warehouse]) -> None:

@@ -22,11 +22,13 @@ from pathlib import Path
 
 from ccab import __version__
 from ccab.base.errors import UserError, fail
+from ccab.base.warehouse import WarehouseUnavailable
 
 # Modules that contribute subcommands. Imported lazily so `ccab --help` stays fast
 # and a heavy dependency of one command never slows down another.
 COMMAND_MODULES = [
     "ccab.cli.kafka",       # ccab kafka up|down|status|install
+    "ccab.cli.warehouse",   # ccab warehouse serve|up|down|status
     "ccab.cli.db",          # ccab db migrate|status|gen-landing|cluster-ddl
     "ccab.cli.load",        # ccab loader, ccab load
     "ccab.cli.query",       # ccab query
@@ -151,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except UserError as exc:
         return fail(command, str(exc), exc.exit_code)
+    except WarehouseUnavailable as exc:  # the local service is down, or the server unreachable
+        return fail(command, " ".join(str(exc).split()), 1)
     except KeyboardInterrupt:
         return 130
     except SystemExit:

@@ -11,7 +11,7 @@ from ccab.base.config import REPO_ROOT
 from ccab.base.errors import UserError
 from ccab.base.warehouse import QueryResult, WarehouseError, connect
 
-_INTERNAL = re.compile(r"\s*SETTINGS output_format_json_quote_64bit_integers\s*=\s*0\b")
+_INTERNAL = re.compile(r"\s*SETTINGS output_format_json_quote_64bit_integers\s*=\s*0\b|\s*FORMAT JSONCompact\b")
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`|--[^\n]*|/\*.*?\*/", re.S)
 
 
@@ -71,7 +71,7 @@ def _cmd_query(args) -> int:
     if args.max_rows < 0:
         raise UserError("--max-rows must be 0 or more")
     try:
-        wh = connect()
+        wh = connect(priority=1)  # a person waits: ahead of queued batch work on the local service
     except WarehouseError as exc:
         raise UserError(user_message(exc), 1) from None
     try:

@@ -11,6 +11,9 @@ from pathlib import Path
 from ccab.base.config import settings
 from ccab.base.errors import fail
 
+#: how long a person's command waits for the controller service's tick of the same rollout to end
+LOCK_WAIT_S = 30.0
+
 EPILOG = """\
 examples:
   ccab rollout keygen --out .ccab/keys                       # a signing key pair (test/dev)
@@ -339,7 +342,7 @@ def cmd_start(args) -> int:
     if ctl.key is None:
         return _fail("no signing key: --key FILE or CCAB_ROLLOUT_KEY", 2)
     ctl.take_over = list(args.take_over)
-    with ctl.store.locked():  # one controller per rollout; state read under the lock
+    with ctl.store.locked(wait_s=LOCK_WAIT_S):  # one controller per rollout; state read under the lock
         ctl.reload()
         res = ctl.start(wait_applied_s=args.wait_applied, reason=args.reason)
     _print_result(res)
@@ -360,7 +363,7 @@ def cmd_step(args) -> int:
         except ValueError as exc:
             return _fail(str(exc), 2)
     ctl = _controller(args)
-    with ctl.store.locked():
+    with ctl.store.locked(wait_s=LOCK_WAIT_S):
         ctl.reload()
         res = ctl.step(window=window, wait_applied_s=args.wait_applied)
     _print_result(res, args.json)
@@ -378,7 +381,7 @@ def cmd_manual(args) -> int:
         kwargs["alert_ids"] = args.alert
         kwargs["force"] = args.force
     if args.action not in ("halt", "rollback"):
-        with ctl.store.locked():
+        with ctl.store.locked(wait_s=LOCK_WAIT_S):
             ctl.reload()
             res = fn(**kwargs)
         _print_result(res)

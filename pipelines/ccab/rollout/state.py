@@ -231,7 +231,8 @@ class Store:
     @contextlib.contextmanager
     def locked(self, wait_s: float = 0.0) -> Iterator[None]:
         """Exclusive lock: one controller process per rollout at a time (released on exit/crash).
-        Waits up to ``wait_s`` for it, then :class:`LockBusy`."""
+        ``wait_s``: how long to wait for a holder to finish (a person's command waits out the
+        service's tick of this rollout; the service itself never waits), then :class:`LockBusy`."""
         self.dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + wait_s
@@ -242,8 +243,9 @@ class Store:
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
-                        raise LockBusy(f"another controller holds {self.dir / 'lock'}") from None
-                    time.sleep(0.2)
+                        raise LockBusy(f"another controller holds {self.dir / 'lock'}"
+                                       + (f" (waited {wait_s:.0f} s)" if wait_s else "")) from None
+                    time.sleep(0.05)
             yield
         finally:
             os.close(fd)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ccab import cli
 from ccab.base.contracts import HTTP_REQUEST, SCHEMAS, TCP_CONN, TCP_SAMPLE
-from ccab.base.warehouse import ChdbWarehouse
+from ccab.base.warehouse import connect
 from ccab.ingest.loader import Loader, load_files
 from factories import BASE_TS_MS, http_request, tcp_sample
 from hostile_cases import DATA_SCHEMAS, confusion_cases, duplicate_cases, one_of_each_class, tcp_conn
@@ -195,7 +195,7 @@ def test_hostile_records_through_both_paths_then_the_whole_analysis(tmp_path, ka
     first = tmp_path / "hostile.jsonl"
     first.write_bytes(b"".join(body + b"\n" for _, body in recs))
     assert cli.main(["load", str(first)]) == 0
-    wh = ChdbWarehouse(warehouse_env / "warehouse")
+    wh = connect()  # the warehouse `ccab load` wrote to
     try:
         by_file = _fates(wh, {i: (f"file:{first.name}", 0, i + 1) for i in order})
         # path 2: the same records shuffled, 37 per batch; path 3: a real Kafka topic. A record

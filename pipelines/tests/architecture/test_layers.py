@@ -23,7 +23,7 @@ WORKSHOP = REPO / "pipelines" / "ccab_workshop"
 #: lowest first; a module may import its own layer and the layers below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("ccab.base",)),
-    ("engines and sources", ("ccab.ingest", "ccab.kafka", "ccab.alerting")),
+    ("engines and sources", ("ccab.ingest", "ccab.kafka", "ccab.alerting", "ccab.warehouse_service")),
     ("cohorts", ("ccab.cohorts",)),
     ("judge", ("ccab.judge",)),
     ("rollout", ("ccab.rollout",)),

@@ -28,13 +28,13 @@ def _closed_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(tmp_path_factory, warehouse_service):
     """A data dir with the schema in (one for the module: the cases only read it), Kafka pointing
     at a closed port, and paths to misuse."""
     tmp_path = tmp_path_factory.mktemp("bad-inputs")
     mp = pytest.MonkeyPatch()
     mp.setenv("CCAB_DATA_DIR", str(tmp_path / "data"))
-    mp.delenv("CCAB_CLICKHOUSE_URL", raising=False)
+    mp.setenv("CCAB_CLICKHOUSE_URL", f"{warehouse_service}/t_bad_inputs")
     mp.setenv("CCAB_KAFKA_BROKERS", f"127.0.0.1:{_closed_port()}")
     assert cli.main(["db", "migrate"]) == 0
     (tmp_path / "a-file").write_text("x")
@@ -185,10 +185,10 @@ def test_every_option_has_help_text(path):
         assert not (a.choices and "" in list(a.choices)), f"ccab {' '.join(path)} {a.option_strings}: an empty choice"
 
 
-def test_a_real_process_with_kafka_down(tmp_path):
+def test_a_real_process_with_kafka_down(tmp_path, warehouse_service):
     """`ccab loader --exit-when-idle` and `ccab sim --to-kafka` used to hang (and print a
     librdkafka FAIL line per retry): now one line each, exit 1, within the check's timeout."""
-    env = {**os.environ, "CCAB_DATA_DIR": str(tmp_path / "data"),
+    env = {**os.environ, "CCAB_DATA_DIR": str(tmp_path / "data"), "CCAB_CLICKHOUSE_URL": f"{warehouse_service}/t_kafka_down",
            "CCAB_KAFKA_BROKERS": f"127.0.0.1:{_closed_port()}"}
     for argv in (["loader", "--exit-when-idle", "5", "--metrics-port", "0"],
                  ["sim", str(SCENARIOS / "tiny.yaml"), "--out", str(tmp_path / "sim"), "--to-kafka"]):

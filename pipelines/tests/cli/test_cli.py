@@ -86,7 +86,9 @@ def test_server_warehouse_maps_the_url_and_errors(monkeypatch):
     monkeypatch.setattr(clickhouse_connect, "get_client", lambda **kw: FakeClient(**kw))
     wh = ServerWarehouse("https://alice:pw@ch.example:8443/edge")
     assert wh.database == "edge"
-    assert calls[-1] == dict(host="ch.example", port=8443, username="alice", password="pw", secure=True, database="edge")
+    assert calls == [dict(host="ch.example", port=8443, username="alice", password="pw", secure=True,
+                          compress=True, settings=None)]  # one client: it creates the database, then uses it
+    assert wh._client.database == "edge"
     with pytest.raises(WarehouseError) as exc:
         wh.command("SELECT boom")
     assert exc.value.code == 60

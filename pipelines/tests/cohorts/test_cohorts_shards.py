@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from ccab import cli
-from ccab.base.warehouse import ChdbWarehouse, shard_database
+from ccab.base.warehouse import connect, shard_database
 
 SHARDS = 3
 WINDOW = ["--from", "2025-11-20T12:00Z", "--to", "2025-11-20T14:00Z"]
@@ -48,26 +48,27 @@ def test_union_of_per_shard_rollups_is_the_single_node_rollup(warehouse_env, sim
     out = capsys.readouterr().out
     assert all(f"shard {k} (" in out for k in range(SHARDS)), out
 
-    wh = ChdbWarehouse(warehouse_env / "warehouse")
+    wh = connect()  # the single node and, beside it, its shard databases
+    base = wh.database
     try:
-        dbs = [shard_database("ccab", k) for k in range(SHARDS)]
+        dbs = [shard_database(base, k) for k in range(SHARDS)]
         raw = [int(wh.query(f"SELECT count() FROM {db}.tcp_samples").scalar()) for db in dbs]
-        assert sum(raw) == int(wh.query("SELECT count() FROM ccab.tcp_samples").scalar()) and sum(r > 0 for r in raw) >= 2
+        assert sum(raw) == int(wh.query(f"SELECT count() FROM {base}.tcp_samples").scalar()) and sum(r > 0 for r in raw) >= 2
         # the case that matters: client prefixes seen by hosts on different shards
         spanning = int(wh.query(
-            "SELECT count() FROM (SELECT peer_prefix FROM merge(REGEXP('^ccab_shard[0-9]+$'), '^tcp_samples$') "
+            f"SELECT count() FROM (SELECT peer_prefix FROM merge(REGEXP('^{base}_shard[0-9]+$'), '^tcp_samples$') "
             "GROUP BY peer_prefix HAVING uniqExact(_database) > 1)").scalar())
         assert spanning > 0
         # the client-network segments are really there (not all 'unknown'), ASNs of their own included
-        segments = {r[0] for r in wh.query("SELECT DISTINCT segment FROM ccab.cohort_hourly").rows}
+        segments = {r[0] for r in wh.query(f"SELECT DISTINCT segment FROM {base}.cohort_hourly").rows}
         assert any(s.startswith("country:") and s != "country:unknown" for s in segments), segments
         assert sum(s.startswith("asn:") and s[4:].isdigit() for s in segments) == 3, segments
         for table, key in (("cohort_hourly", HOURLY_KEY), ("cohort_heatmap_hourly", HEATMAP_KEY)):
-            single = _rows(wh, "ccab", table, key)
+            single = _rows(wh, base, table, key)
             union = sorted((r for db in dbs for r in _rows(wh, db, table, key)), key=repr)
             assert len(single) > 0 and union == sorted(single, key=repr), table
         # prefix RTT classes pool the whole fleet: every shard has the single-node classes
-        single_prefixes = _rows(wh, "ccab", "cohort_prefix_hourly", PREFIX_KEY, final="")
+        single_prefixes = _rows(wh, base, "cohort_prefix_hourly", PREFIX_KEY, final="")
         for db in dbs:
             assert _rows(wh, db, "cohort_prefix_hourly", PREFIX_KEY, final="") == single_prefixes
     finally:

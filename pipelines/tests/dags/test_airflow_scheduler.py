@@ -15,13 +15,14 @@ marked ``airflow_scheduler``, which ``make test`` leaves out and ``make test-air
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from airflow_services import AirflowServices, wait_for
 from ccab import cli
 from ccab.base import schema as migrate
-from ccab.base.warehouse import ChdbWarehouse
+from ccab.base.warehouse import ServerWarehouse
 from ccab.cohorts.job import run_window
 from ccab_workshop import dags_local as airflow_local
 from ccab.ingest.loader import load_files
@@ -46,7 +47,7 @@ def dag_with_recent_start(start: datetime) -> str:
                .replace(DEPLOYED_CATCHUP, "catchup=True,"))
 
 
-def test_scheduler_runs_scheduled_hours_and_a_backfill_like_the_job_run_directly(tmp_path):
+def test_scheduler_runs_scheduled_hours_and_a_backfill_like_the_job_run_directly(tmp_path, warehouse_service):
     now_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
     first, scheduled_from = now_hour - timedelta(hours=4), now_hour - timedelta(hours=2)
 
@@ -57,19 +58,20 @@ def test_scheduler_runs_scheduled_hours_and_a_backfill_like_the_job_run_directly
     assert tcp and http
     records = tmp_path / "records.jsonl"
     records.write_text("".join(json.dumps(r) + "\n" for r in tcp + http))
+    urls = {name: f"{warehouse_service}/t_{name.replace('-', '_')}_{os.getpid()}" for name in ("airflow-data", "direct-data")}
     for name in ("airflow-data", "direct-data"):
-        wh = ChdbWarehouse(tmp_path / name / "warehouse")
+        wh = ServerWarehouse(urls[name])
         try:
             migrate.migrate(wh, log=lambda _m: None)
             assert not load_files(wh, [records]).dead
         finally:
-            wh.close()  # Airflow's tasks open it themselves (one process per data directory)
+            wh.close()
 
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / f"{DAG_ID}.py").write_text(dag_with_recent_start(scheduled_from))
     af = AirflowServices(tmp_path / "airflow-home", dags,
-                         {"CCAB_DATA_DIR": str(tmp_path / "airflow-data"), "CCAB_CLICKHOUSE_URL": ""})
+                         {"CCAB_DATA_DIR": str(tmp_path / "airflow-data"), "CCAB_CLICKHOUSE_URL": urls["airflow-data"]})
     want_scheduled = [(scheduled_from + timedelta(hours=i), scheduled_from + timedelta(hours=i + 1)) for i in range(2)]
     want_backfill = [(first + timedelta(hours=i), first + timedelta(hours=i + 1)) for i in range(2)]
     try:
@@ -101,8 +103,7 @@ def test_scheduler_runs_scheduled_hours_and_a_backfill_like_the_job_run_directly
     assert [(r.start, r.end) for r in runs if r.run_type == "scheduled"][:2] == want_scheduled
     assert all(r.state == "success" for r in runs), runs
 
-    # one embedded warehouse per process at a time: the direct job's rollups first, then Airflow's
-    direct = ChdbWarehouse(tmp_path / "direct-data" / "warehouse")
+    direct = ServerWarehouse(urls["direct-data"])
     try:
         run_window(direct, first, now_hour, lookback=False)
         want, want_heatmap = actual_rollup(direct), actual_heatmap(direct)
@@ -110,7 +111,7 @@ def test_scheduler_runs_scheduled_hours_and_a_backfill_like_the_job_run_directly
         direct.close()
     hours = [(first + timedelta(hours=i)).strftime("%Y-%m-%d %H:%M:%S") for i in range(4)]
     assert want and {k[0] for k in want} == set(hours)
-    airflowed = ChdbWarehouse(tmp_path / "airflow-data" / "warehouse")
+    airflowed = ServerWarehouse(urls["airflow-data"])
     try:
         assert_rollups_match(want, actual_rollup(airflowed))
         assert want_heatmap == actual_heatmap(airflowed)

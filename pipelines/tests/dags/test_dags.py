@@ -15,13 +15,14 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from ccab import cli
 from ccab.base import schema as migrate
-from ccab.base.warehouse import ChdbWarehouse
+from ccab.base.warehouse import ServerWarehouse
 from ccab_workshop import dags_local as airflow_local
 from ccab.ingest.loader import load_files
 from cohort_reference import (actual_heatmap, actual_rollup, assert_rollups_match, expected_heatmap,
@@ -42,12 +43,12 @@ def ccab(env: dict, *args: str, timeout: int = 600) -> list | dict:
 
 
 @pytest.fixture(scope="session")
-def airflow(tmp_path_factory) -> dict:
+def airflow(tmp_path_factory, warehouse_service) -> dict:
     """A local Airflow home prepared once (db migrate + pool) by `ccab dags list`: its
     environment (``env``) and what `ccab dags list --json` reported (``dags``)."""
     home = tmp_path_factory.mktemp("airflow-home")
     env = {**airflow_local.environment(home), "CCAB_DATA_DIR": str(tmp_path_factory.mktemp("airflow-data")),
-           "CCAB_CLICKHOUSE_URL": ""}
+           "CCAB_CLICKHOUSE_URL": f"{warehouse_service}/t_airflow_list"}
     listed = ccab(env, "dags", "list")
     assert listed["import_errors"] == {}
     return {"env": env, "dags": listed["dags"]}
@@ -114,8 +115,9 @@ def test_hourly_dag_with_late_rows_then_compare_and_report(airflow, records, tmp
     tcp, http = records
     h13_ms = int(H13.timestamp() * 1000)
     data = tmp_path / "data"
-    env = {**airflow["env"], "CCAB_DATA_DIR": str(data)}
-    wh = ChdbWarehouse(data / "warehouse")
+    url = airflow["env"]["CCAB_CLICKHOUSE_URL"].rsplit("/", 1)[0] + f"/t_{uuid.uuid4().hex[:12]}"
+    env = {**airflow["env"], "CCAB_DATA_DIR": str(data), "CCAB_CLICKHOUSE_URL": url}
+    wh = ServerWarehouse(url)
     migrate.migrate(wh, log=lambda _m: None)
     (tmp_path / "h12.jsonl").write_text("".join(json.dumps(r) + "\n" for r in tcp + http if r["ts_ms"] < h13_ms))
     (tmp_path / "h13.jsonl").write_text("".join(json.dumps(r) + "\n" for r in tcp + http if r["ts_ms"] >= h13_ms))
@@ -123,7 +125,7 @@ def test_hourly_dag_with_late_rows_then_compare_and_report(airflow, records, tmp
     wh.close()  # the tasks open the warehouse themselves
 
     assert run_dag(env, "ccab_cohorts_hourly", H12, H13) == [(H12, H13, "success")]
-    wh = ChdbWarehouse(data / "warehouse")
+    wh = ServerWarehouse(url)
     early_tcp = [r for r in tcp if r["ts_ms"] < h13_ms]
     early_http = [r for r in http if r["ts_ms"] < h13_ms]
     assert_rollups_match(expected_rollup(early_tcp, early_http), actual_rollup(wh))
@@ -138,7 +140,7 @@ def test_hourly_dag_with_late_rows_then_compare_and_report(airflow, records, tmp
         ("ccab_cohorts_hourly", "2025-11-20T14:00:00+00:00", "success"),
         ("ccab_compare", "2025-11-20T13:15:00+00:00", "success"),
         ("ccab_compare", "2025-11-20T14:15:00+00:00", "success")]
-    wh = ChdbWarehouse(data / "warehouse")
+    wh = ServerWarehouse(url)
     try:
         # 12:00 was recomputed by recompute_late_hours: connections that continued into 13:00 moved
         assert_rollups_match(expected_rollup(tcp, http), actual_rollup(wh))
@@ -151,7 +153,7 @@ def test_hourly_dag_with_late_rows_then_compare_and_report(airflow, records, tmp
     day_end = datetime(2025, 11, 21, tzinfo=timezone.utc)
     assert [r[2] for r in run_dag(env, "ccab_daily_report", day_end, day_end + timedelta(hours=1))] == ["success"]
 
-    wh = ChdbWarehouse(data / "warehouse")
+    wh = ServerWarehouse(url)
     try:
         arms = wh.query("SELECT arm, n FROM cohort_arm_summaries FINAL WHERE metric = 'rtt_us' AND segment = 'all' "
                         "AND window_end = '2025-11-20 14:00:00' ORDER BY arm").rows

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ccab import cli
 from ccab.base.contracts import HTTP_REQUEST, TCP_CONN, TCP_SAMPLE
-from ccab.base.warehouse import ChdbWarehouse
+from ccab.base.warehouse import connect
 from ccab.ingest.loader import Loader
 from factories import http_request, tcp_sample
 from hostile_cases import dump, tcp_conn
@@ -60,7 +60,7 @@ def test_a_record_is_stored_once_via_renamed_files_prefixes_duplicates_and_kafka
         for i, body in enumerate(bodies):
             producer.produce(topics[name], value=body, key=b"h%d" % (i % 5))
     assert producer.flush(60) == 0
-    wh = ChdbWarehouse(warehouse_env / "warehouse")
+    wh = connect()
     try:
         loader = Loader(wh, kafka_broker, {topics[s.name]: s for s in SCHEMAS3}, group=f"g-{topics[TCP_SAMPLE.name]}",
                         batch_rows=700, batch_wait_s=0.2)
@@ -72,7 +72,7 @@ def test_a_record_is_stored_once_via_renamed_files_prefixes_duplicates_and_kafka
     finally:
         wh.close()
     assert cli.main(["load", str(fresh)]) == 0
-    wh = ChdbWarehouse(warehouse_env / "warehouse")
+    wh = connect()
     try:
         assert _counts(wh)[TCP_SAMPLE.table] == (3001, 3001)
     finally:

@@ -13,7 +13,7 @@ import pytest
 from ccab import cli
 from ccab.base import contracts
 from ccab.base.contracts import TCP_SAMPLE, TS_MAX_AHEAD_MS, TS_MS_MIN, Schema
-from ccab.base.warehouse import ChdbWarehouse
+from ccab.base.warehouse import connect
 from ccab.ingest import batch as batch_mod
 from ccab.ingest.batch import Batch, BatchWriter
 from ccab.ingest.loader import load_files
@@ -131,7 +131,7 @@ def test_a_record_in_the_year_2200_cannot_break_networks_load(tmp_path, warehous
     nets.write_text("network,asn,as_name,country,access\n203.0.113.0/24,64500,EXAMPLE,JP,fixed\n")
     capsys.readouterr()
     assert cli.main(["networks", "load", str(nets)]) == 0, capsys.readouterr()
-    wh = ChdbWarehouse(warehouse_env / "warehouse")
+    wh = connect()
     try:
         assert wh.query("SELECT count() FROM dead_letters FINAL WHERE reason LIKE '%ts_ms%time window%'").scalar() == 1
     finally:

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 from ccab.base import schema as migrate
 from ccab.base.contracts import SCHEMAS
-from ccab.base.warehouse import ChdbWarehouse
+from ccab.base.warehouse import connect
 from ccab.ingest.loader import Loader, LoaderMetrics, parse_topics
 from factories import http_request, line, tcp_sample
 
@@ -94,17 +94,16 @@ def _spawn_loader(env, topics: str, group: str, extra=(), batch_rows: int = 2000
 
 
 @pytest.mark.slow
-def test_one_million_records_exactly_once_through_20_sigkills(kafka_broker, fresh_topic, tmp_path):
+def test_one_million_records_exactly_once_through_20_sigkills(kafka_broker, fresh_topic, tmp_path, local_warehouse):
     """The issue's acceptance test: produce 1,000,000 records while the loader is SIGKILLed at
     random moments 20 times and restarted; afterwards the tables hold exactly 1,000,000 rows."""
     http_topic = fresh_topic("x-http", partitions=6)
     tcp_topic = fresh_topic("x-tcp", partitions=6)
     n_http, n_tcp = 900_000, 100_000
-    data_dir = tmp_path / "loader-data"
-    env = dict(os.environ, CCAB_DATA_DIR=str(data_dir))
-    wh = ChdbWarehouse(data_dir / "warehouse")
+    env = dict(os.environ)  # the test's data dir, served by its warehouse service (local_warehouse)
+    wh = connect()
     migrate.migrate(wh, log=lambda _m: None)
-    wh.close()  # the loader subprocesses hold the embedded warehouse from here on
+    wh.close()
 
     http_lines = (line(http_request(i, conn_serial=i)) for i in range(n_http))
     tcp_lines = (line(tcp_sample(i)) for i in range(n_tcp))
@@ -133,7 +132,7 @@ def test_one_million_records_exactly_once_through_20_sigkills(kafka_broker, fres
     _, err = final.communicate(timeout=600)
     assert final.returncode == 0, err.decode()[-3000:]
 
-    wh = ChdbWarehouse(data_dir / "warehouse")
+    wh = connect()
     try:
         http = wh.query(f"SELECT count(), uniqExact(_partition, _offset) FROM http_requests WHERE _topic = '{http_topic}'").rows[0]
         tcp = wh.query(f"SELECT count(), uniqExact(_partition, _offset) FROM tcp_samples WHERE _topic = '{tcp_topic}'").rows[0]
@@ -145,7 +144,7 @@ def test_one_million_records_exactly_once_through_20_sigkills(kafka_broker, fres
     assert http[0] + tcp[0] == 1_000_000 and dead == 0
 
 
-def test_loader_cli_serves_prometheus_metrics(kafka_broker, fresh_topic, tmp_path):
+def test_loader_cli_serves_prometheus_metrics(kafka_broker, fresh_topic, tmp_path, local_warehouse):
     topic = fresh_topic("m", partitions=1)
     _produce(kafka_broker, topic, [line(http_request(i)) for i in range(100)])
     import socket
@@ -153,7 +152,7 @@ def test_loader_cli_serves_prometheus_metrics(kafka_broker, fresh_topic, tmp_pat
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, CCAB_DATA_DIR=str(tmp_path / "d"))
+    env = dict(os.environ)  # local_warehouse: the data dir and its warehouse service
     proc = subprocess.Popen([sys.executable, "-m", "ccab.cli", "loader", "--topics", f"{topic}=http_request/1",
                              "--group", "m", "--metrics-port", str(port)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

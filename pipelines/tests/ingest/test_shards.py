@@ -15,7 +15,7 @@ import time
 import pytest
 from ccab.base import schema as migrate
 from ccab.base.contracts import SCHEMAS
-from ccab.base.warehouse import ChdbWarehouse, close_all, shard_database
+from ccab.base.warehouse import ChdbWarehouse, close_all, connect_shards, shard_database
 from ccab.ingest.batch import Batch
 from ccab.ingest.loader import Loader, load_files
 from ccab.ingest.shards import resume_offset, split
@@ -125,17 +125,17 @@ def test_a_crash_between_shard_inserts_loses_and_doubles_nothing(kafka_broker, f
 
 
 @pytest.mark.slow
-def test_records_exactly_once_across_shards_through_sigkills(kafka_broker, fresh_topic, tmp_path):
+def test_records_exactly_once_across_shards_through_sigkills(kafka_broker, fresh_topic, tmp_path, local_warehouse,
+                                                             monkeypatch):
     """Produce 300,000 records while a loader on 3 shard databases is SIGKILLed 10 times at
     random moments (often between two shards' inserts of one batch) and restarted with other
     batch sizes; afterwards every record is on its shard exactly once."""
     http_topic = fresh_topic("s-http", partitions=4)
     tcp_topic = fresh_topic("s-tcp", partitions=4)
     n_http, n_tcp = 240_000, 60_000
-    data_dir = tmp_path / "loader-data"
-    env = dict(os.environ, CCAB_DATA_DIR=str(data_dir), CCAB_CLICKHOUSE_SHARDS=str(SHARDS))
-    env.pop("CCAB_CLICKHOUSE_URL", None)
-    close_all(open_shards(data_dir / "warehouse"))  # the loader subprocesses hold it from here on
+    monkeypatch.setenv("CCAB_CLICKHOUSE_SHARDS", str(SHARDS))
+    env = dict(os.environ)  # the test's data dir, served by its warehouse service (local_warehouse)
+    close_all(connect_shards())
 
     http_lines = (line(http_request(i, conn_serial=i, host=f"edge-{i % 64:02d}")) for i in range(n_http))
     tcp_lines = (line(tcp_sample(i, host=f"edge-{i % 64:02d}")) for i in range(n_tcp))
@@ -160,7 +160,7 @@ def test_records_exactly_once_across_shards_through_sigkills(kafka_broker, fresh
     _, err = final.communicate(timeout=600)
     assert final.returncode == 0, err.decode()[-3000:]
 
-    whs = open_shards(data_dir / "warehouse")
+    whs = connect_shards()
     try:
         http = per_shard(whs, f"SELECT count(), uniqExact(_partition, _offset) FROM http_requests WHERE _topic = '{http_topic}'")
         tcp = per_shard(whs, f"SELECT count(), uniqExact(_partition, _offset) FROM tcp_samples WHERE _topic = '{tcp_topic}'")

@@ -255,7 +255,7 @@ def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 # --- agent and controller through a broker loss ----------------------------------------------------
 
 
-def test_agent_and_controller_through_a_broker_loss(cluster, tmp_path_factory, tmp_path):
+def test_agent_and_controller_through_a_broker_loss(cluster, tmp_path_factory, tmp_path, warehouse_service):
     import yaml
     from agents import Agent, agent_args, build_agent, host_namespaces, ns_cc, stop_all
     from ccab.rollout.publish import read_topic
@@ -264,8 +264,8 @@ def test_agent_and_controller_through_a_broker_loss(cluster, tmp_path_factory, t
     a_topic = _topic(cluster, "cl-assign", 1, {"cleanup.policy": "compact"})
     s_topic = _topic(cluster, "cl-status", 3)
     env = dict(os.environ, CCAB_DATA_DIR=str(tmp_path / "data"), CCAB_KAFKA_BROKERS=cluster.bootstrap,
-               CCAB_ROLLOUT_KEY=str(VECTORS / "test_ed25519_seed.hex"))
-    env.pop("CCAB_CLICKHOUSE_URL", None)
+               CCAB_ROLLOUT_KEY=str(VECTORS / "test_ed25519_seed.hex"),
+               CCAB_CLICKHOUSE_URL=f"{warehouse_service}/t_{uuid.uuid4().hex[:12]}")
 
     def ccab(*args: str) -> str:
         p = subprocess.run([*CCAB, *args], env=env, capture_output=True, text=True, timeout=300, cwd=REPO)

@@ -100,14 +100,14 @@ FAIRNESS_20S = {
 }
 
 
-def test_fairness_cubic_vs_bbr_through_the_whole_stack(kafka_broker, tmp_path, monkeypatch):
+def test_fairness_cubic_vs_bbr_through_the_whole_stack(kafka_broker, tmp_path, monkeypatch, warehouse_service):
     _need_lab()
     from ccab_workshop.lab import report, runner
     from ccab_workshop.lab.netns import NS_PREFIX
 
     monkeypatch.setenv("CCAB_KAFKA_BROKERS", kafka_broker)  # the session's broker; start nothing
     monkeypatch.setenv("CCAB_DATA_DIR", str(tmp_path / "data"))  # own warehouse
-    monkeypatch.delenv("CCAB_CLICKHOUSE_URL", raising=False)
+    monkeypatch.setenv("CCAB_CLICKHOUSE_URL", f"{warehouse_service}/t_lab_{os.getpid()}_{id(tmp_path) % 100000}")
     exp = spec.expand(FAIRNESS_20S)
     run_dir = runner.run(exp, tmp_path / "runs", log=print)
     import json

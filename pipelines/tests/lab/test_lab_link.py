@@ -99,11 +99,11 @@ def _need_link_lab() -> None:
         pytest.skip("no /dev/net/tun")
 
 
-def test_case_through_ccab_link_has_the_physics(kafka_broker, tmp_path, monkeypatch):
+def test_case_through_ccab_link_has_the_physics(kafka_broker, tmp_path, monkeypatch, warehouse_service):
     _need_link_lab()
     monkeypatch.setenv("CCAB_KAFKA_BROKERS", kafka_broker)
     monkeypatch.setenv("CCAB_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.delenv("CCAB_CLICKHOUSE_URL", raising=False)
+    monkeypatch.setenv("CCAB_CLICKHOUSE_URL", f"{warehouse_service}/t_lab_{os.getpid()}_{id(tmp_path) % 100000}")
     exp = spec.expand({"name": "link-test", "kind": "fairness", "seed": 3, "sample_interval_ms": 500,
                        "bottleneck": {"rate_mbit": 20, "buffer_bdp": 1, "rtt_ms": 50},
                        "cases": [{"name": "cubic", "flows": [{"cc": "cubic", "start_s": 0, "duration_s": 10}]}]})

@@ -22,18 +22,29 @@ END = datetime(2025, 11, 20, 14, tzinfo=timezone.utc)
 ROLLOUT = "tst1-tiny"
 
 
+def _url(data_dir: Path) -> str:
+    """The warehouse (a database on the session's warehouse service) of a data dir of ``judged``."""
+    return (data_dir / "warehouse.url").read_text()
+
+
 @pytest.fixture(scope="module")
-def judged(tmp_path_factory, tiny_world, warehouse_template):
-    """A data dir with 2 hours of the tiny scenario loaded, rolled up and judged (one chdb path)."""
-    from ccab.base.warehouse import ChdbWarehouse
+def judged(tmp_path_factory, tiny_world, warehouse_service):
+    """A data dir with 2 hours of the tiny scenario loaded, rolled up and judged, in a database of
+    the session's warehouse service."""
+    import uuid
+
+    from ccab.base import schema as migrate
+    from ccab.base.warehouse import ServerWarehouse
     from ccab.cohorts.job import run_window
     from ccab.ingest.loader import load_files
     from ccab.judge import judge_window
 
     sim = tiny_world
     data_dir = tmp_path_factory.mktemp("report-data")
-    wh = ChdbWarehouse(warehouse_template(data_dir / "warehouse"))
+    (data_dir / "warehouse.url").write_text(f"{warehouse_service}/t_report_{uuid.uuid4().hex[:8]}")
+    wh = ServerWarehouse(_url(data_dir))
     try:
+        migrate.migrate(wh, log=lambda _m: None)
         assert not load_files(wh, [sim / "ccab.tcp.v1.jsonl", sim / "ccab.http.v1.jsonl"]).dead
         run_window(wh, START, END)
         report = judge_window(wh, START, END, report_url=f"file://{data_dir}/reports/{{rollout_id}}/index.html")
@@ -48,7 +59,7 @@ def written(judged):
     data_dir, report = judged
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CCAB_DATA_DIR", str(data_dir))
-        mp.delenv("CCAB_CLICKHOUSE_URL", raising=False)
+        mp.setenv("CCAB_CLICKHOUSE_URL", _url(data_dir))
         assert cli.main(["report", "--rollout", ROLLOUT]) == 0
         assert cli.main(["report", "--rollout", "no-such-rollout"]) == 1
     out = data_dir / "reports" / ROLLOUT
@@ -179,7 +190,7 @@ def test_window_without_a_judgement_still_shows_the_data(judged, tmp_path, capsy
     data_dir, _ = judged
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CCAB_DATA_DIR", str(data_dir))
-        mp.delenv("CCAB_CLICKHOUSE_URL", raising=False)
+        mp.setenv("CCAB_CLICKHOUSE_URL", _url(data_dir))
         assert cli.main(["report", "--rollout", ROLLOUT, "--from", "2025-11-20T12:00Z", "--to", "2025-11-20T13:00Z",
                          "--out", str(tmp_path / "r"), "--json"]) == 0
         assert cli.main(["report", "--rollout", ROLLOUT, "--from", "2025-11-20T12:30Z"]) == 2
@@ -294,11 +305,11 @@ def test_every_number_in_the_effect_tables_is_the_judges_stored_result(written, 
     as retrans_pct is a percentage once, not ×100 twice), effects, intervals with their own
     confidence level (a guardrail's one-sided test shows its 1 − 2α interval, never as "95 %"),
     p and q, outcome and host counts."""
-    from ccab.base.warehouse import ChdbWarehouse
+    from ccab.base.warehouse import ServerWarehouse
 
     out, page, report = written
     data_dir, _ = judged
-    wh = ChdbWarehouse(data_dir / "warehouse")
+    wh = ServerWarehouse(_url(data_dir))
     try:
         results = wh.query(
             """SELECT * FROM judge_results FINAL WHERE rollout_id = {r:String}
@@ -364,11 +375,11 @@ def test_every_number_in_the_effect_tables_is_the_judges_stored_result(written, 
 
 def test_every_number_in_the_host_table_is_the_rollups(written, judged):
     """Per host: connections and retransmitted % of bytes as the rollups hold them."""
-    from ccab.base.warehouse import ChdbWarehouse
+    from ccab.base.warehouse import ServerWarehouse
 
     out, page, _ = written
     data_dir, _ = judged
-    wh = ChdbWarehouse(data_dir / "warehouse")
+    wh = ServerWarehouse(_url(data_dir))
     try:
         want = {r["host"]: r for r in wh.query(
             """SELECT host, sum(n) AS connections, 100 * sum(ratio_num) / sum(ratio_den) AS retrans_pct

@@ -68,11 +68,11 @@ def plan_dict(rollout_id: str, hosts: list[str], **over) -> dict:
 
 
 @pytest.fixture
-def env(tmp_path, kafka_broker):
+def env(tmp_path, kafka_broker, warehouse_service):
     e = dict(os.environ)
     e.update(CCAB_DATA_DIR=str(tmp_path / "data"), CCAB_KAFKA_BROKERS=kafka_broker,
-             CCAB_ROLLOUT_KEY=str(VECTORS / "test_ed25519_seed.hex"))
-    e.pop("CCAB_CLICKHOUSE_URL", None)
+             CCAB_ROLLOUT_KEY=str(VECTORS / "test_ed25519_seed.hex"),
+             CCAB_CLICKHOUSE_URL=f"{warehouse_service}/t_{uuid.uuid4().hex[:12]}")  # a database of its own
     return e
 
 
