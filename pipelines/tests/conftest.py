@@ -101,7 +101,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = set(getattr(item, "fixturenames", ()))
         if "kafka_broker" in fixtures:
             item.add_marker(pytest.mark.kafka)
-        folder = Path(str(item.fspath)).resolve().relative_to(TESTS).parts[0]
+        folder = item.path.resolve().relative_to(TESTS).parts[0]
         if fixtures & SYSTEM_FIXTURES or item.get_closest_marker("kafka") or folder in SYSTEM_FOLDERS:
             item.add_marker(pytest.mark.system)
 
