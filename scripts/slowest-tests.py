@@ -1,7 +1,7 @@
 """The N slowest tests of the tiers just run (README, "Tests"): slowest-tests.py [-n N] REPORT.xml...
 
 Reads the JUnit XML each tier writes (scripts/pytest-tier.sh) and prints one line per test, slowest
-first: seconds (setup + call + teardown), the tier, the test id."""
+first: seconds (setup + call + teardown), the tier, the test (dotted module path :: name)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
             print(f"slowest-tests: no report {report} (the tier did not run)", file=sys.stderr)
             continue
         for case in ET.parse(report).getroot().iter("testcase"):
-            test = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+            test = f"{case.get('classname', '')}::{case.get('name')}"  # module path (dotted), class, test
             rows.append((float(case.get("time") or 0), report.stem, test))
     print(f"the {min(args.n, len(rows))} slowest of {len(rows)} tests:")
     for seconds, tier, test in sorted(rows, reverse=True)[:args.n]:
