@@ -160,7 +160,7 @@ def test_a_command_that_finds_it_down_says_so_in_one_line(tmp_path):
     env.update(CCAB_DATA_DIR=str(tmp_path / "data"), CCAB_WAREHOUSE_PORT=str(port))
     for args in (["query", "SELECT 1"], ["db", "migrate"], ["power", "--metric", "retrans_pct", "--statistic", "ratio", "--mde", "0.1"],
                  ["verdicts"]):
-        p = subprocess.run([*CCAB, *args], env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+        p = subprocess.run([*CCAB, *args], env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
         assert p.returncode == 1, (args, p.stdout, p.stderr)
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and "the local warehouse is not running: start it with `ccab warehouse up`" in lines[0], \
