@@ -74,7 +74,10 @@ class LoaderMetrics:
 
 def _reason_kind(reason: str) -> str:
     """Low-cardinality label for a dead-letter reason (the full reason is in the table)."""
+    if "outside the plausible time window" in reason or "out of range" in reason:
+        return "out_of_range"
     for prefix, kind in (("oversize", "oversize"), ("bad JSON", "bad_json"), ("unknown schema", "unknown_schema"),
+                         ("duplicate key", "duplicate_key"), ("refused", "refused"),
                          ("missing required field", "missing_field"), ("wrong type", "wrong_type"),
                          ("field ", "wrong_type"), ("invalid value", "invalid_value")):
         if reason.startswith(prefix):

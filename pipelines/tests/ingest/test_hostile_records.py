@@ -122,7 +122,9 @@ def test_peer_prefix_must_be_a_network_as_the_collector_writes_it(warehouse, pre
     res = BatchWriter(warehouse).write(HTTP_REQUEST, Batch("ccab.http.v1", [http], [0], [1]))
     assert (res.inserted, res.dead_total) == ((1, 0) if ok else (0, 1)), res.dead
     if not ok:
-        assert list(res.dead) == ["invalid value for field peer_prefix"]
+        [reason] = list(res.dead)  # ClickHouse's constraint, or the careful path's reading (an escape)
+        assert reason in ("invalid value for field peer_prefix",
+                          f"field peer_prefix: not a /24 or /48 network, got {prefix!r:.60}"), reason
     if prefix is not None:
         tcp = line(tcp_sample(1, peer_prefix=prefix))
         res = BatchWriter(warehouse).write(TCP_SAMPLE, Batch("ccab.tcp.v1", [tcp], [0], [1]))
