@@ -26,6 +26,10 @@ def parse_hour(text: str, name: str) -> datetime:
 
 
 def parse_window(t_from: str | None, t_to: str | None) -> tuple[datetime | None, datetime | None]:
-    """Optional ``--from``/``--to`` hours (see :func:`parse_hour`); None where not given."""
-    return (parse_hour(t_from, "--from") if t_from else None,
-            parse_hour(t_to, "--to") if t_to else None)
+    """Optional ``--from``/``--to`` hours (see :func:`parse_hour`); None where not given.
+    ValueError (a usage error: exit 2) when both are given and ``--from`` is not before ``--to``."""
+    start, end = (parse_hour(t_from, "--from") if t_from else None,
+                  parse_hour(t_to, "--to") if t_to else None)
+    if start and end and start >= end:
+        raise ValueError(f"--from must be before --to (got --from {t_from} --to {t_to})")
+    return start, end

@@ -356,8 +356,15 @@ def cmd_manual(args) -> int:
     if args.action in ("halt", "rollback"):
         kwargs["alert_ids"] = args.alert
         kwargs["force"] = args.force
+    arms = list(ctl.plan.treatment_arms)
+    if args.arm is not None and args.arm not in arms:
+        return _fail(f"--arm {args.arm!r} is not a treatment arm of {ctl.plan.rollout_id} "
+                     f"(treatment arms: {', '.join(arms)})", 2)
     with ctl.store.locked():
         ctl.reload()
+        if args.action == "halt" and args.arm is None and ctl.st.status == "paused":
+            return _fail(f"rollout {ctl.plan.rollout_id} is already paused: nothing to do (resume it with "
+                         f"ccab rollout resume {ctl.plan.rollout_id} --reason ...)", 3)
         res = fn(**kwargs)
     _print_result(res)
     return 0

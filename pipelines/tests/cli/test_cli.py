@@ -135,3 +135,8 @@ def test_a_known_rollout_without_alerts_is_not_an_error(warehouse_env, capsys):
     assert cli.main(["verdicts", "--rollout", "r1"]) == 0
     assert cli.main(["alerts", "--rollout", "r2"]) == 2
     assert "(known: r1)" in capsys.readouterr().err
+
+
+def test_dashboards_check_says_ok(capsys):
+    assert cli.main(["dashboards", "check"]) == 0
+    assert capsys.readouterr().out.startswith("ccab dashboards check: OK: ")
