@@ -1,8 +1,18 @@
-"""What several commands share: parsing of times and windows given on the command line."""
+"""What several commands share: parsing of times and windows given on the command line, and
+printing stored text safely."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(value) -> str:
+    """Stored text as a terminal may show it: control characters (NUL, newline, tab, ESC...) as
+    escapes (``\\n``, ``\\x00``), so a stored value can neither break a line nor drive the terminal."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
 
 
 def parse_time(text: str, name: str) -> datetime:
