@@ -110,6 +110,10 @@ def register(sub) -> None:
         _add_key(a), _add_kafka(a)
         a.set_defaults(func=cmd_manual, action=name)
 
+    a = rs.add_parser("list", help="every rollout of this data dir: status, stage, arms, hosts")
+    a.add_argument("--json", action="store_true", help="print the result as JSON (for scripts)")
+    a.set_defaults(func=cmd_list)
+
     a = rs.add_parser("keygen", help="write an Ed25519 key pair (seed hex + public base64)")
     a.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder for the key pair (created if missing)")
     a.add_argument("--name", default="rollout", help="file name prefix: NAME_ed25519_seed.hex / NAME_ed25519_public.b64 (default: %(default)s)")
@@ -411,6 +415,50 @@ def cmd_status(args) -> int:
         print(f"pending publish {summary['pending_intent']['id']} (reconciled on the next step)")
     for e in audit:
         print(f"  [{e['seq']}] {e['event']} ({e['actor']}): {e.get('reason', '')}")
+    return 0
+
+
+@_guard
+def cmd_list(args) -> int:
+    """Every rollout under $CCAB_DATA_DIR/rollouts, newest update first; an unreadable state is
+    listed with its error, not skipped."""
+    from datetime import datetime, timezone
+
+    from ccab.cli.common import printable
+    from ccab.rollout.state import StateError, Store, rollouts_dir
+
+    rows = []
+    base = rollouts_dir()
+    for d in sorted(base.iterdir()) if base.is_dir() else []:
+        store = Store(d)
+        if not store.exists():
+            continue
+        try:
+            st = store.load()
+        except StateError as exc:
+            rows.append({"rollout_id": d.name, "status": "unreadable", "error": str(exc)})
+            continue
+        rows.append({"rollout_id": st.rollout_id, "status": st.status, "stage": st.stage, "arms": st.arms,
+                     "hosts": len(st.hosts), "started_ms": st.started_ms, "updated_ms": st.updated_ms,
+                     "plan": st.plan_path})
+    rows.sort(key=lambda r: -(r.get("updated_ms") or 0))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    if not rows:
+        print(f"no rollouts in {base} (ccab rollout start PLAN)")
+        return 0
+
+    def when(ms):
+        return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M") if ms else "-"
+
+    for r in rows:
+        if r["status"] == "unreadable":
+            print(printable(f"{r['rollout_id']:<28} unreadable: {r['error']}"))
+            continue
+        arms = ", ".join(f"{a} {s}" for a, s in sorted(r["arms"].items()))
+        print(printable(f"{r['rollout_id']:<28} {r['status']:<12} stage {r['stage']}  {r['hosts']:>4} hosts  "
+                        f"started {when(r['started_ms'])}  updated {when(r['updated_ms'])} UTC  arms: {arms}"))
     return 0
 
 
