@@ -73,6 +73,8 @@ def register(sub) -> None:
     a.add_argument("--json", action="store_true", help="print the result as JSON (for scripts)")
     a.add_argument("--audit", type=int, default=8, metavar="N", help="last N audit entries (default: %(default)s)")
     a.add_argument("--offline", action="store_true", help="do not read agent status from Kafka")
+    a.add_argument("--watch", type=float, default=0, metavar="S", help="print the status again every S seconds "
+                                                                        "until Ctrl-C")
     _add_kafka(a)
     a.set_defaults(func=cmd_status)
 
@@ -374,8 +376,47 @@ def cmd_manual(args) -> int:
     return 0
 
 
+def _next_look(ctl) -> str:
+    """When the stage's next automatic look is due, in words."""
+    from datetime import datetime, timezone
+
+    st = ctl.st
+    if st.status != "running":
+        return f"none (the rollout is {st.status})"
+    if not st.stage_applied_ms:
+        return "after the stage's hosts have applied their assignments (min_applied), then min_duration_minutes of data"
+    try:
+        due = ctl.look_due_at()
+    except Exception as exc:  # noqa: BLE001 - a status line must not fail the status
+        return f"unknown ({type(exc).__name__}: {exc})"
+    mins = (due - ctl.clock()) / 60_000 if callable(getattr(ctl, "clock", None)) else None
+    when = datetime.fromtimestamp(due / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    if mins is None:
+        return when
+    return f"{when} (" + (f"in {mins:.0f} min" if mins > 0 else "due now: the next step or controller loop runs it") + ")"
+
+
 @_guard
 def cmd_status(args) -> int:
+    if not args.watch:
+        return _status_once(args)
+    import time
+
+    if args.watch < 1:
+        return _fail("--watch: at least 1 second", 2)
+    try:
+        while True:
+            print(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC (every {args.watch:g} s; Ctrl-C stops)")
+            code = _status_once(args)
+            if code:
+                return code
+            sys.stdout.flush()
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _status_once(args) -> int:
     from ccab.rollout.controller import Controller, load_state_plan
     from ccab.rollout.state import Store
 
@@ -385,6 +426,7 @@ def cmd_status(args) -> int:
     plan = load_state_plan(store)
     ctl = Controller(plan, store, _bus(args))
     statuses = [] if args.offline else None
+    kafka_down = False
     if not args.offline:
         from ccab.kafka.reach import KafkaUnreachable, check_reachable
 
@@ -395,7 +437,11 @@ def cmd_status(args) -> int:
             print(f"ccab rollout status: {exc}; showing the saved state only (agents' answers unknown)",
                   file=sys.stderr)
             statuses = []
+            kafka_down = True
     summary = ctl.summary(statuses)
+    if kafka_down:  # no answers read: unknown, not 0 applied
+        summary["applied"] = None
+    summary["next_look"] = _next_look(ctl)
     audit = list(store.read_audit())[-args.audit:] if args.audit else []
     if args.json:
         print(json.dumps({**summary, "audit": audit}, indent=1, default=str))
@@ -405,7 +451,9 @@ def cmd_status(args) -> int:
     print("arms: " + ", ".join(f"{a}={s}" for a, s in summary["arms"].items()))
     print("hosts per arm: " + ", ".join(f"{a}={n}" for a, n in sorted(summary["hosts_per_arm"].items())))
     if not args.offline:
-        print(f"applied: {summary['applied']}/{summary['enrolled']}")
+        print(f"applied: {summary['applied']}/{summary['enrolled']}" if summary["applied"] is not None else
+              f"applied: unknown (Kafka unreachable: the agents' answers could not be read; {summary['enrolled']} enrolled)")
+    print(f"next look: {summary['next_look']}")
     for g in summary.get("refusals") or []:
         print(f"{len(g['hosts'])} agent(s) refused: {g['reason']} — {g['cause']} "
               f"(hosts {', '.join(g['hosts'][:6])}{', ...' if len(g['hosts']) > 6 else ''}; agent said: {g['example']})")
