@@ -356,6 +356,8 @@ def cmd_step(args) -> int:
 
 @_guard
 def cmd_manual(args) -> int:
+    if not args.reason.strip():
+        return _fail(f"--reason is empty: say why you {args.action} (it goes to the audit log)", 2)
     ctl = _controller(args)
     fn = getattr(ctl, args.action)
     kwargs = {"reason": args.reason, "arm": args.arm}

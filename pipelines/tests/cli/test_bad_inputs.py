@@ -107,6 +107,7 @@ CASES = [
     (["alerts", "--rollout", "nope"], 2, r"--rollout 'nope': no such rollout in the warehouse \(known: none\)"),
     (["verdicts", "--rollout", "nope"], 2, r"--rollout 'nope': no such rollout"),
     (["networks", "lookup", "100.64.3.0/24", "notanip"], 2, r"'notanip' is not an IP address or prefix"),
+    (["rollout", "halt", "tyo1-bbr-canary", "--reason", "  "], 2, r"--reason is empty: say why you halt"),
     (["plot", "cdf", "--metric", "nope", "--out", "x.png"], 2, r"invalid choice"),
     (["no-such-command"], 2, r"invalid choice: 'no-such-command'"),
 ]
