@@ -190,8 +190,16 @@ def _print_summary(report, compared, rows: list[dict]) -> None:
     def f(v, fmt, scale=1.0):
         return "–" if v is None or v != v else format(v / scale, fmt)
 
+    from rich.markup import escape
+
+    from ccab.cli.common import printable
+
+    def text(v) -> str:  # a stored value: no control characters, no rich markup
+        return escape(printable(v))
+
     for r in rows:
-        t.add_row(f"{r['pop']}/{r['rollout_id']}", r["arm"], r["cc"], str(r["hosts"]), f"{r['connections']:,}",
+        t.add_row(text(f"{r['pop']}/{r['rollout_id']}"), text(r["arm"]), text(r["cc"]), str(r["hosts"]),
+                  f"{r['connections']:,}",
                   f(r["retrans_pct_p50"], ".2f"), f(r["retrans_above_50pct_share"], ".2%"),
                   f(r["inflight_bytes_busy_sample_p50"], ",.1f", 1024), f(r["rtt_us_p50"], ".1f", 1000),
                   f(r["goodput_bps_p50"], ".1f", 1e6), f(r["rwnd_limited_pct_ratio"], ".2f"))

@@ -19,6 +19,8 @@ def _cmd_check(args) -> int:
     for path in bad:
         print(f"ccab dashboards check: {path} is not what the code generates (run `ccab dashboards build`)",
               file=sys.stderr)
+    if not bad:
+        print(f"ccab dashboards check: OK: {args.out} and {args.provisioning} are what the code generates")
     return 1 if bad else 0
 
 

@@ -141,10 +141,12 @@ def run_alerts(args: argparse.Namespace) -> int:
     if not alerts:
         print(("no page or ticket alerts" if severity == "acting" else "no alerts")
               + (f" for {args.rollout}" if args.rollout else ""))
+    from ccab.cli.common import printable
+
     for a in alerts:
-        print(f"[{a.severity:6s}] {a.summary}  (action: {a.action}; id {a.alert_id})")
+        print(f"[{a.severity:6s}] {printable(a.summary)}  (action: {a.action}; id {a.alert_id})")
         if a.severity != "info":
-            print(f"         {a.description}")
+            print(f"         {printable(a.description)}")
     if hidden:
         print(f"({hidden} informational finding(s) not shown: ccab alerts --severity info, or --severity all)")
     if early:
@@ -177,27 +179,32 @@ def run_verdicts(args: argparse.Namespace) -> int:
     if not rows:
         print("no verdicts yet (run ccab analyze, or the ccab_compare DAG)")
         return 0
+    from ccab.cli.common import printable
+
     for r in rows:
-        print(f"{r['pop']}/{r['rollout_id']} {r['treatment_arm']} vs {r['control_arm']}: {r['decision'].upper()}  "
-              f"(window {r['window_start']}–{r['window_end']} UTC, look {r['look']}/{r['looks_planned']})")
+        print(printable(f"{r['pop']}/{r['rollout_id']} {r['treatment_arm']} vs {r['control_arm']}: "
+                        f"{r['decision'].upper()}  (window {r['window_start']}–{r['window_end']} UTC, "
+                        f"look {r['look']}/{r['looks_planned']})"))
         for reason in r["reasons"]:
-            print(f"    - {reason}")
+            print(f"    - {printable(reason)}")
     return 0
 
 
 def print_verdicts(report) -> None:
-    """The judge's verdict per arm and its page/ticket alerts, as on-call reads them."""
+    """The judge's verdict per arm and its page/ticket alerts, as on-call reads them (stored values
+    printed without their control characters)."""
+    from ccab.cli.common import printable as p
     print(f"\njudge, window {report.window_start:%Y-%m-%d %H:%M}–{report.window_end:%Y-%m-%d %H:%M} UTC, "
           f"look {report.look}/{report.looks_planned}:")
     if not report.rollouts:
         print("  nothing to judge (no rollout in this window)")
     for j in report.rollouts:
         if j.error:
-            print(f"  {j.pop}/{j.rollout_id}: {j.error}")
+            print(p(f"  {j.pop}/{j.rollout_id}: {j.error}"))
         for v in j.verdicts:
-            print(f"  {j.pop}/{j.rollout_id} {v.treatment_arm} vs {v.control_arm}: {v.decision.upper()}")
+            print(p(f"  {j.pop}/{j.rollout_id} {v.treatment_arm} vs {v.control_arm}: {v.decision.upper()}"))
             for reason in v.reasons:
-                print(f"    - {reason}")
+                print(f"    - {p(reason)}")
         skipped = [g for g in j.gates if g.status == "skipped"]
         for g in skipped:
             print(f"    (gate {g.gate} skipped: {g.detail})")
@@ -205,7 +212,7 @@ def print_verdicts(report) -> None:
     infos = len(report.alerts) - len(alerts)
     print(f"alerts: {len(alerts)} page/ticket, {infos} info (ccab alerts --severity all for all)")
     for a in alerts:
-        print(f"  [{a.severity}] {a.summary}")
+        print(f"  [{a.severity}] {p(a.summary)}")
 
 
 def run_power(args: argparse.Namespace) -> int:

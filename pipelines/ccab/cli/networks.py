@@ -111,7 +111,32 @@ def _status(args) -> int:
 
     with _every_shard() as shards:
         st = networks.status(shards[0], args.hours)  # same networks everywhere; prefix classes pool the fleet
-    print(json.dumps(st, indent=1, default=str))
+    if args.json:
+        print(json.dumps(st, indent=1, default=str))
+        return 0
+    d = st["dictionary"]
+    if d:
+        print(f"dictionary: {d['status']}, {int(d['networks']):,} networks, updated {d['updated']}"
+              + (f", error: {d['error']}" if d["error"] else ""))
+    else:
+        print("dictionary: missing (run ccab db migrate)")
+    last = st["last_load"]
+    if last:
+        print(f"last load:  {last['loaded_at']} UTC from {last['source']} ({last['format']}): "
+              f"{int(last['networks']):,} networks ({int(last['ipv4']):,} IPv4, {int(last['ipv6']):,} IPv6), "
+              f"{int(last['skipped']):,} rows skipped")
+    else:
+        print("last load:  none (ccab networks load FILE)")
+    seen = st["recent_prefixes_by_access"]
+    if seen:
+        total = sum(v["prefixes"] for v in seen.values()) or 1
+        print(f"client prefixes in the rollups' newest {args.hours} h, by access type:")
+        for access, v in sorted(seen.items(), key=lambda kv: -kv[1]["prefixes"]):
+            print(f"  {access:<10} {v['prefixes']:>9,} prefixes ({v['prefixes'] / total:6.1%})  {v['samples']:>12,} samples")
+    else:
+        print(f"client prefixes: none in the rollups' newest {args.hours} h")
+    ranked = st["ranked_asns"]
+    print(f"ranked ASNs (own segments): {', '.join(f'AS{a}' for a in ranked) if ranked else 'none (ccab networks rank)'}")
     return 0
 
 
@@ -164,6 +189,7 @@ def register(sub) -> None:
                      description="The dictionary's state, the last load, and recent client prefixes by "
                                  "access type ('unknown': no network contains them).")
     q.add_argument("--hours", type=int, default=24, help="recent prefixes: the rollups' newest N hours (default 24)")
+    q.add_argument("--json", action="store_true", help="print the status as JSON (for scripts)")
     q.set_defaults(func=_status)
     q = s.add_parser("lookup", help="look prefixes up", description="Print each prefix's access type, "
                      "country, ASN and AS name as the rollups see them.")

@@ -92,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
                 if span is None:
                     return _fail("the cohort rollups are empty: run `ccab analyze --from ISO --to ISO` first", 1)
                 t_from, t_to = t_from or span[0], t_to or span[1]
+                if t_from >= t_to:
+                    return _fail(f"--from must be before --to (the window is {t_from:%Y-%m-%dT%H:%MZ} .. "
+                                 f"{t_to:%Y-%m-%dT%H:%MZ}: the other end is the rollups' own)")
             sel = data.Selection(t_from, t_to, args.pop, args.rollout, args.segment)
             arms = _arms(wh, args) if (args.arm or args.kernel) else None
             if args.plot_kind == "heatmap":

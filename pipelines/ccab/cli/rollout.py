@@ -79,6 +79,8 @@ def register(sub) -> None:
     a.add_argument("--json", action="store_true", help="print the result as JSON (for scripts)")
     a.add_argument("--audit", type=int, default=8, metavar="N", help="last N audit entries (default: %(default)s)")
     a.add_argument("--offline", action="store_true", help="do not read agent status from Kafka")
+    a.add_argument("--watch", type=float, default=0, metavar="S", help="print the status again every S seconds "
+                                                                        "until Ctrl-C")
     _add_kafka(a)
     a.set_defaults(func=cmd_status)
 
@@ -119,6 +121,10 @@ def register(sub) -> None:
                                 "applies at its next tick (default: %(default)s)")
         _add_key(a), _add_kafka(a)
         a.set_defaults(func=cmd_manual, action=name)
+
+    a = rs.add_parser("list", help="every rollout of this data dir: status, stage, arms, hosts")
+    a.add_argument("--json", action="store_true", help="print the result as JSON (for scripts)")
+    a.set_defaults(func=cmd_list)
 
     a = rs.add_parser("keygen", help="write an Ed25519 key pair (seed hex + public base64)")
     a.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder for the key pair (created if missing)")
@@ -374,12 +380,18 @@ def cmd_step(args) -> int:
 def cmd_manual(args) -> int:
     from ccab.rollout.controller import ControllerError
 
+    if not args.reason.strip():
+        return _fail(f"--reason is empty: say why you {args.action} (it goes to the audit log)", 2)
     ctl = _controller(args)
     fn = getattr(ctl, args.action)
     kwargs = {"reason": args.reason, "arm": args.arm}
     if args.action in ("halt", "rollback"):
         kwargs["alert_ids"] = args.alert
         kwargs["force"] = args.force
+    arms = list(ctl.plan.treatment_arms)
+    if args.arm is not None and args.arm not in arms:
+        return _fail(f"--arm {args.arm!r} is not a treatment arm of {ctl.plan.rollout_id} "
+                     f"(treatment arms: {', '.join(arms)})", 2)
     if args.action not in ("halt", "rollback"):
         with ctl.store.locked(wait_s=LOCK_WAIT_S):
             ctl.reload()
@@ -392,6 +404,9 @@ def cmd_manual(args) -> int:
     try:
         with ctl.store.locked(wait_s=args.lock_wait):
             ctl.reload()
+            if args.action == "halt" and args.arm is None and ctl.st.status == "paused":
+                return _fail(f"rollout {ctl.plan.rollout_id} is already paused: nothing to do (resume it with "
+                             f"ccab rollout resume {ctl.plan.rollout_id} --reason ...)", 3)
             res = fn(**kwargs)
     except LockBusy:
         # the controller service is in a tick on this rollout (maybe waiting for Kafka): record the
@@ -400,8 +415,6 @@ def cmd_manual(args) -> int:
             raise
         if args.arm is not None and args.arm not in ctl.state.arms:
             raise ControllerError(f"no treatment arm {args.arm!r} (arms: {', '.join(ctl.state.arms)})") from None
-        if not args.reason.strip():
-            raise ControllerError("--reason is required for a manual action (it goes to the audit log)") from None
         req = ctl.store.add_request(args.action, **kwargs)
         print(f"{what} recorded as request {req['id']}: the controller service holds the rollout now (a tick in "
               f"progress, perhaps waiting for Kafka); it applies the request first at its next tick and publishes "
@@ -416,8 +429,47 @@ def cmd_manual(args) -> int:
     return 0
 
 
+def _next_look(ctl) -> str:
+    """When the stage's next automatic look is due, in words."""
+    from datetime import datetime, timezone
+
+    st = ctl.st
+    if st.status != "running":
+        return f"none (the rollout is {st.status})"
+    if not st.stage_applied_ms:
+        return "after the stage's hosts have applied their assignments (min_applied), then min_duration_minutes of data"
+    try:
+        due = ctl.look_due_at()
+    except Exception as exc:  # noqa: BLE001 - a status line must not fail the status
+        return f"unknown ({type(exc).__name__}: {exc})"
+    mins = (due - ctl.clock()) / 60_000 if callable(getattr(ctl, "clock", None)) else None
+    when = datetime.fromtimestamp(due / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    if mins is None:
+        return when
+    return f"{when} (" + (f"in {mins:.0f} min" if mins > 0 else "due now: the next step or controller loop runs it") + ")"
+
+
 @_guard
 def cmd_status(args) -> int:
+    if not args.watch:
+        return _status_once(args)
+    import time
+
+    if args.watch < 1:
+        return _fail("--watch: at least 1 second", 2)
+    try:
+        while True:
+            print(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC (every {args.watch:g} s; Ctrl-C stops)")
+            code = _status_once(args)
+            if code:
+                return code
+            sys.stdout.flush()
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _status_once(args) -> int:
     from ccab.rollout.controller import Controller, load_state_plan
     from ccab.rollout.state import Store
 
@@ -427,6 +479,7 @@ def cmd_status(args) -> int:
     plan = load_state_plan(store)
     ctl = Controller(plan, store, _bus(args))
     statuses = [] if args.offline else None
+    kafka_down = False
     if not args.offline:
         from ccab.kafka.reach import KafkaUnreachable, check_reachable
 
@@ -437,6 +490,7 @@ def cmd_status(args) -> int:
             print(f"ccab rollout status: {exc}; showing the saved state only (agents' answers unknown)",
                   file=sys.stderr)
             statuses = []
+            kafka_down = True
     summary = ctl.summary(statuses)
     taken, stale = {}, ""
     if statuses != []:  # Kafka answered: compare the state with the assignments topic
@@ -450,6 +504,9 @@ def cmd_status(args) -> int:
             pass
     summary["taken_by_other_rollouts"] = {h: o[0] for h, o in sorted(taken.items())}
     summary["stale_state"] = stale
+    if kafka_down:  # no answers read: unknown, not 0 applied
+        summary["applied"] = None
+    summary["next_look"] = _next_look(ctl)
     audit = list(store.read_audit())[-args.audit:] if args.audit else []
     if args.json:
         print(json.dumps({**summary, "audit": audit}, indent=1, default=str))
@@ -459,7 +516,9 @@ def cmd_status(args) -> int:
     print("arms: " + ", ".join(f"{a}={s}" for a, s in summary["arms"].items()))
     print("hosts per arm: " + ", ".join(f"{a}={n}" for a, n in sorted(summary["hosts_per_arm"].items())))
     if not args.offline:
-        print(f"applied: {summary['applied']}/{summary['enrolled']}")
+        print(f"applied: {summary['applied']}/{summary['enrolled']}" if summary["applied"] is not None else
+              f"applied: unknown (Kafka unreachable: the agents' answers could not be read; {summary['enrolled']} enrolled)")
+    print(f"next look: {summary['next_look']}")
     if taken:
         by: dict[str, list[str]] = {}
         for h, o in sorted(taken.items()):
@@ -479,6 +538,50 @@ def cmd_status(args) -> int:
         print(f"pending publish {summary['pending_intent']['id']} (reconciled on the next step)")
     for e in audit:
         print(f"  [{e['seq']}] {e['event']} ({e['actor']}): {e.get('reason', '')}")
+    return 0
+
+
+@_guard
+def cmd_list(args) -> int:
+    """Every rollout under $CCAB_DATA_DIR/rollouts, newest update first; an unreadable state is
+    listed with its error, not skipped."""
+    from datetime import datetime, timezone
+
+    from ccab.cli.common import printable
+    from ccab.rollout.state import StateError, Store, rollouts_dir
+
+    rows = []
+    base = rollouts_dir()
+    for d in sorted(base.iterdir()) if base.is_dir() else []:
+        store = Store(d)
+        if not store.exists():
+            continue
+        try:
+            st = store.load()
+        except StateError as exc:
+            rows.append({"rollout_id": d.name, "status": "unreadable", "error": str(exc)})
+            continue
+        rows.append({"rollout_id": st.rollout_id, "status": st.status, "stage": st.stage, "arms": st.arms,
+                     "hosts": len(st.hosts), "started_ms": st.started_ms, "updated_ms": st.updated_ms,
+                     "plan": st.plan_path})
+    rows.sort(key=lambda r: -(r.get("updated_ms") or 0))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    if not rows:
+        print(f"no rollouts in {base} (ccab rollout start PLAN)")
+        return 0
+
+    def when(ms):
+        return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M") if ms else "-"
+
+    for r in rows:
+        if r["status"] == "unreadable":
+            print(printable(f"{r['rollout_id']:<28} unreadable: {r['error']}"))
+            continue
+        arms = ", ".join(f"{a} {s}" for a, s in sorted(r["arms"].items()))
+        print(printable(f"{r['rollout_id']:<28} {r['status']:<12} stage {r['stage']}  {r['hosts']:>4} hosts  "
+                        f"started {when(r['started_ms'])}  updated {when(r['updated_ms'])} UTC  arms: {arms}"))
     return 0
 
 

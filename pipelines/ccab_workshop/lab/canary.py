@@ -169,7 +169,7 @@ def run_case(case: str, args, work: Path) -> dict:
     work.mkdir(parents=True)
     out: dict = {"case": case, "rollout_id": rid}
     with Session(_say) as session:
-        bootstrap = _kafka(_say)
+        bootstrap = _kafka(_say, session)
         t_tcp, t_http = f"ccab.live.{rid}.tcp", f"ccab.live.{rid}.http"
         t_asg, t_st = f"ccab.live.{rid}.assignments", f"ccab.live.{rid}.status"
         ensure_topics(bootstrap, {t_tcp: TopicSpec(1), t_http: TopicSpec(1), t_st: TopicSpec(1),

@@ -98,13 +98,21 @@ class Session:
         return False
 
 
-def _kafka(log) -> str:
-
+def _kafka(log, session: "Session | None" = None) -> str:
+    """The bootstrap servers: the data dir's running broker (reused, left running) or a broker
+    started here — on CCAB_KAFKA_PORT, or on a free port when another data dir's broker holds it —
+    and stopped when ``session`` closes: what a run starts for itself it stops."""
     cfg = settings()
-    if cfg.embedded_kafka and not broker.is_running():
-        log("lab: starting the local Kafka broker (ccab kafka up)")
-        return broker.up(timeout_s=120, progress=lambda m: None)
-    return cfg.bootstrap_servers
+    if not cfg.embedded_kafka or broker.is_running():
+        return broker.up(timeout_s=120, progress=lambda m: None) if cfg.embedded_kafka else cfg.bootstrap_servers
+    port = cfg.kafka_port
+    if not (broker._port_is_free(port) and broker._port_is_free(port + 1)):  # another data dir's broker
+        port = broker.find_free_port_pair()
+    log(f"lab: starting a Kafka broker for this run on 127.0.0.1:{port} (stopped at the end)")
+    bootstrap = broker.up(port=port, timeout_s=120, progress=lambda m: None)
+    if session is not None:
+        session.stack.callback(broker.down, progress=lambda m: None)
+    return bootstrap
 
 
 def run(exp: Experiment, out_dir: Path, repeat: int = 1, seed: int | None = None, log=print,
@@ -149,7 +157,7 @@ def run(exp: Experiment, out_dir: Path, repeat: int = 1, seed: int | None = None
 
 
     with Session(log) as session:
-        bootstrap = _kafka(log)
+        bootstrap = _kafka(log, session)
         topic_tcp, topic_http = f"ccab.lab.{rollout_id}.tcp", f"ccab.lab.{rollout_id}.http"
         topic_conn = f"ccab.lab.{rollout_id}.conn"
         ensure_topics(bootstrap, {t: TopicSpec(partitions=1) for t in (topic_tcp, topic_http, topic_conn)})

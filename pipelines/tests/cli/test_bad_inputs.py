@@ -67,6 +67,9 @@ CASES = [
     (["report", "--rollout", "x", "--out", "{tmp}/a-file"], 2, r"a-file is a file"),
     (["report", "--rollout", "x", "--out", "/proc/nope/deeper"], 2, r"No such file or directory: /proc/nope"),
     (["report", "--rollout", "x", "--from", "2025-11-20T05:00Z", "--to", "2025-11-20T01:00Z"], 2, r"--from must be before --to"),
+    # a reversed window is a usage error everywhere (issue 29: plot said exit 1 "nothing matched")
+    (["plot", "cdf", "--metric", "rtt_us", "--from", "2025-11-20T05:00Z", "--to", "2025-11-20T01:00Z", "--out",
+      "{tmp}/x.png"], 2, r"--from must be before --to"),
     (["report", "--rollout", "nope"], 1, r"no judge results .*ccab analyze"),
     (["sim", "tiny", "--out", "{tmp}/a-file"], 2, r"a-file is a file"),
     (["sim", "no-such-scenario", "--out", "{tmp}/s"], 2, r"no-such-scenario"),
@@ -104,6 +107,7 @@ CASES = [
     (["alerts", "--rollout", "nope"], 2, r"--rollout 'nope': no such rollout in the warehouse \(known: none\)"),
     (["verdicts", "--rollout", "nope"], 2, r"--rollout 'nope': no such rollout"),
     (["networks", "lookup", "100.64.3.0/24", "notanip"], 2, r"'notanip' is not an IP address or prefix"),
+    (["rollout", "halt", "tyo1-bbr-canary", "--reason", "  "], 2, r"--reason is empty: say why you halt"),
     (["plot", "cdf", "--metric", "nope", "--out", "x.png"], 2, r"invalid choice"),
     (["no-such-command"], 2, r"invalid choice: 'no-such-command'"),
 ]

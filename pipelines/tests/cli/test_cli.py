@@ -137,3 +137,19 @@ def test_a_known_rollout_without_alerts_is_not_an_error(warehouse_env, capsys):
     assert cli.main(["verdicts", "--rollout", "r1"]) == 0
     assert cli.main(["alerts", "--rollout", "r2"]) == 2
     assert "(known: r1)" in capsys.readouterr().err
+
+
+def test_dashboards_check_says_ok(capsys):
+    assert cli.main(["dashboards", "check"]) == 0
+    assert capsys.readouterr().out.startswith("ccab dashboards check: OK: ")
+
+
+def test_raw_retrans_pct_is_a_percentage_like_everywhere_else(warehouse_env, tmp_path, capsys):
+    """tcp_samples.retrans_pct / rwnd_limited_pct are percentages (issue 29: they held fractions while
+    every other retrans_pct — rollups, judge, views, dashboards — is 100 x bytes_retrans / bytes_sent)."""
+    f = tmp_path / "x.jsonl"
+    f.write_bytes(line(tcp_sample(0, bytes_sent=1000, bytes_retrans=84, busy_ms=200, rwnd_limited_ms=50)))
+    assert cli.main(["load", str(f)]) == 0
+    capsys.readouterr()
+    assert cli.main(["query", "--format", "json", "SELECT retrans_pct, rwnd_limited_pct FROM tcp_samples"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"retrans_pct": 8.4, "rwnd_limited_pct": 25.0}]

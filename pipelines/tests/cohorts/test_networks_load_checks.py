@@ -104,3 +104,17 @@ def test_the_cli_help_states_the_thresholds():
     assert cli_networks.MAX_SHRINK_PCT == f"{nw.MAX_SHRINK:.0%}".replace("%", "%%")
     with pytest.raises(SystemExit):
         cli.main(["networks", "load", "--help"])
+
+
+def test_status_is_readable_and_json_on_request(warehouse_env, tmp_path, capsys):
+    import json
+
+    assert cli.main(["networks", "load", str(_write(tmp_path, "n.csv", _good(10))), "--top", "0"]) == 0
+    capsys.readouterr()
+    assert cli.main(["networks", "status"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("dictionary: LOADED, 10 networks, updated "), out
+    assert "last load:  " in out and "10 networks (10 IPv4, 0 IPv6), 0 rows skipped" in out
+    assert "{" not in out
+    assert cli.main(["networks", "status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["last_load"]["networks"] == 10

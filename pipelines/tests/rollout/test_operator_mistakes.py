@@ -3,6 +3,7 @@ existing key pair, and the demo script run with a broken plan."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -44,3 +45,65 @@ def test_demo_rollout_checks_the_plan_before_deleting_the_previous_rollout(tmp_p
     assert "does not validate" in res.stderr and "nothing was started or deleted" in res.stderr
     assert (previous / "audit.jsonl").exists()
     assert not (data / "kafka").exists()  # no broker was started for a plan that cannot run
+
+
+def test_rollout_list(tmp_path, monkeypatch, capsys):
+    from ccab.rollout.state import RolloutState, Store
+
+    monkeypatch.setenv("CCAB_DATA_DIR", str(tmp_path / "data"))
+    assert cli.main(["rollout", "list"]) == 0
+    assert capsys.readouterr().out.startswith("no rollouts in ")
+    for rid, status, updated in (("tyo1-old", "completed", 1_700_000_000_000), ("tyo1-new", "running", 1_800_000_000_000)):
+        store = Store.for_rollout(rid)
+        store.dir.mkdir(parents=True)
+        store.save(RolloutState(rid, "d", "plan.yaml", status=status, stage=1, arms={"bbr": "active"},
+                                started_ms=updated - 3_600_000, updated_ms=updated))
+    broken = tmp_path / "data" / "rollouts" / "tyo1-broken"
+    broken.mkdir()
+    (broken / "state.json").write_text("{not json")
+    capsys.readouterr()
+    assert cli.main(["rollout", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["tyo1-new", "tyo1-old", "tyo1-broken"], lines
+    assert "running" in lines[0] and "arms: bbr active" in lines[0] and "unreadable: cannot read" in lines[2]
+    assert cli.main(["rollout", "list", "--json"]) == 0
+    assert [r["status"] for r in json.loads(capsys.readouterr().out)] == ["running", "completed", "unreadable"]
+
+
+def _closed_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_status_with_kafka_down_says_applied_unknown_and_when_the_next_look_is(tmp_path, monkeypatch, capsys):
+    import shutil
+    import time
+
+    from ccab.rollout.plan import load_plan
+    from ccab.rollout.state import HostAssignment, RolloutState, Store
+
+    monkeypatch.setenv("CCAB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("CCAB_KAFKA_BROKERS", f"127.0.0.1:{_closed_port()}")
+    src = REPO / "rollout" / "plans" / "tyo1-bbr-canary.yaml"
+    plan = load_plan(src)
+    store = Store.for_rollout(plan.rollout_id)
+    store.dir.mkdir(parents=True)
+    shutil.copy(src, store.plan_file)
+    shutil.copy(src.parent / "tyo1-hosts.txt", store.dir / "tyo1-hosts.txt")
+    now = int(time.time() * 1000)
+    hosts = {h: HostAssignment(pop="tyo1", arm="control", cc="cubic", qdisc="fq", generation=1, status="published",
+                               record={}) for h in plan.hosts_of("tyo1")[:10]}
+    store.save(RolloutState(plan.rollout_id, plan.digest, str(src), stage=0, arms={"bbr1": "active", "bbr2": "active"},
+                            started_ms=now - 600_000, stage_started_ms=now - 600_000, stage_applied_ms=now - 300_000,
+                            hosts=hosts, updated_ms=now))
+    capsys.readouterr()
+    assert cli.main(["rollout", "status", plan.rollout_id, "--kafka-timeout", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"applied: unknown (Kafka unreachable: the agents' answers could not be read; {len(hosts)} enrolled)" in out, out
+    assert "applied: 0/" not in out
+    assert "next look: " in out and " UTC (in " in out, out
