@@ -58,9 +58,10 @@ CONN_METRICS = ("retrans_pct", "inflight_bytes", "rtt_us", "min_rtt_us", "bbr_mi
                 "rwnd_limited_pct", "sndbuf_limited_pct")
 SAMPLE_METRICS = ("inflight_bytes_per_sample", "rtt_us_per_sample")
 #: the steps of the hourly job that compute what the peer computes (the rest: goodput, heatmaps)
-SAME_WORK_STEPS = ("prefix_classes.sql", "connections.sql", "connection_metrics.sql", "sample_metrics.sql")
+SAME_WORK_STEPS = ("prefix_classes.sql", "connections.sql", "connection_metrics.sql", "connection_cells.sql",
+                   "sample_metrics.sql", "sample_cells.sql")
 #: ... and in close mode (no samples: prefix classes and per-sample metrics have no rows)
-CLOSE_WORK_STEPS = ("connections.sql", "connection_metrics.sql")
+CLOSE_WORK_STEPS = ("connections.sql", "connection_metrics.sql", "connection_cells.sql")
 PEER_COLUMNS = ("ts_ms", "pop", "host", "sock_id", "rollout_id", "arm", "kernel", "cc", "cc_version", "peer_prefix",
                 "bytes_sent", "bytes_acked", "bytes_retrans", "busy_ms", "rwnd_limited_ms", "sndbuf_limited_ms",
                 "send_q_bytes", "notsent_bytes", "rtt_us", "min_rtt_us", "bbr_min_rtt_us", "delivery_rate_bps")
@@ -255,8 +256,8 @@ def job_histograms(wh, path: Path, names: tuple[str, ...]) -> Path:
         SELECT intDiv(toUnixTimestamp(hour), 3600) AS hour, pop, rollout_id, arm, kernel, cc,
                toInt64(cc_version) AS cc_version, host, segment, metric, toInt64(b) AS bin, sum(c) AS count
         FROM (
-            SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric, k AS b, v AS c
-            FROM cohort_hourly ARRAY JOIN mapKeys(hist) AS k, mapValues(hist) AS v
+            SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric, bin AS b, count AS c
+            FROM cohort_cells_hourly
             WHERE metric IN ({metrics}) AND segment IN ({segments})
             UNION ALL
             SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric, {ZERO} AS b, n_zero AS c
