@@ -35,8 +35,7 @@ cohort_rows AS (
 ),
 -- the histograms' cells of the same rows (0018_cohort_cells.sql), summed by bin below
 cell_rows AS (
-    SELECT arm, cc, host, segment, n, n_zero, n_missing, n_above_50pct, value_sum,
-           ratio_num, ratio_den
+    SELECT arm, segment, bin, count
     FROM cohort_cells_hourly
     WHERE ({pop:String} = '' OR pop = {pop:String})
       AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
@@ -46,8 +45,7 @@ cell_rows AS (
       AND hour < {t_to:DateTime('UTC')}
       AND NOT (hour >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC') AND hour < toStartOfDay({t_to:DateTime('UTC')}, 'UTC'))
     UNION ALL
-    SELECT arm, cc, host, segment, n, n_zero, n_missing, n_above_50pct, value_sum,
-           ratio_num, ratio_den
+    SELECT arm, segment, bin, count
     FROM cohort_cells_daily
     WHERE ({pop:String} = '' OR pop = {pop:String})
       AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
