@@ -58,9 +58,10 @@ CONN_METRICS = ("retrans_pct", "inflight_bytes", "rtt_us", "min_rtt_us", "bbr_mi
                 "rwnd_limited_pct", "sndbuf_limited_pct")
 SAMPLE_METRICS = ("inflight_bytes_per_sample", "rtt_us_per_sample")
 #: the steps of the hourly job that compute what the peer computes (the rest: goodput, heatmaps)
-SAME_WORK_STEPS = ("prefix_classes.sql", "connections.sql", "connection_metrics.sql", "sample_metrics.sql")
+SAME_WORK_STEPS = ("prefix_classes.sql", "connections.sql", "connection_metrics.sql", "connection_cells.sql",
+                   "sample_metrics.sql", "sample_cells.sql")
 #: ... and in close mode (no samples: prefix classes and per-sample metrics have no rows)
-CLOSE_WORK_STEPS = ("connections.sql", "connection_metrics.sql")
+CLOSE_WORK_STEPS = ("connections.sql", "connection_metrics.sql", "connection_cells.sql")
 PEER_COLUMNS = ("ts_ms", "pop", "host", "sock_id", "rollout_id", "arm", "kernel", "cc", "cc_version", "peer_prefix",
                 "bytes_sent", "bytes_acked", "bytes_retrans", "busy_ms", "rwnd_limited_ms", "sndbuf_limited_ms",
                 "send_q_bytes", "notsent_bytes", "rtt_us", "min_rtt_us", "bbr_min_rtt_us", "delivery_rate_bps")
@@ -255,8 +256,8 @@ def job_histograms(wh, path: Path, names: tuple[str, ...]) -> Path:
         SELECT intDiv(toUnixTimestamp(hour), 3600) AS hour, pop, rollout_id, arm, kernel, cc,
                toInt64(cc_version) AS cc_version, host, segment, metric, toInt64(b) AS bin, sum(c) AS count
         FROM (
-            SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric, k AS b, v AS c
-            FROM cohort_hourly ARRAY JOIN mapKeys(hist) AS k, mapValues(hist) AS v
+            SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric, bin AS b, count AS c
+            FROM cohort_cells_hourly
             WHERE metric IN ({metrics}) AND segment IN ({segments})
             UNION ALL
             SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric, {ZERO} AS b, n_zero AS c
@@ -266,33 +267,115 @@ def job_histograms(wh, path: Path, names: tuple[str, ...]) -> Path:
     return path
 
 
-def engine_floor_close(wh, bulk_min: int = MIB) -> tuple[float, int, int]:
-    """The least the engine can do for the peer's cells on close records: ONE statement that counts
-    the (cohort-hour, segment, metric, bin) cells of the 9 metrics x ('all', 'bulk', 'rtt:unknown')
-    straight from ``tcp_conns`` (duplicates dropped as the job and the peer drop them) — no stage
-    table, no sums, no maps, no other segments, nothing written. The fastest form found (a hashed
-    cohort key; grouping in the table's order and packed keys were slower). Returns
-    (seconds, cells, values); the cells and values must equal the peer's, so it is the same work."""
-    values = ", ".join([
-        "if(bytes_sent > 0, 100 * bytes_retrans / bytes_sent, NULL)", "toFloat64(rtt_us)", "toFloat64(min_rtt_us)",
-        "toFloat64(delivery_rate_bps)", "if(busy_ms > 0, 100 * rwnd_limited_ms / busy_ms, NULL)",
-        "if(busy_ms > 0, 100 * sndbuf_limited_ms / busy_ms, NULL)", "toFloat64(total_rto)"])
-    sql = f"""
-        SELECT count(), sum(c) FROM (
-            SELECT cohort_id, seg, m, if(v > 0, toInt32(floor(log2(v) * 128)), {ZERO}) AS bin, count() AS c
+CLOSE_VALUES = (
+    ("retrans_pct", "if(bytes_sent > 0, 100 * bytes_retrans / bytes_sent, NULL)"),
+    ("rtt_us", "toFloat64(rtt_us)"),
+    ("min_rtt_us", "toFloat64(min_rtt_us)"),
+    ("delivery_rate_bps", "toFloat64(delivery_rate_bps)"),
+    ("rwnd_limited_pct", "if(busy_ms > 0, 100 * rwnd_limited_ms / busy_ms, NULL)"),
+    ("sndbuf_limited_pct", "if(busy_ms > 0, 100 * sndbuf_limited_ms / busy_ms, NULL)"),
+    ("rto_count", "toFloat64(total_rto)"),
+)
+#: the close-mode cells' fixed segments, as columns of one aggregation (close records have no
+#: samples, so every connection's RTT class is 'rtt:unknown')
+CLOSE_SEGMENTS = ("all", "bulk", "rtt:unknown")
+
+
+def floor_close_sql(bulk_min: int = MIB) -> str:
+    """The corrected engine floor on close records: ONE statement that counts the peer's cells
+    straight from ``tcp_conns`` (duplicates dropped as the job and the peers drop them), each value
+    once — one GROUP BY per (cohort-hour, metric, bin) with each fixed segment's count as a column
+    (``count()`` for 'all', ``countIf`` for 'bulk' and the RTT class) — no stage table, no sums,
+    nothing written. Returns (cells, values): one cell per non-zero column of a group."""
+    values = ", ".join(v for _, v in CLOSE_VALUES)
+    return f"""
+        SELECT sum((n_all > 0) + (n_bulk > 0) + (n_unknown > 0)), sum(n_all + n_bulk + n_unknown) FROM (
+            SELECT cohort_id, m, if(v > 0, toInt32(floor(log2(v) * 128)), {ZERO}) AS bin,
+                   count() AS n_all, countIf(is_bulk) AS n_bulk, countIf(rtt_unknown) AS n_unknown
             FROM (
                 SELECT cityHash64(hour, pop, rollout_id, arm, kernel, cc, ifNull(cc_version, 0), host) AS cohort_id,
-                       arrayJoin(if(ifNull(bytes_acked, 0) >= {bulk_min}, [0, 1, 2], [0, 2])) AS seg,
-                       arrayJoin(arrayZip(range(7), [{values}])) AS mv, mv.1 AS m, mv.2 AS v
+                       ifNull(bytes_acked, 0) >= {bulk_min} AS is_bulk, true AS rtt_unknown,
+                       arrayJoin(arrayZip(range({len(CLOSE_VALUES)}), [{values}])) AS mv, mv.1 AS m, mv.2 AS v
                 FROM (SELECT toStartOfHour(ts) AS hour, * FROM tcp_conns LIMIT 1 BY hour, host, sock_id))
             WHERE v IS NOT NULL AND isFinite(v) AND v >= 0
-            GROUP BY cohort_id, seg, m, bin)"""
-    best = float("inf")
-    for _ in range(3):  # least of 3: the floor, not the noise
-        t0 = time.perf_counter()
-        cells, n_values = wh.query(sql).rows[0]
-        best = min(best, time.perf_counter() - t0)
-    return best, int(cells), int(n_values)
+            GROUP BY cohort_id, m, bin)"""
+
+
+def engine_floor_close(wh, bulk_min: int = MIB) -> tuple[float, int, int]:
+    """One timed run of :func:`floor_close_sql`: (seconds, cells, values)."""
+    t0 = time.perf_counter()
+    cells, n_values = wh.query(floor_close_sql(bulk_min)).rows[0]
+    return time.perf_counter() - t0, int(cells), int(n_values)
+
+
+# ----------------------------------------------------------------------------- duckdb and polars
+# Both peers get the corrected formulation too (each value once: one aggregation per (cohort-hour,
+# metric, bin) with the fixed segments' counts as columns, then one row per non-zero segment count),
+# read their input from RAM (loaded from the same Parquet export, not timed) and produce the cells
+# as a table in RAM (timed), compared with the job's cells like pandas'.
+
+
+def duckdb_close_cells(con, bulk_min: int = MIB):
+    """duckdb: the close-mode cells from the in-memory table ``conns``, as an Arrow table."""
+    metric_values = ", ".join(
+        f"{{'m': '{m}', 'v': {expr}}}" for m, expr in (
+            ("retrans_pct", "CASE WHEN bytes_sent > 0 THEN 100 * bytes_retrans::DOUBLE / bytes_sent END"),
+            ("rtt_us", "rtt_us::DOUBLE"), ("min_rtt_us", "min_rtt_us::DOUBLE"),
+            ("delivery_rate_bps", "delivery_rate_bps::DOUBLE"),
+            ("rwnd_limited_pct", "CASE WHEN busy_ms > 0 THEN 100 * rwnd_limited_ms::DOUBLE / busy_ms END"),
+            ("sndbuf_limited_pct", "CASE WHEN busy_ms > 0 THEN 100 * sndbuf_limited_ms::DOUBLE / busy_ms END"),
+            ("rto_count", "total_rto::DOUBLE")))
+    cohort = ", ".join(COHORT)
+    return con.sql(f"""
+        WITH c AS (
+            SELECT DISTINCT ON (hour, host, sock_id) * FROM (
+                SELECT ts_ms // {HOUR_MS} AS hour, pop, rollout_id, arm, kernel, cc,
+                       coalesce(cc_version, 0)::BIGINT AS cc_version, host, sock_id,
+                       coalesce(bytes_acked, 0) >= {bulk_min} AS is_bulk,
+                       bytes_sent, bytes_retrans, busy_ms, rwnd_limited_ms, sndbuf_limited_ms, rtt_us, min_rtt_us,
+                       delivery_rate_bps, total_rto FROM conns)),
+        v AS (SELECT {cohort}, is_bulk, unnest([{metric_values}], recursive := true) FROM c),
+        g AS (
+            SELECT {cohort}, m AS metric, CASE WHEN v > 0 THEN floor(log2(v) * 128)::BIGINT ELSE {ZERO} END AS bin,
+                   count(*) AS n_all, count(*) FILTER (WHERE is_bulk) AS n_bulk
+            FROM v WHERE v IS NOT NULL AND isfinite(v) AND v >= 0
+            GROUP BY ALL)
+        SELECT {cohort}, s.segment, metric, bin, s.count
+        FROM g, LATERAL (SELECT unnest(['all', 'bulk', 'rtt:unknown']) AS segment,
+                                unnest([n_all, n_bulk, n_all]) AS count) AS s
+        WHERE s.count > 0""").arrow().read_all()
+
+
+def polars_close_cells(df, bulk_min: int = MIB):
+    """polars: the close-mode cells from the DataFrame ``df`` (lazy plan, collected)."""
+    import polars as pl
+
+    def ratio(num: str, den: str):
+        return pl.when(pl.col(den) > 0).then(100 * pl.col(num).cast(pl.Float64) / pl.col(den)).otherwise(None)
+
+    values = {"retrans_pct": ratio("bytes_retrans", "bytes_sent"), "rtt_us": pl.col("rtt_us").cast(pl.Float64),
+              "min_rtt_us": pl.col("min_rtt_us").cast(pl.Float64),
+              "delivery_rate_bps": pl.col("delivery_rate_bps").cast(pl.Float64),
+              "rwnd_limited_pct": ratio("rwnd_limited_ms", "busy_ms"),
+              "sndbuf_limited_pct": ratio("sndbuf_limited_ms", "busy_ms"),
+              "rto_count": pl.col("total_rto").cast(pl.Float64)}
+    v = pl.col("value")
+    return (df.lazy()
+            .with_columns((pl.col("ts_ms") // HOUR_MS).alias("hour"),
+                          pl.col("cc_version").fill_null(0).cast(pl.Int64),
+                          (pl.col("bytes_acked").fill_null(0) >= bulk_min).alias("is_bulk"))
+            .unique(subset=["hour", "host", "sock_id"], keep="first", maintain_order=False)
+            .select(*COHORT, "is_bulk", *[e.alias(m) for m, e in values.items()])
+            .unpivot(index=[*COHORT, "is_bulk"], on=list(values), variable_name="metric", value_name="value")
+            .filter(v.is_not_null() & v.is_finite() & (v >= 0))
+            .with_columns(pl.when(v > 0).then((v.log(2) * 128).floor().cast(pl.Int64)).otherwise(ZERO).alias("bin"))
+            .group_by([*COHORT, "metric", "bin"])
+            .agg(pl.len().cast(pl.Int64).alias("all"), pl.col("is_bulk").sum().cast(pl.Int64).alias("bulk"))
+            .with_columns(pl.col("all").alias("rtt:unknown"))
+            .unpivot(index=[*COHORT, "metric", "bin"], on=list(CLOSE_SEGMENTS), variable_name="segment",
+                     value_name="count")
+            .filter(pl.col("count") > 0)
+            .collect())
 
 
 def _cells_and_values(cells: pd.DataFrame) -> tuple[int, int]:
@@ -403,6 +486,117 @@ def run_size(workdir: Path, sim: Path, replicas: int, mode: str = "samples", pee
             "unit": unit, "load_avg": load_avg, "floor_s": floor[0] if floor else None}
 
 
+def clear_rollups(wh) -> None:
+    """Empty every table the hourly job writes (rollups, daily, watermarks, stages), so each round
+    of the job computes the hours as the hourly DAG does: new hours, not recomputed ones."""
+    for (name,) in wh.query("SELECT name FROM system.tables WHERE database = currentDatabase() "
+                            "AND startsWith(name, 'cohort_') AND engine LIKE '%MergeTree'").rows:
+        wh.command(f"TRUNCATE TABLE {name}")
+
+
+def _median(xs: list[float]) -> float:
+    return float(np.median(xs))
+
+
+def run_close(workdir: Path, sim: Path, replicas: int, rounds: int) -> dict:
+    """Close mode: the job, the corrected floor, pandas, duckdb and polars on the same close
+    records, in ``rounds`` interleaved rounds (each round runs every contender once, the job on
+    emptied rollups); medians; every contender's cells checked equal to the job's."""
+    import duckdb
+    import polars as pl
+
+    path = workdir / f"warehouse-close-x{replicas}"
+    t0 = time.perf_counter()
+    wh = build_warehouse(path, sim, replicas, "close")
+    rows = int(wh.query("SELECT count() FROM tcp_conns").scalar())
+    print(f"\n== [close] {rows:,} close records (x{replicas}); loaded in {time.perf_counter() - t0:.0f}s, "
+          f"{settle_merges(wh)}")
+    export = workdir / f"export-close-x{replicas}.parquet"
+    export.unlink(missing_ok=True)
+    wh.command(f"INSERT INTO FUNCTION file('{export}', Parquet) SELECT {', '.join(CLOSE_COLUMNS)} FROM tcp_conns")
+    pdf = pd.read_parquet(export)
+    for c in ("pop", "host", "sock_id", "rollout_id", "arm", "kernel", "cc"):
+        pdf[c] = pdf[c].astype("category")
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE conns AS SELECT * FROM read_parquet('{export}')")
+    pldf = pl.read_parquet(export)
+    times: dict[str, list[float]] = {k: [] for k in ("job", "share", "floor", "pandas", "duckdb", "polars")}
+    steps: dict[str, list[float]] = {}
+    out: dict[str, object] = {}
+    for r in range(rounds):
+        clear_rollups(wh)
+        t0 = time.perf_counter()
+        report = run_window(wh, START, START + timedelta(hours=HOURS), lookback=False)
+        times["job"].append(time.perf_counter() - t0)
+        per_step: dict[str, float] = {}
+        for h in report.hours:
+            for f, sec in h.step_seconds.items():
+                per_step[f] = per_step.get(f, 0.0) + sec
+        for f, sec in per_step.items():
+            steps.setdefault(f, []).append(sec)
+        times["share"].append(sum(sec for f, sec in per_step.items() if f in CLOSE_WORK_STEPS))
+        floor_s, floor_cells, floor_values = engine_floor_close(wh)
+        times["floor"].append(floor_s)
+        df = pdf.copy()
+        gc.collect()
+        t0 = time.perf_counter()
+        out["pandas"] = peer_close_histograms(df)
+        times["pandas"].append(time.perf_counter() - t0)
+        del df
+        t0 = time.perf_counter()
+        out["duckdb"] = duckdb_close_cells(con)
+        times["duckdb"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        out["polars"] = polars_close_cells(pldf)
+        times["polars"].append(time.perf_counter() - t0)
+        print(f"round {r + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items())
+              + f" (load average {os.getloadavg()[0]:.1f})")
+    med = {k: _median(v) for k, v in times.items()}
+    print(f"ours, whole hourly job: median {med['job']:.2f} s ({report.summary()})")
+    print("ours, per statement (medians, all hours): "
+          + ", ".join(f"{f} {_median(v):.2f}s" for f, v in steps.items()))
+    expected = job_histograms(wh, workdir / f"job-hist-close-x{replicas}.parquet", CLOSE_METRICS)
+    wh.close()
+    del pdf, pldf
+    con.close()
+    ok = True
+    for name in ("pandas", "duckdb", "polars"):
+        peer_path = workdir / f"peer-{name}-close-x{replicas}.parquet"
+        got = out.pop(name)
+        if name == "pandas":
+            pandas_cells = _cells_and_values(got)
+            got.to_parquet(peer_path)
+        elif name == "duckdb":
+            import pyarrow.parquet as pq
+            pq.write_table(got, peer_path)
+        else:
+            got.write_parquet(peer_path)
+        del got
+        gc.collect()
+        same_ok, detail = same_cells(peer_path, expected, workdir / f"compare-close-x{replicas}")
+        print(f"{name}'s cells = the job's: {'yes' if same_ok else 'NO'} ({detail})")
+        if name == "pandas":
+            floor_ok = (floor_cells, floor_values) == pandas_cells
+            print(f"floor's cells and values = the job's: {'yes' if floor_ok else 'NO'} "
+                  f"({floor_cells:,} cells, {floor_values:,} values)")
+            ok = ok and floor_ok
+        ok = ok and same_ok
+        peer_path.unlink(missing_ok=True)
+    export.unlink(missing_ok=True)
+    expected.unlink(missing_ok=True)
+    shutil.rmtree(path, ignore_errors=True)
+    load = os.getloadavg()
+    line = (f"cohorts x{replicas}: job/floor {med['job'] / med['floor']:.2f}; "
+            f"share/floor {med['share'] / med['floor']:.2f}; pandas/share {med['pandas'] / med['share']:.2f}; "
+            f"duckdb/share {med['duckdb'] / med['share']:.2f}; polars/share {med['polars'] / med['share']:.2f}")
+    print(f"medians of {rounds} interleaved rounds, {rows:,} close records: "
+          + ", ".join(f"{k} {v:.2f}s" for k, v in med.items()))
+    print(f"load average (1/5/15 min) {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+    if not ok:
+        sys.exit("cells differ: the ratios above compare different work")
+    return {"line": line, "rows": rows, "replicas": replicas, "load": load, **med}
+
+
 def print_scaling(mode: str, results: list[dict]) -> None:
     a = results[0]
     print(f"\nscaling [{mode}] (time relative to the smallest size; linear = the row factor):")
@@ -428,29 +622,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peer-max-replicas", type=int, default=0, metavar="R",
                    help="run pandas only up to this size (0, the default: every size). At x100 in samples "
                         "mode its input alone is ~11 GiB of RAM; above R the job runs alone, for its scaling")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="close mode: interleaved rounds per size (job, floor, pandas, duckdb, polars each "
+                        "once per round; medians reported; default %(default)s)")
     args = p.parse_args(argv)
     replicas = [int(x) for x in args.replicas.split(",")]
     modes = ["samples", "close"] if args.mode == "both" else [args.mode]
     args.workdir.mkdir(parents=True, exist_ok=True)
     sim = simulate(args.workdir, args.connections, args.keep)
-    rows19 = []
+    lines = []
     for mode in modes:
+        if mode == "close":
+            lines += [run_close(args.workdir, sim, r, args.rounds)["line"] for r in replicas]
+            continue
         results = [run_size(args.workdir, sim, r, mode, peer=not args.peer_max_replicas or r <= args.peer_max_replicas)
                    for r in replicas]
         if len(results) >= 2:
             print_scaling(mode, results)
-        r = [r for r in results if r["peer_s"] is not None][-1]  # the largest size the peer ran
-        rows19.append((r["peer_s"] / r["job_s"], f"{mode}: {r['peer_s'] / r['job_s']:.2f}x pandas whole job "
-                       f"({r['peer_s'] / r['same_work_s']:.2f}x same work) on {r['rows']:,} {r['unit']} "
-                       f"(x{r['replicas']}, load avg {r['load_avg']:.0f})"
-                       + (f"; engine floor {r['peer_s'] / r['floor_s']:.1f}x" if r.get("floor_s") else "")
-                       + (f"; ours alone at x{results[-1]['replicas']}: {results[-1]['rows']:,} {r['unit']} in "
-                          f"{results[-1]['job_s']:.0f} s, {results[-1]['job_s'] / results[0]['job_s']:.0f}x the "
-                          f"x{results[0]['replicas']} time for {results[-1]['rows'] / results[0]['rows']:.0f}x the rows"
-                          if results[-1]["peer_s"] is None else "")))
-    # issue #19's table row (bench/table19.py): the goal is >= 10x pandas for the whole job
-    print(f"table19 cohorts | {'; '.join(text for _, text in rows19)} | "
-          f"{'met' if all(ratio >= 10 for ratio, _ in rows19) else 'NOT met'}")
+    # issue #30's lines: one per replica count (close mode), exactly this form
+    print()
+    for line in lines:
+        print(line)
     if not args.keep:
         shutil.rmtree(sim, ignore_errors=True)
     return 0

@@ -5,7 +5,7 @@ per INSERT; nothing simulated): one PoP ``bench1``, one rollout, two arms (contr
 two kernels, HOSTS hosts, DAYS days of hours:
 
 - ``cohort_hourly``: host x hour x metric (the 7 of the Canary dashboard) x segment (``all``,
-  ``bulk``, one RTT class), each with a BINS-bin histogram (``sumMap`` input) and the moments —
+  ``bulk``, one RTT class), each with the moments and a BINS-bin histogram (its cells in ``cohort_cells_hourly``) —
   what the hourly job writes for that fleet (real rows have more bins for wide metrics) — for the
   first and last --hourly-days days, their ``cohort_daily`` rows by the job's ``refresh_day``;
   the days between get ``cohort_daily`` rows directly (readers take whole days from there).
@@ -75,12 +75,19 @@ INSERT INTO cohort_daily
 SELECT {day}, '{POP}', '{ROLLOUT}', {_arm('h')} AS arm, {_kernel('h')}, if(arm = 'bbr', 'bbr', 'cubic'),
        if(arm = 'bbr', 1, 0), {_host('h')}, seg, met,
        toUInt64(24 * (200 + (h * 7 + number) % 300)) AS n, toUInt64(n % 11), toUInt64(n % 5), toUInt64(n % 3),
-       n * 1000.5, n * 1e6, n * 10.0, n * 400.0, n * 1.0,
-       mapFromArrays(arrayMap(j -> toInt32(mi * 256 + 1200 + j * 8 + (h % 16)), range({bins})),
-                     arrayMap(j -> toUInt64(24 * (1 + (h + j + number) % 40)), range({bins})))
+       n * 1000.5, n * 1e6, n * 10.0, n * 400.0, n * 1.0
 FROM (SELECT number, number % {hosts} AS h FROM numbers({rows}))
 ARRAY JOIN {m_arr} AS met, arrayEnumerate({m_arr}) AS mi
 ARRAY JOIN {s_arr} AS seg""", settings={"max_partitions_per_insert_block": 0})
+    wh.command(f"""
+INSERT INTO cohort_cells_daily
+SELECT {day}, '{POP}', '{ROLLOUT}', {_arm('h')} AS arm, {_kernel('h')}, if(arm = 'bbr', 'bbr', 'cubic'),
+       if(arm = 'bbr', 1, 0), {_host('h')}, seg, met,
+       toInt32(mi * 256 + 1200 + j * 8 + (h % 16)), toUInt64(24 * (1 + (h + j + number) % 40))
+FROM (SELECT number, number % {hosts} AS h FROM numbers({rows}))
+ARRAY JOIN {m_arr} AS met, arrayEnumerate({m_arr}) AS mi
+ARRAY JOIN {s_arr} AS seg
+ARRAY JOIN range({bins}) AS j""", settings={"max_partitions_per_insert_block": 0})
     wh.command(f"""
 INSERT INTO cohort_heatmap_daily
 SELECT {day}, '{POP}', '{ROLLOUT}', {_arm('h')} AS arm, {_kernel('h')}, if(arm = 'bbr', 'bbr', 'cubic'),
@@ -116,12 +123,20 @@ SELECT toDateTime({t0} + intDiv(number, {hosts}) * 3600, 'UTC') AS hour, '{POP}'
        {_arm('h')} AS arm, {_kernel('h')}, if(arm = 'bbr', 'bbr', 'cubic'), if(arm = 'bbr', 1, 0),
        {_host('h')}, seg, met,
        toUInt64(200 + (h * 7 + number) % 300) AS n, toUInt64(n % 11), toUInt64(n % 5), toUInt64(n % 3),
-       n * 1000.5, n * 1e6, n * 10.0, n * 400.0, n * 1.0,
-       mapFromArrays(arrayMap(j -> toInt32(mi * 256 + 1200 + j * 8 + (h % 16)), range({bins})),
-                     arrayMap(j -> toUInt64(1 + (h + j + number) % 40), range({bins})))
+       n * 1000.5, n * 1e6, n * 10.0, n * 400.0, n * 1.0
 FROM (SELECT number, number % {hosts} AS h FROM numbers({per_day}))
 ARRAY JOIN {m_arr} AS met, arrayEnumerate({m_arr}) AS mi
 ARRAY JOIN {s_arr} AS seg""", settings={"max_partitions_per_insert_block": 0})
+        wh.command(f"""
+INSERT INTO cohort_cells_hourly
+SELECT toDateTime({t0} + intDiv(number, {hosts}) * 3600, 'UTC') AS hour, '{POP}', '{ROLLOUT}',
+       {_arm('h')} AS arm, {_kernel('h')}, if(arm = 'bbr', 'bbr', 'cubic'), if(arm = 'bbr', 1, 0),
+       {_host('h')}, seg, met,
+       toInt32(mi * 256 + 1200 + j * 8 + (h % 16)), toUInt64(1 + (h + j + number) % 40)
+FROM (SELECT number, number % {hosts} AS h FROM numbers({per_day}))
+ARRAY JOIN {m_arr} AS met, arrayEnumerate({m_arr}) AS mi
+ARRAY JOIN {s_arr} AS seg
+ARRAY JOIN range({bins}) AS j""", settings={"max_partitions_per_insert_block": 0})
         wh.command(f"""
 INSERT INTO cohort_heatmap_hourly
 SELECT toDateTime({t0} + intDiv(number, {hosts}) * 3600, 'UTC'), '{POP}', '{ROLLOUT}',
@@ -213,7 +228,8 @@ FROM numbers(1000)""")
                    f"FROM (SELECT number, number % {hosts} AS h FROM numbers({raw_rows}))",
                    settings={"max_partitions_per_insert_block": 0})
     counts = {}
-    for table in ("cohort_hourly", "cohort_daily", "cohort_heatmap_hourly", "cohort_heatmap_daily", "assignments",
+    for table in ("cohort_hourly", "cohort_daily", "cohort_cells_hourly", "cohort_cells_daily", "cohort_heatmap_hourly",
+                  "cohort_heatmap_daily", "assignments",
                   "agent_status", "judge_results",
                   "tcp_samples", "http_requests"):
         counts[table] = wh.query(f"SELECT count() FROM {table}").rows[0][0]
@@ -318,9 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"load average: {open('/proc/loadavg').read().split()[:3]}")
 
         # the physical limit: one full read of the daily rollup columns the panels aggregate
-        limit_s, _ = _timed(wh, "SELECT sum(n), sumMap(hist) FROM cohort_daily WHERE metric = 'rtt_us' AND segment = 'all'",
-                            args.repeats)
-        log(f"limit: one scan of cohort_daily for one metric and segment (sum(n), sumMap(hist)) over {args.days} days: "
+        limit_s, _ = _timed(wh, "SELECT bin, sum(count) FROM cohort_cells_daily WHERE metric = 'rtt_us' AND segment = 'all' "
+                                "GROUP BY bin", args.repeats)
+        log(f"limit: one scan of cohort_cells_daily for one metric and segment (its cells summed by bin) over {args.days} days: "
             f"{limit_s:.3f} s")
         log(f"range: {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC (panels with their own relative time: "
             "that before the end)")

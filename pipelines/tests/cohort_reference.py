@@ -206,13 +206,18 @@ _KEYS = "hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metr
 
 def actual_rollup(wh) -> dict[tuple, Stats]:
     res = wh.query(f"""SELECT {_KEYS}, sum(n), sum(n_zero), sum(n_missing), sum(n_above_50pct), sum(value_sum),
-                              sum(value_sum_sq), sum(ratio_num), sum(ratio_den), sum(weight_sum), sumMap(hist)
+                              sum(value_sum_sq), sum(ratio_num), sum(ratio_den), sum(weight_sum)
                        FROM cohort_hourly GROUP BY {_KEYS}""")
     out = {}
     for r in res.rows:
         key = tuple(r[:10])
-        out[key] = Stats(*[int(x) for x in r[10:14]], *[float(x) for x in r[14:19]],
-                         {int(k): int(v) for k, v in r[19].items()})
+        out[key] = Stats(*[int(x) for x in r[10:14]], *[float(x) for x in r[14:19]], {})
+    # the histograms: cells (one row per bin), summed by bin; a cell without its row is an error
+    cells = wh.query(f"SELECT {_KEYS}, bin, sum(count) FROM cohort_cells_hourly GROUP BY {_KEYS}, bin").rows
+    for r in cells:
+        key = tuple(r[:10])
+        stats = out.setdefault(key, Stats(0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, {}))
+        stats.hist[int(r[10])] = int(r[11])
     return out
 
 

@@ -1,5 +1,5 @@
 """Generated rollup rows for tests of the readers (views, dashboards): a few hosts x days of
-``cohort_hourly`` / ``cohort_heatmap_hourly`` written with ``INSERT ... SELECT FROM numbers()``,
+``cohort_hourly`` / ``cohort_cells_hourly`` / ``cohort_heatmap_hourly`` written with ``INSERT ... SELECT FROM numbers()``,
 then each day's daily rollups by the job's own :func:`ccab.cohorts.daily.refresh_day`."""
 
 from __future__ import annotations
@@ -28,12 +28,19 @@ INSERT INTO cohort_hourly
 SELECT toDateTime({s0} + intDiv(number, {hosts}) * 3600, 'UTC'), '{POP}', '{ROLLOUT}', {arm} AS arm, '6.1',
        if(arm = 'bbr', 'bbr', 'cubic'), 0, {host}, seg, met,
        toUInt64(5 + (number * 7 + mi) % 13) AS n, toUInt64(n % 3), toUInt64(n % 2), toUInt64(n % 4),
-       n * 100.25, n * 1e4, n * 3.0, n * 40.0, n * 1.0,
-       mapFromArrays(arrayMap(j -> toInt32(mi * 300 + 1000 + j * 17 + (number % 5)), range(6)),
-                     arrayMap(j -> toUInt64(1 + (number + j) % 7), range(6)))
+       n * 100.25, n * 1e4, n * 3.0, n * 40.0, n * 1.0
 FROM (SELECT number, number % {hosts} AS h FROM numbers({rows}))
 ARRAY JOIN {m_arr} AS met, arrayEnumerate({m_arr}) AS mi
 ARRAY JOIN {s_arr} AS seg""", settings={"max_partitions_per_insert_block": 0})
+    wh.command(f"""
+INSERT INTO cohort_cells_hourly
+SELECT toDateTime({s0} + intDiv(number, {hosts}) * 3600, 'UTC'), '{POP}', '{ROLLOUT}', {arm} AS arm, '6.1',
+       if(arm = 'bbr', 'bbr', 'cubic'), 0, {host}, seg, met,
+       toInt32(mi * 300 + 1000 + j * 17 + (number % 5)), toUInt64(1 + (number + j) % 7)
+FROM (SELECT number, number % {hosts} AS h FROM numbers({rows}))
+ARRAY JOIN {m_arr} AS met, arrayEnumerate({m_arr}) AS mi
+ARRAY JOIN {s_arr} AS seg
+ARRAY JOIN range(6) AS j""", settings={"max_partitions_per_insert_block": 0})
     wh.command(f"""
 INSERT INTO cohort_heatmap_hourly
 SELECT toDateTime({s0} + intDiv(number, {hosts}) * 3600, 'UTC'), '{POP}', '{ROLLOUT}', {arm} AS arm, '6.1',

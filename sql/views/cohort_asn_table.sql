@@ -10,7 +10,7 @@
 -- Parameters: pop, rollout_id ('' = all), t_from, t_to (DateTime, UTC).
 WITH
 cohort_rows AS (
-    SELECT segment, arm, cc, host, metric, n, n_zero, ratio_num, ratio_den, hist
+    SELECT segment, arm, cc, host, metric, n, n_zero, ratio_num, ratio_den
     FROM cohort_hourly
     WHERE ({pop:String} = '' OR pop = {pop:String})
       AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
@@ -20,7 +20,7 @@ cohort_rows AS (
       AND hour < {t_to:DateTime('UTC')}
       AND NOT (hour >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC') AND hour < toStartOfDay({t_to:DateTime('UTC')}, 'UTC'))
     UNION ALL
-    SELECT segment, arm, cc, host, metric, n, n_zero, ratio_num, ratio_den, hist
+    SELECT segment, arm, cc, host, metric, n, n_zero, ratio_num, ratio_den
     FROM cohort_daily
     WHERE ({pop:String} = '' OR pop = {pop:String})
       AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
@@ -29,15 +29,45 @@ cohort_rows AS (
       AND day >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC')
       AND day < toStartOfDay({t_to:DateTime('UTC')}, 'UTC')
 ),
-merged AS (
+-- the histograms' cells of the same rows (0018_cohort_cells.sql), summed by bin below
+cell_rows AS (
+    SELECT segment, arm, metric, bin, count
+    FROM cohort_cells_hourly
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND segment LIKE 'asn:%'
+      AND metric IN ('goodput_bps', 'queue_delay_us', 'rtt_us', 'retrans_pct')
+      AND hour >= {t_from:DateTime('UTC')}
+      AND hour < {t_to:DateTime('UTC')}
+      AND NOT (hour >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC') AND hour < toStartOfDay({t_to:DateTime('UTC')}, 'UTC'))
+    UNION ALL
+    SELECT segment, arm, metric, bin, count
+    FROM cohort_cells_daily
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND segment LIKE 'asn:%'
+      AND metric IN ('goodput_bps', 'queue_delay_us', 'rtt_us', 'retrans_pct')
+      AND day >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC')
+      AND day < toStartOfDay({t_to:DateTime('UTC')}, 'UTC')
+),
+merged_sums AS (
     SELECT segment, arm, metric,
            arrayStringConcat(arraySort(groupUniqArray(cc)), '+')              AS ccs,
            uniqExact(host)                                                   AS host_count,
            sum(n) AS n_values, sum(n_zero) AS n_zero_values,
-           sum(ratio_num) AS num_total, sum(ratio_den) AS den_total,
-           sumMap(hist)                                                      AS merged_hist
+           sum(ratio_num) AS num_total, sum(ratio_den) AS den_total
     FROM cohort_rows
     GROUP BY segment, arm, metric
+),
+merged_cells AS (
+    SELECT segment, arm, metric, arraySort(groupArray((bin, c))) AS sorted_cells
+    FROM (SELECT segment, arm, metric, bin, sum(count) AS c FROM cell_rows GROUP BY segment, arm, metric, bin)
+    GROUP BY segment, arm, metric
+),
+merged AS (
+    -- the merged histogram as a Map(bin -> count), bins ascending
+    SELECT s.*, mapFromArrays(arrayMap(x -> x.1, c.sorted_cells), arrayMap(x -> x.2, c.sorted_cells)) AS merged_hist
+    FROM merged_sums AS s LEFT JOIN merged_cells AS c USING (segment, arm, metric)
 ),
 quantiled AS (
     SELECT *,

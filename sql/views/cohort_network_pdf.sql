@@ -11,7 +11,7 @@
 --             UTC), bins_per_octave (UInt8, a power of two <= 128).
 WITH
 cohort_rows AS (
-    SELECT segment, arm, cc, n, n_zero, hist
+    SELECT segment, arm, cc, n, n_zero
     FROM cohort_hourly
     WHERE ({pop:String} = '' OR pop = {pop:String})
       AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
@@ -22,7 +22,7 @@ cohort_rows AS (
       AND NOT (hour >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC') AND hour < toStartOfDay({t_to:DateTime('UTC')}, 'UTC'))
       AND throwIf(128 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be a power of two <= 128') = 0
     UNION ALL
-    SELECT segment, arm, cc, n, n_zero, hist
+    SELECT segment, arm, cc, n, n_zero
     FROM cohort_daily
     WHERE ({pop:String} = '' OR pop = {pop:String})
       AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
@@ -32,14 +32,46 @@ cohort_rows AS (
       AND day < toStartOfDay({t_to:DateTime('UTC')}, 'UTC')
       AND throwIf(128 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be a power of two <= 128') = 0
 ),
-per_arm AS (
+-- the histograms' cells of the same rows (0018_cohort_cells.sql), summed by bin below
+cell_rows AS (
+    SELECT segment, arm, bin, count
+    FROM cohort_cells_hourly
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND metric = {metric:String}
+      AND segment LIKE {segment:String}
+      AND hour >= {t_from:DateTime('UTC')}
+      AND hour < {t_to:DateTime('UTC')}
+      AND NOT (hour >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC') AND hour < toStartOfDay({t_to:DateTime('UTC')}, 'UTC'))
+      AND throwIf(128 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be a power of two <= 128') = 0
+    UNION ALL
+    SELECT segment, arm, bin, count
+    FROM cohort_cells_daily
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND metric = {metric:String}
+      AND segment LIKE {segment:String}
+      AND day >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC')
+      AND day < toStartOfDay({t_to:DateTime('UTC')}, 'UTC')
+      AND throwIf(128 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be a power of two <= 128') = 0
+),
+per_arm_sums AS (
     SELECT segment, arm,
            arrayStringConcat(arraySort(groupUniqArray(cc)), '+')              AS ccs,
            sum(n)                                                            AS n_values,
-           sum(n_zero)                                                       AS n_zero_values,
-           sumMap(hist)                                                      AS merged_hist
+           sum(n_zero)                                                       AS n_zero_values
     FROM cohort_rows
     GROUP BY segment, arm
+),
+per_arm_cells AS (
+    SELECT segment, arm, arraySort(groupArray((bin, c))) AS sorted_cells
+    FROM (SELECT segment, arm, bin, sum(count) AS c FROM cell_rows GROUP BY segment, arm, bin)
+    GROUP BY segment, arm
+),
+per_arm AS (
+    -- the merged histogram as a Map(bin -> count), bins ascending
+    SELECT s.*, mapFromArrays(arrayMap(x -> x.1, c.sorted_cells), arrayMap(x -> x.2, c.sorted_cells)) AS merged_hist
+    FROM per_arm_sums AS s LEFT JOIN per_arm_cells AS c USING (segment, arm)
 ),
 binned AS (
     SELECT segment, arm, ccs, n_values,

@@ -9,7 +9,7 @@
 --             bins_per_octave (UInt8, a power of two <= 128).
 WITH
 cohort_rows AS (
-    SELECT arm, cc, n, n_zero, hist
+    SELECT arm, cc, n, n_zero
     FROM cohort_hourly
     WHERE ({pop:String} = '' OR pop = {pop:String})
       AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
@@ -20,7 +20,7 @@ cohort_rows AS (
       AND NOT (hour >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC') AND hour < toStartOfDay({t_to:DateTime('UTC')}, 'UTC'))
       AND throwIf(128 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be a power of two <= 128') = 0
     UNION ALL
-    SELECT arm, cc, n, n_zero, hist
+    SELECT arm, cc, n, n_zero
     FROM cohort_daily
     WHERE ({pop:String} = '' OR pop = {pop:String})
       AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
@@ -30,14 +30,46 @@ cohort_rows AS (
       AND day < toStartOfDay({t_to:DateTime('UTC')}, 'UTC')
       AND throwIf(128 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be a power of two <= 128') = 0
 ),
-per_arm AS (
+-- the histograms' cells of the same rows (0018_cohort_cells.sql), summed by bin below
+cell_rows AS (
+    SELECT arm, bin, count
+    FROM cohort_cells_hourly
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND metric = {metric:String}
+      AND segment = {segment:String}
+      AND hour >= {t_from:DateTime('UTC')}
+      AND hour < {t_to:DateTime('UTC')}
+      AND NOT (hour >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC') AND hour < toStartOfDay({t_to:DateTime('UTC')}, 'UTC'))
+      AND throwIf(128 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be a power of two <= 128') = 0
+    UNION ALL
+    SELECT arm, bin, count
+    FROM cohort_cells_daily
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND metric = {metric:String}
+      AND segment = {segment:String}
+      AND day >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC')
+      AND day < toStartOfDay({t_to:DateTime('UTC')}, 'UTC')
+      AND throwIf(128 % {bins_per_octave:UInt8} != 0, 'bins_per_octave must be a power of two <= 128') = 0
+),
+per_arm_sums AS (
     SELECT arm,
            arrayStringConcat(arraySort(groupUniqArray(cc)), '+')              AS ccs,
            sum(n)                                                            AS n_values,
-           sum(n_zero)                                                       AS n_zero_values,
-           sumMap(hist)                                                      AS merged_hist
+           sum(n_zero)                                                       AS n_zero_values
     FROM cohort_rows
     GROUP BY arm
+),
+per_arm_cells AS (
+    SELECT arm, arraySort(groupArray((bin, c))) AS sorted_cells
+    FROM (SELECT arm, bin, sum(count) AS c FROM cell_rows GROUP BY arm, bin)
+    GROUP BY arm
+),
+per_arm AS (
+    -- the merged histogram as a Map(bin -> count), bins ascending
+    SELECT s.*, mapFromArrays(arrayMap(x -> x.1, c.sorted_cells), arrayMap(x -> x.2, c.sorted_cells)) AS merged_hist
+    FROM per_arm_sums AS s LEFT JOIN per_arm_cells AS c USING (arm)
 ),
 fine AS (
     SELECT arm, ccs, n_values, b.1 AS fine_bin, b.2 AS bin_count

@@ -13,7 +13,7 @@
 WITH
 cohort_rows AS (
     SELECT arm, cc, host, segment, n, n_zero, n_missing, n_above_50pct, value_sum,
-           ratio_num, ratio_den, hist
+           ratio_num, ratio_den
     FROM cohort_hourly
     WHERE ({pop:String} = '' OR pop = {pop:String})
       AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
@@ -24,7 +24,7 @@ cohort_rows AS (
       AND NOT (hour >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC') AND hour < toStartOfDay({t_to:DateTime('UTC')}, 'UTC'))
     UNION ALL
     SELECT arm, cc, host, segment, n, n_zero, n_missing, n_above_50pct, value_sum,
-           ratio_num, ratio_den, hist
+           ratio_num, ratio_den
     FROM cohort_daily
     WHERE ({pop:String} = '' OR pop = {pop:String})
       AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
@@ -33,7 +33,28 @@ cohort_rows AS (
       AND day >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC')
       AND day < toStartOfDay({t_to:DateTime('UTC')}, 'UTC')
 ),
-per_arm AS (
+-- the histograms' cells of the same rows (0018_cohort_cells.sql), summed by bin below
+cell_rows AS (
+    SELECT arm, segment, bin, count
+    FROM cohort_cells_hourly
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND metric = {metric:String}
+      AND segment LIKE {segment:String}
+      AND hour >= {t_from:DateTime('UTC')}
+      AND hour < {t_to:DateTime('UTC')}
+      AND NOT (hour >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC') AND hour < toStartOfDay({t_to:DateTime('UTC')}, 'UTC'))
+    UNION ALL
+    SELECT arm, segment, bin, count
+    FROM cohort_cells_daily
+    WHERE ({pop:String} = '' OR pop = {pop:String})
+      AND ({rollout_id:String} = '' OR rollout_id = {rollout_id:String})
+      AND metric = {metric:String}
+      AND segment LIKE {segment:String}
+      AND day >= toStartOfDay({t_from:DateTime('UTC')} + 86399, 'UTC')
+      AND day < toStartOfDay({t_to:DateTime('UTC')}, 'UTC')
+),
+per_arm_sums AS (
     SELECT arm,
            segment,
            arrayStringConcat(arraySort(groupUniqArray(cc)), '+')              AS ccs,
@@ -44,10 +65,19 @@ per_arm AS (
            sum(n_above_50pct)                                                AS n_above_values,
            sum(value_sum)                                                    AS value_total,
            sum(ratio_num)                                                    AS num_total,
-           sum(ratio_den)                                                    AS den_total,
-           sumMap(hist)                                                      AS merged_hist
+           sum(ratio_den)                                                    AS den_total
     FROM cohort_rows
     GROUP BY arm, segment
+),
+per_arm_cells AS (
+    SELECT arm, segment, arraySort(groupArray((bin, c))) AS sorted_cells
+    FROM (SELECT arm, segment, bin, sum(count) AS c FROM cell_rows GROUP BY arm, segment, bin)
+    GROUP BY arm, segment
+),
+per_arm AS (
+    -- the merged histogram as a Map(bin -> count), bins ascending
+    SELECT s.*, mapFromArrays(arrayMap(x -> x.1, c.sorted_cells), arrayMap(x -> x.2, c.sorted_cells)) AS merged_hist
+    FROM per_arm_sums AS s LEFT JOIN per_arm_cells AS c USING (arm, segment)
 ),
 ranked AS (
     SELECT *,

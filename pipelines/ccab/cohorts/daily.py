@@ -1,10 +1,12 @@
-"""The daily rollups (``cohort_daily``, ``cohort_heatmap_daily``; sql/migrations/0017_cohort_daily.sql):
+"""The daily rollups (``cohort_daily``, ``cohort_cells_daily``, ``cohort_heatmap_daily``;
+sql/migrations/0017_cohort_daily.sql, 0018_cohort_cells.sql):
 each UTC day recomputed whole from the hourly tables and swapped in, like an hour of the job.
 
 The hourly job updates a day after it swapped in the day's hours, before their watermarks, so a
 failure here leaves the hours stale and the next run redoes both. Hours the daily tables have never
 held (their hourly partitions were empty before the swap: the usual hourly run) are *added* to
-their day (:func:`add_hours`: the hours' rows summed per key and inserted; the tables merge by key),
+their day (:func:`add_hours`: the hours' rows copied as the job wrote them, never aggregated a second
+time; the tables merge by key),
 so an hourly run costs one hour of rows, not the whole day so far; a day with any recomputed hour
 is recomputed whole (:func:`refresh_day`), which is exact whatever the daily table held.
 """
@@ -19,16 +21,17 @@ from ccab.base.warehouse import Warehouse
 DAY = timedelta(days=1)
 
 #: the hourly tables the daily ones are computed from
-SOURCES = ("cohort_hourly", "cohort_heatmap_hourly")
-# (hourly source, daily target, its stage, the key columns after the time column, the sums)
+SOURCES = ("cohort_hourly", "cohort_cells_hourly", "cohort_heatmap_hourly")
+# (hourly source, daily target, its stage, the key columns after the time column, the summed columns)
 _TABLES = (
     ("cohort_hourly", "cohort_daily", "cohort_daily_stage",
      "pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric",
-     "sum(n), sum(n_zero), sum(n_missing), sum(n_above_50pct), sum(value_sum), sum(value_sum_sq), "
-     "sum(ratio_num), sum(ratio_den), sum(weight_sum), sumMap(hist)"),
+     ("n", "n_zero", "n_missing", "n_above_50pct", "value_sum", "value_sum_sq", "ratio_num", "ratio_den",
+      "weight_sum")),
+    ("cohort_cells_hourly", "cohort_cells_daily", "cohort_cells_daily_stage",
+     "pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric, bin", ("count",)),
     ("cohort_heatmap_hourly", "cohort_heatmap_daily", "cohort_heatmap_daily_stage",
-     "pop, rollout_id, arm, kernel, cc, cc_version, host, segment, pair, x_bin, y_bin",
-     "sum(connections)"),
+     "pop, rollout_id, arm, kernel, cc, cc_version, host, segment, pair, x_bin, y_bin", ("connections",)),
 )
 
 
@@ -54,7 +57,8 @@ def refresh_day(wh: Warehouse, t: datetime) -> dict[str, int]:
     pid = day_partition_id(day)
     params = {"day": sql_time(day), "next": sql_time(day + DAY)}
     counts = {}
-    for source, target, stage, keys, sums in _TABLES:
+    for source, target, stage, keys, columns in _TABLES:
+        sums = ", ".join(f"sum({c})" for c in columns)
         wh.command(f"ALTER TABLE {stage} DROP PARTITION ID '{pid}'")
         wh.command(f"""INSERT INTO {stage}
 SELECT {{day:DateTime('UTC')}} AS day, {keys}, {sums}
@@ -72,9 +76,11 @@ GROUP BY {keys}""", params=params, settings={"optimize_on_insert": 0})
 
 
 def add_hours(wh: Warehouse, first: datetime, end: datetime) -> None:
-    """Add the hours ``[first, end)`` (within one UTC day) to their day in every daily table: their
-    hourly rows summed per key and inserted (``cohort_daily`` is an AggregatingMergeTree of sums,
-    ``cohort_heatmap_daily`` a SummingMergeTree: rows of one key add up, and every reader sums).
+    """Add the hours ``[first, end)`` (within one UTC day) to their day in every daily table: the
+    hours' rows as the job wrote them (the hour's result, copied with ``hour`` -> ``day``: no second
+    aggregation) — the daily tables are an AggregatingMergeTree of sums (``cohort_daily``) and
+    SummingMergeTrees (``cohort_cells_daily``, ``cohort_heatmap_daily``): rows of one key add up when
+    parts merge, and every reader sums.
 
     Exact only for hours the daily tables have never held; the caller (the hourly job) knows: their
     hourly partitions were empty before it swapped them in. A run that died after this insert left
@@ -83,9 +89,9 @@ def add_hours(wh: Warehouse, first: datetime, end: datetime) -> None:
     if end <= first or day_of(first) != day_of(end - timedelta(hours=1)):
         raise ValueError(f"add_hours: [{first}, {end}) is not one or more hours of one UTC day")
     params = {"day": sql_time(day_of(first)), "first": sql_time(first), "end": sql_time(end)}
-    for source, target, _stage, keys, sums in _TABLES:
+    for source, target, _stage, keys, columns in _TABLES:
         wh.command(f"""INSERT INTO {target}
-SELECT {{day:DateTime('UTC')}} AS day, {keys}, {sums}
+SELECT {{day:DateTime('UTC')}} AS day, {keys}, {", ".join(columns)}
 FROM {source}
-WHERE hour >= {{first:DateTime('UTC')}} AND hour < {{end:DateTime('UTC')}}
-GROUP BY {keys}""", params=params)
+WHERE hour >= {{first:DateTime('UTC')}} AND hour < {{end:DateTime('UTC')}}""", params=params,
+                   settings={"optimize_on_insert": 0})

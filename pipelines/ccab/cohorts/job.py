@@ -1,7 +1,7 @@
 """The hourly cohort job: raw rows of one hour -> the cohort rollups, idempotently.
 
-``rollup_hour(wh, hour)`` rewrites exactly one hour of ``cohort_hourly``,
-``cohort_heatmap_hourly`` and ``cohort_prefix_hourly`` (``rollup_hours`` several, each run of
+``rollup_hour(wh, hour)`` rewrites exactly one hour of ``cohort_hourly`` (sums and counts),
+``cohort_cells_hourly`` (histogram cells), ``cohort_heatmap_hourly`` and ``cohort_prefix_hourly`` (``rollup_hours`` several, each run of
 consecutive hours with one statement per SQL file: see its docstring):
 
 1. the hour's partitions of the ``*_stage`` tables are cleared (leftovers of a failed run);
@@ -44,6 +44,7 @@ DEFAULT_LOOKBACK = timedelta(hours=24)
 SWAPS: tuple[tuple[str, str], ...] = (
     ("cohort_prefix_hourly_stage", "cohort_prefix_hourly"),
     ("cohort_hourly_stage", "cohort_hourly"),
+    ("cohort_cells_hourly_stage", "cohort_cells_hourly"),
     ("cohort_heatmap_hourly_stage", "cohort_heatmap_hourly"),
 )
 SCRATCH = "cohort_connections_stage"
@@ -51,12 +52,18 @@ SCRATCH = "cohort_connections_stage"
 STEPS: tuple[tuple[str, str], ...] = (
     ("prefix_classes.sql", "cohort_prefix_hourly_stage"),
     ("connections.sql", "cohort_connections_stage"),
+    # each metric family: its sums and counts (*_metrics.sql), its histograms as cells (*_cells.sql)
     ("connection_metrics.sql", "cohort_hourly_stage"),
+    ("connection_cells.sql", "cohort_cells_hourly_stage"),
     ("sample_metrics.sql", "cohort_hourly_stage"),
+    ("sample_cells.sql", "cohort_cells_hourly_stage"),
     ("request_metrics.sql", "cohort_hourly_stage"),
+    ("request_cells.sql", "cohort_cells_hourly_stage"),
     # segments by the client's network (access type, country, ASN): cohorts/networks.py
     ("network_metrics.sql", "cohort_hourly_stage"),
+    ("network_cells.sql", "cohort_cells_hourly_stage"),
     ("network_request_metrics.sql", "cohort_hourly_stage"),
+    ("network_request_cells.sql", "cohort_cells_hourly_stage"),
     ("heatmap.sql", "cohort_heatmap_hourly_stage"),
 )
 #: the raw tables behind a connection (source_fingerprints.sql names each table)
@@ -64,8 +71,9 @@ TCP_SOURCES = ("tcp_samples", "tcp_conns")
 #: the fleet's samples an hour's prefix classes pool, on a shard (``JobConfig.prefix_samples``)
 FLEET_SAMPLES = "fleet_samples"
 #: steps whose only source is tcp samples, or http requests: skipped for hours without them
-SAMPLE_STEPS = frozenset({"prefix_classes.sql", "sample_metrics.sql"})
-REQUEST_STEPS = frozenset({"request_metrics.sql", "network_request_metrics.sql"})
+SAMPLE_STEPS = frozenset({"prefix_classes.sql", "sample_metrics.sql", "sample_cells.sql"})
+REQUEST_STEPS = frozenset({"request_metrics.sql", "request_cells.sql", "network_request_metrics.sql",
+                           "network_request_cells.sql"})
 
 
 class CohortJobError(RuntimeError):

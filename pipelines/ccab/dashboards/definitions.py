@@ -5,7 +5,8 @@ works on any ClickHouse that ran the migrations. Filters, in every panel that ha
 ``pop = sql_value("pop")``, ``rollout_id = sql_value("rollout")``, ``sql_in("arm", "arm")``,
 ``sql_in("kernel", "kernel")`` (variables only percent-encoded: model.py, dashboards/README.md);
 the time range through the plugin's macros.
-Rollup rows may not have merged yet: always aggregate (sum, sumMap), read judge tables with FINAL.
+Rollup rows may not have merged yet: always aggregate (sum; histogram cells summed by bin), read judge tables
+with FINAL.
 """
 
 from __future__ import annotations
@@ -266,14 +267,17 @@ _PER_OCTAVE = 16  # PDF/CDF resolution: the 128-per-octave histograms re-binned 
 def _merged_bins_sql() -> str:
     return f"""
 merged AS (
-    SELECT arm, sum(n) AS n_values, sum(n_zero) AS n_zeros, sumMap(hist) AS h
-    FROM {_rollup_rows("arm, n, n_zero, hist", _COHORT_FILTER)}
+    SELECT arm, sum(n) AS n_values, sum(n_zero) AS n_zeros
+    FROM {_rollup_rows("arm, n, n_zero", _COHORT_FILTER)}
     GROUP BY arm
 ),
 fine AS (
-    SELECT arm, n_values, n_zeros, b.1 AS fine_bin, b.2 AS c
+    -- the histogram cells (cohort_cells_*), summed by bin
+    SELECT arm, n_values, n_zeros, fine_bin, c
     FROM merged
-    ARRAY JOIN arrayZip(mapKeys(h), mapValues(h)) AS b
+    INNER JOIN (SELECT arm, bin AS fine_bin, sum(count) AS c
+                FROM {_rollup_rows("arm, bin, count", _COHORT_FILTER, "cohort_cells_hourly", "cohort_cells_daily")}
+                GROUP BY arm, fine_bin) AS cells USING (arm)
 ),
 binned AS (
     SELECT arm, n_values, n_zeros, toInt32(floor(fine_bin * {_PER_OCTAVE} / 128)) AS bin, sum(c) AS bin_values
@@ -323,12 +327,12 @@ def canary() -> tuple[dict, dict]:
               "properties": [{"id": "custom.scaleDistribution", "value": {"type": "log", "log": 10}}]}]
     items: list[Panel | Row] = [
         Row("Distributions per arm (${metric}, ${segment})"),
-        Panel("PDF per arm", "trend", shape="xy", w=12, h=9, reads=("cohort_hourly", "cohort_daily"), options=xy_opts,
+        Panel("PDF per arm", "trend", shape="xy", w=12, h=9, reads=("cohort_hourly", "cohort_daily", "cohort_cells_hourly", "cohort_cells_daily"), options=xy_opts,
               field_config=xy_fc, overrides=log_x,
               transformations=[{"id": "groupingToMatrix", "options": {
                   "rowField": "value", "columnField": "arm", "valueField": "density_per_decade", "emptyValue": "null"}}],
               description="Density per decade of the selected metric per arm (log-x PDF), from the host-hour "
-                          f"histograms (cohort_hourly.hist) merged over hosts and hours and re-binned to "
+                          f"histograms (cohort_cells_hourly, summed by bin) merged over hosts and hours and re-binned to "
                           f"{_PER_OCTAVE} bins per octave. x = bin's geometric midpoint in the metric's display unit "
                           "(ms, %, KiB, Mbit/s). Exact zeros are not on a log axis: see the CDF's first point.",
               sql=f"""
@@ -337,7 +341,7 @@ SELECT exp2((bin + 0.5) / {_PER_OCTAVE}) / {_SCALE} AS value, arm,
        bin_values / n_values / log10(exp2(1 / {_PER_OCTAVE})) AS density_per_decade
 FROM binned
 ORDER BY value, arm"""),
-        Panel("CDF per arm", "trend", shape="xy", w=12, h=9, reads=("cohort_hourly", "cohort_daily"), options=xy_opts,
+        Panel("CDF per arm", "trend", shape="xy", w=12, h=9, reads=("cohort_hourly", "cohort_daily", "cohort_cells_hourly", "cohort_cells_daily"), options=xy_opts,
               field_config={**xy_fc, "unit": "percentunit", "min": 0, "max": 1}, overrides=log_x,
               transformations=[{"id": "groupingToMatrix", "options": {
                   "rowField": "value", "columnField": "arm", "valueField": "cum_share", "emptyValue": "null"}}],

@@ -1,8 +1,8 @@
 """The judge's inputs, read from ClickHouse: host-level sums and histograms of a window (thin I/O).
 
 Everything here is one aggregate query whose result has a row per host (or per host-hour, per
-minute): ClickHouse merges the host-hour rollups (``cohort_hourly``, ``sumMap`` of the fine
-histograms); Python receives small host-level summaries and never a connection row.
+minute): ClickHouse merges the host-hour rollups (``cohort_hourly``'s sums; ``cohort_cells_hourly``'s
+histogram cells summed by bin); Python receives small host-level summaries and never a connection row.
 """
 
 from __future__ import annotations
@@ -15,19 +15,33 @@ from ccab.base.chtime import sql_time
 from ccab.base.warehouse import Warehouse
 from ccab.judge.stats import HostArrays
 
-_HOST_SUMS = """
-SELECT metric, arm, host,
-       sum(n) AS n, sum(n_zero) AS n_zero, sum(n_above_50pct) AS n_above, sum(value_sum) AS value_sum,
-       sum(ratio_num) AS ratio_num, sum(ratio_den) AS ratio_den,
-       mapKeys(sumMap(hist)) AS bins, mapValues(sumMap(hist)) AS counts
-FROM cohort_hourly
-WHERE pop = {pop:String} AND rollout_id = {rollout:String} AND segment = {segment:String}
-  AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
-  AND has({metrics:Array(String)}, metric) AND has({arms:Array(String)}, arm)
-  AND ({kernel:String} = '' OR kernel = {kernel:String})
-GROUP BY metric, arm, host
-ORDER BY metric, arm, host
+def _host_sums(group: str, where: str) -> str:
+    """One row per ``group`` with the window's sums (``cohort_hourly``) and merged histogram (the
+    cells of ``cohort_cells_hourly`` summed by bin: ``bins`` ascending, ``counts``)."""
+    return f"""
+WITH sums AS (
+    SELECT {group},
+           sum(n) AS n, sum(n_zero) AS n_zero, sum(n_above_50pct) AS n_above, sum(value_sum) AS value_sum,
+           sum(ratio_num) AS ratio_num, sum(ratio_den) AS ratio_den
+    FROM cohort_hourly WHERE {where}
+    GROUP BY {group}
+),
+hists AS (
+    SELECT {group}, arraySort(groupArray((bin, c))) AS cells
+    FROM (SELECT {group}, bin, sum(count) AS c FROM cohort_cells_hourly WHERE {where} GROUP BY {group}, bin)
+    GROUP BY {group}
+)
+SELECT s.metric, {'s.arm' if 'arm' in group else "'' AS arm"}, s.host, s.n, s.n_zero, s.n_above, s.value_sum,
+       s.ratio_num, s.ratio_den, arrayMap(x -> x.1, h.cells) AS bins, arrayMap(x -> x.2, h.cells) AS counts
+FROM sums AS s LEFT JOIN hists AS h USING ({group})
+ORDER BY {group}
 """
+
+
+_HOST_SUMS = _host_sums("metric, arm, host", """pop = {pop:String} AND rollout_id = {rollout:String}
+      AND segment = {segment:String} AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
+      AND has({metrics:Array(String)}, metric) AND has({arms:Array(String)}, arm)
+      AND ({kernel:String} = '' OR kernel = {kernel:String})""")
 
 
 @dataclass
@@ -58,18 +72,9 @@ def host_rows(wh: Warehouse, pop: str, rollout_id: str, segment: str, start: dat
     return out
 
 
-_PRE_HOST_SUMS = """
-SELECT metric, '' AS arm, host,
-       sum(n) AS n, sum(n_zero) AS n_zero, sum(n_above_50pct) AS n_above, sum(value_sum) AS value_sum,
-       sum(ratio_num) AS ratio_num, sum(ratio_den) AS ratio_den,
-       mapKeys(sumMap(hist)) AS bins, mapValues(sumMap(hist)) AS counts
-FROM cohort_hourly
-WHERE pop = {pop:String} AND segment = 'all' AND has({hosts:Array(String)}, host)
-  AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
-  AND has({metrics:Array(String)}, metric)
-GROUP BY metric, host
-ORDER BY metric, host
-"""
+_PRE_HOST_SUMS = _host_sums("metric, host", """pop = {pop:String} AND segment = 'all'
+      AND has({hosts:Array(String)}, host) AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
+      AND has({metrics:Array(String)}, metric)""")
 
 
 def pre_period_rows(wh: Warehouse, pop: str, hosts: list[str], start: datetime, end: datetime,

@@ -86,19 +86,31 @@ SELECT w, arm, host,
                {stat:String} = 'share', n_above / n,
                -- quantile from the merged histogram (zeros first, then the fine bins)
                greatest(1, ceil(level * n)) <= n_zero, 0,
-               exp2((arrayElement(mapKeys(h), arrayFirstIndex(c -> c >= greatest(1, ceil(level * n)) - n_zero,
-                                                                 arrayCumSum(mapValues(h)))) + 0.5) / 128)) AS value
+               exp2((arrayElement(arrayMap(x -> x.1, h), arrayFirstIndex(c -> c >= greatest(1, ceil(level * n)) - n_zero,
+                                                        arrayCumSum(arrayMap(x -> x.2, h)))) + 0.5) / 128)) AS value
 FROM (
     SELECT intDiv(toUnixTimestamp(hour) - toUnixTimestamp({a:DateTime('UTC')}), {d:UInt32} * 3600) AS w, arm, host,
            sum(n) AS n, sum(n_zero) AS n_zero, sum(n_above_50pct) AS n_above, sum(value_sum) AS value_sum,
-           sum(ratio_num) AS ratio_num, sum(ratio_den) AS ratio_den, sumMap(hist) AS h
+           sum(ratio_num) AS ratio_num, sum(ratio_den) AS ratio_den
     FROM cohort_hourly
     WHERE metric = {metric:String} AND segment = 'all' AND ({pop:String} = '' OR pop = {pop:String})
       AND ({arm:String} = '' OR arm = {arm:String})
       AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
     GROUP BY w, arm, host
     HAVING n > 0
-)
+) AS s
+LEFT JOIN (
+    -- the merged histogram: the window's cells summed by bin, (bin, count) ascending
+    SELECT w, arm, host, arraySort(groupArray((bin, c))) AS h
+    FROM (SELECT intDiv(toUnixTimestamp(hour) - toUnixTimestamp({a:DateTime('UTC')}), {d:UInt32} * 3600) AS w,
+                 arm, host, bin, sum(count) AS c
+          FROM cohort_cells_hourly
+          WHERE metric = {metric:String} AND segment = 'all' AND ({pop:String} = '' OR pop = {pop:String})
+            AND ({arm:String} = '' OR arm = {arm:String})
+            AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
+          GROUP BY w, arm, host, bin)
+    GROUP BY w, arm, host
+) AS cells USING (w, arm, host)
 WHERE w < {windows:UInt32}
   -- only windows with data in every hour: a gap in the history (18 h without rollups between two
   -- runs) must not pass for a 24 h window that is really a 6 h one

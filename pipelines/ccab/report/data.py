@@ -115,7 +115,7 @@ def load(wh: Warehouse, rollout_id: str, pop: str = "", t_from: datetime | None 
 
 _HOSTS_SQL = """
 WITH rows AS (
-    SELECT pop, arm, kernel, cc, host, metric, n, n_zero, n_above_50pct, value_sum, ratio_num, ratio_den, hist
+    SELECT pop, arm, kernel, cc, host, metric, n, n_zero, n_above_50pct, value_sum, ratio_num, ratio_den
     FROM cohort_hourly
     WHERE rollout_id = {r:String} AND ({pop:String} = '' OR pop = {pop:String})
       AND segment = 'all' AND hour >= {ws:DateTime('UTC')} AND hour < {we:DateTime('UTC')}
@@ -133,7 +133,6 @@ SELECT pop, arm, host,
                                                                                       AS share_above_50pct,
        if(sumIf(n, metric = 'rtt_us') > 0,
           sumIf(value_sum, metric = 'rtt_us') / sumIf(n, metric = 'rtt_us'), NULL)    AS rtt_us_mean,
-       sumMapIf(hist, metric = 'rtt_us')                                              AS rtt_hist,
        sumIf(n_zero, metric = 'rtt_us')                                               AS rtt_zero,
        if(sumIf(n, metric = 'inflight_bytes') > 0,
           sumIf(value_sum, metric = 'inflight_bytes') / sumIf(n, metric = 'inflight_bytes'), NULL)
@@ -147,12 +146,24 @@ GROUP BY pop, arm, host
 ORDER BY pop, arm = 'control' DESC, arm, host
 """
 
+#: the hosts' rtt_us histograms over the window: their cells summed by bin
+_HOST_RTT_CELLS_SQL = """
+SELECT pop, arm, host, groupArray((bin, c)) AS cells
+FROM (SELECT pop, arm, host, bin, sum(count) AS c FROM cohort_cells_hourly
+      WHERE rollout_id = {r:String} AND ({pop:String} = '' OR pop = {pop:String})
+        AND segment = 'all' AND metric = 'rtt_us' AND hour >= {ws:DateTime('UTC')} AND hour < {we:DateTime('UTC')}
+      GROUP BY pop, arm, host, bin)
+GROUP BY pop, arm, host
+"""
+
 
 def host_breakdown(wh: Warehouse, d: ReportData) -> list[dict]:
     """One row per (pop, arm, host): connections and the key metrics over the window (segment 'all')."""
     out = []
+    cells = {(pop, arm, host): {int(b): int(c) for b, c in bc}
+             for pop, arm, host, bc in wh.query(_HOST_RTT_CELLS_SQL, params=_judge_params(d)).rows}
     for r in wh.query(_HOSTS_SQL, params=_judge_params(d)).dicts():
-        hist = Histogram(int(r.pop("rtt_zero")), {int(k): int(v) for k, v in (r.pop("rtt_hist") or {}).items()})
+        hist = Histogram(int(r.pop("rtt_zero")), cells.get((r["pop"], r["arm"], r["host"]), {}))
         r["rtt_us_p50"] = hist.quantile(0.5) if hist.n else None
         out.append(r)
     return out

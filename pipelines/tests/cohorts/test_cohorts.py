@@ -227,9 +227,12 @@ def exact_values(tcp, http, metric) -> dict[str, np.ndarray]:
 
 
 def merged_histogram(wh, metric: str, arm: str) -> bins.Histogram:
-    n_zero, hist = wh.query("SELECT sum(n_zero), sumMap(hist) FROM cohort_hourly WHERE metric = {m:String} "
-                            "AND arm = {a:String} AND segment = 'all'", params={"m": metric, "a": arm}).rows[0]
-    return bins.Histogram(int(n_zero), {int(k): int(c) for k, c in hist.items()})
+    params = {"m": metric, "a": arm}
+    n_zero = wh.query("SELECT sum(n_zero) FROM cohort_hourly WHERE metric = {m:String} "
+                      "AND arm = {a:String} AND segment = 'all'", params=params).scalar()
+    cells = wh.query("SELECT bin, sum(count) FROM cohort_cells_hourly WHERE metric = {m:String} "
+                     "AND arm = {a:String} AND segment = 'all' GROUP BY bin", params=params).rows
+    return bins.Histogram(int(n_zero), {int(k): int(c) for k, c in cells})
 
 
 # --------------------------------------------------------------------------- pure parts

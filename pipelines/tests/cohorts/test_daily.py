@@ -16,8 +16,9 @@ from cohort_reference import read_jsonl
 
 DAY0 = datetime(2025, 11, 20, tzinfo=timezone.utc)
 SUMS = ("sum(n)", "sum(n_zero)", "sum(n_missing)", "sum(n_above_50pct)", "round(sum(value_sum), 3)",
-        "round(sum(ratio_num), 3)", "round(sum(ratio_den), 3)", "round(sum(weight_sum), 3)", "sumMap(hist)")
+        "round(sum(ratio_num), 3)", "round(sum(ratio_den), 3)", "round(sum(weight_sum), 3)")
 KEYS = "pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric"
+CELL_KEYS = KEYS + ", bin"
 HEAT_KEYS = "pop, rollout_id, arm, kernel, cc, cc_version, host, segment, pair, x_bin, y_bin"
 
 
@@ -26,6 +27,7 @@ def by_day(wh) -> tuple[list, list]:
     sums = ", ".join(SUMS)
     out = []
     for hourly, daily, keys, cols in (("cohort_hourly", "cohort_daily", KEYS, sums),
+                                      ("cohort_cells_hourly", "cohort_cells_daily", CELL_KEYS, "sum(count)"),
                                       ("cohort_heatmap_hourly", "cohort_heatmap_daily", HEAT_KEYS, "sum(connections)")):
         a = wh.query(f"SELECT toStartOfDay(hour, 'UTC') AS d, {keys}, {cols} FROM {hourly} GROUP BY d, {keys} "
                      f"ORDER BY ALL").rows

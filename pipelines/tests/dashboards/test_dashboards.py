@@ -238,7 +238,8 @@ def wh(tmp_path_factory, tiny_world, warehouse_template):
                 for i, t in enumerate([(NOW - timedelta(minutes=m)).strftime("%Y-%m-%d %H:%M:%S") for m in (95, 30, 1)])]
         w.insert_raw("dead_letters", _jsonl(dead))
         # a second PoP and a second rollout with the same data: a leaking filter would show them
-        for table in ("tcp_samples", "http_requests", "assignments", "agent_status", "cohort_hourly", "cohort_heatmap_hourly",
+        for table in ("tcp_samples", "http_requests", "assignments", "agent_status", "cohort_hourly", "cohort_cells_hourly",
+                      "cohort_heatmap_hourly",
                       "judge_results", "judge_verdicts", "judge_gates", "alerts"):
             extra = ", concat(alert_id, '-{0}') AS alert_id" if table == "alerts" else ""
             # (the WHERE in a subquery: REPLACE's alias would shadow the column in the same SELECT)

@@ -11,9 +11,12 @@
 -- kernel >= 6.7; missing elsewhere), queue_delay_us (rtt_us - min_rtt_us: the standing queue the
 -- flow sees; missing when either is) and queue_delay_pct (its share of the RTT; ratio of sums =
 -- queueing time / RTT time).
--- Bins: floor(log2(value) * 128) for value > 0; zeros only in n_zero (see 0003_cohort_rollups.sql).
--- How: one aggregation at the finest split (cohort x metric x RTT class x bulk), then the
--- segments are merged from it with GROUPING SETS (exact: every column is a sum or a sumMap).
+-- The histograms (cells: one row per bin with its count) are connection_cells.sql's, into
+-- cohort_cells_hourly_stage; this file writes the sums and counts only.
+-- How: one aggregation over the values at the finest split (cohort x metric x RTT class x bulk),
+-- then each of its (few) rows is added to the segments it belongs to ('all', its RTT class, and
+-- 'bulk' when bulk) — a second aggregation over the finest rows, not over the values (exact:
+-- every column is a sum).
 -- The big aggregation groups by a 64-bit hash of the cohort's keys (fixed-width keys hash ~2x
 -- faster than seven strings) and carries the keys with any(); a collision between two of an
 -- hour's few thousand cohorts has a probability of ~1e-12.
@@ -48,9 +51,7 @@ metric_values AS (
     ] AS m
 ),
 classified AS (
-    SELECT *,
-           value IS NOT NULL AND isFinite(value) AND value >= 0                 AS valid,
-           toInt32(floor(log2(if(valid AND value > 0, assumeNotNull(value), 1)) * 128)) AS bin
+    SELECT *, value IS NOT NULL AND isFinite(value) AND value >= 0 AS valid
     FROM metric_values
 ),
 finest AS (
@@ -65,14 +66,11 @@ finest AS (
            sumIf(assumeNotNull(value) * assumeNotNull(value), valid)          AS value_sq_total,
            sumIf(num, valid)                                                  AS num_total,
            sumIf(den, valid)                                                  AS den_total,
-           sumIf(weight, valid)                                               AS weight_total,
-           sumMapIf(map(bin, toUInt64(1)), valid AND value > 0)               AS bins
+           sumIf(weight, valid)                                               AS weight_total
     FROM classified
     GROUP BY cohort_id, metric, rtt_class, is_bulk
 )
-SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
-       multiIf(grouping(rtt_class) = 0, rtt_class, grouping(is_bulk) = 0, 'bulk', 'all') AS segment,
-       metric,
+SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric,
        sum(n_values)                                                          AS n,
        sum(n_zero_values)                                                     AS n_zero,
        sum(n_missing_values)                                                  AS n_missing,
@@ -81,12 +79,7 @@ SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
        sum(value_sq_total)                                                    AS value_sum_sq,
        sum(num_total)                                                         AS ratio_num,
        sum(den_total)                                                         AS ratio_den,
-       sum(weight_total)                                                      AS weight_sum,
-       sumMap(bins)                                                           AS hist
+       sum(weight_total)                                                      AS weight_sum
 FROM finest
-GROUP BY GROUPING SETS (
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, metric),
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, metric, rtt_class),
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, metric, is_bulk)
-)
-HAVING grouping(is_bulk) = 1 OR is_bulk
+ARRAY JOIN if(is_bulk, ['all', rtt_class, 'bulk'], ['all', rtt_class]) AS segment
+GROUP BY hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric

@@ -38,23 +38,27 @@ binned AS (
     WHERE y IS NOT NULL AND isFinite(y) AND y >= 0 AND isFinite(x) AND x >= 0
 ),
 cells AS (
-    -- grouped by a 64-bit hash of the cohort keys, carried with any() (see connection_metrics.sql)
-    SELECT cohort_id, pair, x_bin, y_bin, is_bulk, access_segment,
+    -- ONE aggregation per (cohort, pair, x_bin, y_bin), each connection counted once, with each
+    -- segment's count as a column: count() is 'all', countIf(is_bulk) 'bulk', countIf(access = a)
+    -- each access type (a fixed set: cohorts/networks.py ACCESS_TYPES; the types partition 'all');
+    -- then one row per non-zero column. Grouped by a 64-bit hash of the cohort keys, carried with
+    -- any() (see connection_cells.sql). No GROUPING SETS over string keys.
+    SELECT cohort_id, pair, x_bin, y_bin,
            any(hour) AS hour, any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm,
            any(kernel) AS kernel, any(cc) AS cc, any(cc_version) AS cc_version, any(host) AS host,
-           count()                                                            AS cell_connections
+           count()                                        AS n_all,
+           countIf(is_bulk)                               AS n_bulk,
+           countIf(access_segment = 'access:mobile')      AS n_mobile,
+           countIf(access_segment = 'access:fixed')       AS n_fixed,
+           countIf(access_segment = 'access:satellite')   AS n_satellite,
+           countIf(access_segment = 'access:hosting')     AS n_hosting,
+           countIf(access_segment = 'access:unknown')     AS n_unknown
     FROM binned
-    GROUP BY cohort_id, pair, x_bin, y_bin, is_bulk, access_segment
+    GROUP BY cohort_id, pair, x_bin, y_bin
 )
-SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
-       multiIf(grouping(access_segment) = 0, access_segment,
-               grouping(is_bulk) = 0, 'bulk', 'all')                          AS segment,
-       pair, x_bin, y_bin,
-       sum(cell_connections)                                                  AS connections
+SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host, s.1 AS segment, pair, x_bin, y_bin,
+       s.2 AS connections
 FROM cells
-GROUP BY GROUPING SETS (
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, pair, x_bin, y_bin),
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, pair, x_bin, y_bin, is_bulk),
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, pair, x_bin, y_bin, access_segment)
-)
-HAVING grouping(is_bulk) = 1 OR is_bulk
+ARRAY JOIN [('all', n_all), ('bulk', n_bulk), ('access:mobile', n_mobile), ('access:fixed', n_fixed),
+            ('access:satellite', n_satellite), ('access:hosting', n_hosting), ('access:unknown', n_unknown)] AS s
+WHERE s.2 > 0

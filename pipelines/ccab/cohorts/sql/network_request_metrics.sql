@@ -49,8 +49,7 @@ computed AS (
 ),
 classified AS (
     SELECT *,
-           value IS NOT NULL AND isFinite(value) AND value >= 0                 AS valid,
-           toInt32(floor(log2(if(valid AND value > 0, assumeNotNull(value), 1)) * 128)) AS bin
+           value IS NOT NULL AND isFinite(value) AND value >= 0                 AS valid
     FROM computed
 ),
 finest AS (
@@ -64,14 +63,12 @@ finest AS (
            sumIf(assumeNotNull(value) * assumeNotNull(value), valid)          AS value_sq_total,
            sumIf(num, valid)                                                  AS num_total,
            sumIf(den, valid)                                                  AS den_total,
-           sumIf(weight, valid)                                               AS weight_total,
-           sumMapIf(map(bin, toUInt64(1)), valid AND value > 0)               AS bins
+           sumIf(weight, valid)                                               AS weight_total
     FROM classified
     GROUP BY cohort_id, access_segment, country_segment, asn_segment
 )
 SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
-       multiIf(grouping(access_segment) = 0, access_segment,
-               grouping(country_segment) = 0, country_segment, asn_segment) AS segment,
+       segment,
        'goodput_bps'                                                          AS metric,
        sum(n_values)                                                          AS n,
        sum(n_zero_values)                                                     AS n_zero,
@@ -81,11 +78,7 @@ SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
        sum(value_sq_total)                                                    AS value_sum_sq,
        sum(num_total)                                                         AS ratio_num,
        sum(den_total)                                                         AS ratio_den,
-       sum(weight_total)                                                      AS weight_sum,
-       sumMap(bins)                                                           AS hist
+       sum(weight_total)                                                      AS weight_sum
 FROM finest
-GROUP BY GROUPING SETS (
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, access_segment),
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, country_segment),
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, asn_segment)
-)
+ARRAY JOIN [access_segment, country_segment, asn_segment] AS segment
+GROUP BY hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment

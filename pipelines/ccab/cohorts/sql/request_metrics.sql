@@ -10,7 +10,8 @@
 -- with that cc in the hour (cohort_connections_stage; 0 when there are none). Segments: 'all', the prefix's RTT class
 -- (from the hour's tcp samples; 'rtt:unknown' when the prefix had none), and the response size
 -- class 'size:<4MiB', 'size:4-16MiB', 'size:16MiB+' (a property of the request, pre-treatment).
--- How: one aggregation per cohort x RTT class x size class, segments merged (GROUPING SETS).
+-- How: one aggregation per cohort x RTT class x size class, then each of its rows added to the
+-- segments it belongs to (a second aggregation over those few rows); the cells are request_cells.sql's.
 -- Several hours run as one statement (grouped by `hour`): a window costs one plan, not one per hour.
 -- Parameters: hour_start, hour_end DateTime('UTC') (whole hours), bulk_min_bytes UInt64.
 WITH
@@ -52,8 +53,7 @@ computed AS (
 ),
 classified AS (
     SELECT *,
-           value IS NOT NULL AND isFinite(value) AND value >= 0                 AS valid,
-           toInt32(floor(log2(if(valid AND value > 0, assumeNotNull(value), 1)) * 128)) AS bin
+           value IS NOT NULL AND isFinite(value) AND value >= 0                 AS valid
     FROM computed
 ),
 finest AS (
@@ -67,13 +67,12 @@ finest AS (
            sumIf(assumeNotNull(value) * assumeNotNull(value), valid)          AS value_sq_total,
            sumIf(num, valid)                                                  AS num_total,
            sumIf(den, valid)                                                  AS den_total,
-           sumIf(weight, valid)                                               AS weight_total,
-           sumMapIf(map(bin, toUInt64(1)), valid AND value > 0)               AS bins
+           sumIf(weight, valid)                                               AS weight_total
     FROM classified
     GROUP BY cohort_id, rtt_class, size_class
 )
 SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
-       multiIf(grouping(rtt_class) = 0, rtt_class, grouping(size_class) = 0, size_class, 'all') AS segment,
+       segment,
        'goodput_bps'                                                          AS metric,
        sum(n_values)                                                          AS n,
        sum(n_zero_values)                                                     AS n_zero,
@@ -83,11 +82,7 @@ SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
        sum(value_sq_total)                                                    AS value_sum_sq,
        sum(num_total)                                                         AS ratio_num,
        sum(den_total)                                                         AS ratio_den,
-       sum(weight_total)                                                      AS weight_sum,
-       sumMap(bins)                                                           AS hist
+       sum(weight_total)                                                      AS weight_sum
 FROM finest
-GROUP BY GROUPING SETS (
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host),
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, rtt_class),
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, size_class)
-)
+ARRAY JOIN ['all', rtt_class, size_class] AS segment
+GROUP BY hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment

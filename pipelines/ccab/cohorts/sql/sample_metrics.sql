@@ -4,7 +4,8 @@
 -- shows; Dropbox's in-flight PDFs are of this kind). Segments: 'all' and the prefix's RTT class.
 -- Metrics: inflight_bytes_per_sample (Send-Q - notsent), rtt_us_per_sample (srtt).
 -- Cohort keys come from each sample itself (its arm at sampling time).
--- How: one aggregation per cohort x metric x RTT class, then 'all' merged from it (GROUPING SETS);
+-- How: one aggregation per cohort x metric x RTT class, then each of its rows added to 'all' and its
+-- class (a second aggregation over those few rows); the cells are sample_cells.sql's;
 -- the big aggregation groups by a 64-bit hash of the cohort keys (see connection_metrics.sql).
 -- Several hours run as one statement (grouped by `hour`): a window costs one plan, not one per hour.
 -- Parameters: hour_start, hour_end DateTime('UTC') (whole hours).
@@ -43,8 +44,7 @@ metric_values AS (
 ),
 classified AS (
     SELECT *,
-           isFinite(value) AND value >= 0                                       AS valid,
-           toInt32(floor(log2(if(valid AND value > 0, value, 1)) * 128))        AS bin
+           isFinite(value) AND value >= 0                                       AS valid
     FROM metric_values
 ),
 finest AS (
@@ -56,13 +56,12 @@ finest AS (
            countIf(NOT valid)                                                 AS n_missing_values,
            sumIf(value, valid)                                                AS value_total,
            sumIf(value * value, valid)                                        AS value_sq_total,
-           sumIf(weight, valid)                                               AS weight_total,
-           sumMapIf(map(bin, toUInt64(1)), valid AND value > 0)               AS bins
+           sumIf(weight, valid)                                               AS weight_total
     FROM classified
     GROUP BY cohort_id, metric, rtt_class
 )
 SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
-       if(grouping(rtt_class) = 0, rtt_class, 'all')                          AS segment,
+       segment,
        metric,
        sum(n_values)                                                          AS n,
        sum(n_zero_values)                                                     AS n_zero,
@@ -72,10 +71,7 @@ SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
        sum(value_sq_total)                                                    AS value_sum_sq,
        toFloat64(0)                                                           AS ratio_num,
        toFloat64(0)                                                           AS ratio_den,
-       sum(weight_total)                                                      AS weight_sum,
-       sumMap(bins)                                                           AS hist
+       sum(weight_total)                                                      AS weight_sum
 FROM finest
-GROUP BY GROUPING SETS (
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, metric),
-    (hour, pop, rollout_id, arm, kernel, cc, cc_version, host, metric, rtt_class)
-)
+ARRAY JOIN ['all', rtt_class] AS segment
+GROUP BY hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric
