@@ -33,7 +33,7 @@ def test_0018_converts_the_maps_to_cells_and_drops_them(tmp_path):
                        ('2025-11-20 00:00:00', {KEYS}, 'all', 'rtt_us', 7, 1, map(1000, 3, 1001, 3))""")
         assert not schema.migrate(wh, directory=before, log=lambda _m: None)  # nothing pending there
         applied = schema.migrate(wh, log=lambda _m: None)
-        assert [m.path.name for m in applied] == ["0018_cohort_cells.sql"]
+        assert [m.path.name for m in applied][0] == "0018_cohort_cells.sql"  # and any later ones
 
         hourly = wh.query("SELECT toString(hour), metric, bin, sum(count) FROM cohort_cells_hourly "
                           "GROUP BY ALL ORDER BY ALL").rows
