@@ -196,6 +196,16 @@ static __always_inline u32 bbr_tso_segs(const struct bbr2_in *in)
 
 /* bytes per second = bw * mss * gain * 99 %. bw < 2^32, mss < 2^16: bw * mss < 2^48; * gain >> 8
  * < 2^50; >> 8 (bytes/us << 16) < 2^42; * 990000 (< 2^20) < 2^62; >> 16. */
+/* BBRInflight(): the BDP at gain plus the quantization budget (3 TSO bursts; 2 more in UP). */
+static __always_inline u32 bbr_inflight(const struct bbr2_state *s, const struct bbr2_in *in, u64 bw, u32 gain)
+{
+	u32 x = bbr_bdp(s, bw, gain) + 3 * bbr_tso_segs(in);
+
+	if (s->mode == B2_PROBE_BW && s->phase == B2_UP)
+		x += 2;
+	return bbr_min32(x, BBR_CWND_MAX);
+}
+
 static __always_inline u64 bbr_rate_bps(const struct bbr2_in *in, u64 bw, u32 gain)
 {
 	u64 rate = bw * (in->mss ? in->mss : 1);
@@ -451,7 +461,7 @@ static __always_inline u64 bbr_initial_pacing_bps(const struct bbr2_in *in)
 static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_in *in, struct bbr2_out *out)
 {
 	u64 sample_bw = 0, max_bw, rate, cap64;
-	u32 target, max_inflight, cwnd, cap, probe_rtt_cwnd;
+	u32 max_inflight, cwnd, cap, probe_rtt_cwnd;
 	int valid = in->delivered > 0 && in->interval_us > 0;
 
 	if (!s->initialized)
@@ -514,7 +524,7 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 			s->ack_phase = ACKS_INIT;
 		}
 	}
-	if (s->mode == B2_DRAIN && in->inflight <= bbr_bdp(s, max_bw, BBR_UNIT))
+	if (s->mode == B2_DRAIN && in->inflight <= bbr_inflight(s, in, max_bw, BBR_UNIT))
 		bbr_start_down(s, in);
 	if (s->mode == B2_PROBE_BW) {
 		bbr_adapt_upper_bounds(s, in);
@@ -526,7 +536,7 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 				bbr_start_down(s, in);
 		} else if (s->phase == B2_DOWN) {
 			if (!bbr_time_to_probe(s, in) && in->inflight <= bbr_inflight_with_headroom(s) &&
-			    in->inflight <= bbr_bdp(s, max_bw, BBR_UNIT))
+			    in->inflight <= bbr_inflight(s, in, max_bw, BBR_UNIT))
 				s->phase = B2_CRUISE;
 		} else if (s->phase == B2_CRUISE) {
 			bbr_time_to_probe(s, in);
@@ -605,8 +615,7 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 	}
 
 	/* 7. cwnd (draft BBRSetCwnd) */
-	target = bbr_bdp(s, max_bw, s->cwnd_gain);
-	max_inflight = bbr_min32(target + 3 * bbr_tso_segs(in) + (s->phase == B2_UP ? 2 : 0), BBR_CWND_MAX);
+	max_inflight = bbr_inflight(s, in, max_bw, s->cwnd_gain);
 	cwnd = in->cwnd;
 	if (in->losses > 0)
 		cwnd = cwnd > (u32)in->losses ? cwnd - (u32)in->losses : 1;
