@@ -54,6 +54,7 @@ type object struct {
 var objects = map[string]object{
 	"bbr2": {loadBbr2},
 	"bbr3": {loadBbr3},
+	"vivace": {loadVivace},
 }
 
 // Names are the congestion controls this package can load.

@@ -5,3 +5,4 @@ package bpfcc
 // regenerates them and `make bpf-check` checks that regenerating gives the same files.
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -DBBR_V=2" -no-global-types -target bpfel bbr2 ../bpf/cc/bbr2.bpf.c -- -I../bpf/include
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -DBBR_V=3" -no-global-types -target bpfel bbr3 ../bpf/cc/bbr2.bpf.c -- -I../bpf/include
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -no-global-types -target bpfel vivace ../bpf/cc/vivace.bpf.c -- -I../bpf/include
