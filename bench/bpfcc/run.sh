@@ -84,7 +84,7 @@ start_sink() {
 }
 # flows OUT FLOWS STARTS [SECONDS]
 flows() {
-  ip netns exec "$a" "$tmp/ccflow" send -dst 10.231.9.2:5301 -flows "$2" -starts "$3" -seconds "${4:-$secs}" -skip 5 >"$tmp/$1.json"
+  "$tmp/ccflow" send -netns "$a" -dst 10.231.9.2:5301 -flows "$2" -starts "$3" -seconds "${4:-$secs}" -skip 5 >"$tmp/$1.json"
 }
 
 py() { python3 - "$tmp" "$@"; }

@@ -52,8 +52,8 @@ type object struct {
 }
 
 var objects = map[string]object{
-	"bbr2": {loadBbr2},
-	"bbr3": {loadBbr3},
+	"bbr2":   {loadBbr2},
+	"bbr3":   {loadBbr3},
 	"vivace": {loadVivace},
 }
 

@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ccab-dev/ccab/internal/netns"
 	"github.com/ccab-dev/ccab/rollout/assignment"
 	"github.com/ccab-dev/ccab/rollout/bpfcc"
 	"golang.org/x/sys/unix"
@@ -50,6 +51,7 @@ func main() {
 	skip := fs.Float64("skip", 5, "send: goodput is counted from this second")
 	sampleMs := fs.Int("sample-ms", 10, "send: tcp_info sampling period")
 	bpfDir := fs.String("bpf-dir", bpfcc.DefaultDir, "send: where ccab's BPF algorithms are pinned")
+	nsName := fs.String("netns", "", "send: open the connections in this network namespace (run ccflow itself outside: `ip netns exec` hides /sys/fs/bpf)")
 	seed := fs.String("seed", "", "sign: hex Ed25519 seed file")
 	host := fs.String("host", "", "sign: host")
 	cc := fs.String("cc", "", "sign: congestion control")
@@ -60,7 +62,7 @@ func main() {
 	case "sink":
 		err = sink(*listen)
 	case "send":
-		err = send(*dst, strings.Split(*flows, ","), *starts, *secs, *skip, *sampleMs, *bpfDir)
+		err = send(*dst, strings.Split(*flows, ","), *starts, *secs, *skip, *sampleMs, *bpfDir, netns.Path(*nsName))
 	case "sign":
 		err = sign(*seed, *host, *cc, *gen)
 	default:
@@ -142,7 +144,7 @@ type flow struct {
 	model   string
 }
 
-func send(dst string, ccs []string, startsArg string, secs, skip float64, sampleMs int, bpfDir string) error {
+func send(dst string, ccs []string, startsArg string, secs, skip float64, sampleMs int, bpfDir, nsPath string) error {
 	starts := make([]float64, len(ccs))
 	if startsArg != "" {
 		parts := strings.Split(startsArg, ",")
@@ -169,7 +171,7 @@ func send(dst string, ccs []string, startsArg string, secs, skip float64, sample
 		go func() {
 			defer wg.Done()
 			time.Sleep(time.Until(t0.Add(time.Duration(f.start * float64(time.Second)))))
-			if err := f.run(dst, t0, secs, loader); err != nil {
+			if err := f.run(dst, nsPath, t0, secs, loader); err != nil {
 				errs <- err
 			}
 		}()
@@ -205,7 +207,7 @@ loop:
 	return json.NewEncoder(os.Stdout).Encode(out)
 }
 
-func (f *flow) run(dst string, t0 time.Time, secs float64, loader bpfcc.Loader) error {
+func (f *flow) run(dst, nsPath string, t0 time.Time, secs float64, loader bpfcc.Loader) error {
 	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		c.Control(func(fd uintptr) { serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, f.cc) })
@@ -214,7 +216,12 @@ func (f *flow) run(dst string, t0 time.Time, secs float64, loader bpfcc.Loader) 
 		}
 		return nil
 	}}
-	c, err := d.Dial("tcp", dst)
+	var c net.Conn
+	err := netns.Do(nsPath, func() error {
+		var err error
+		c, err = d.Dial("tcp", dst)
+		return err
+	})
 	if err != nil {
 		return err
 	}

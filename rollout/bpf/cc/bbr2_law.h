@@ -347,9 +347,15 @@ static __always_inline void bbr_adapt_upper_bounds(struct bbr2_state *s, const s
 {
 	if (s->ack_phase == ACKS_PROBE_STARTING && s->round_start)
 		s->ack_phase = ACKS_PROBE_FEEDBACK;
-	if (s->ack_phase == ACKS_PROBE_STOPPING && s->round_start && s->mode == B2_PROBE_BW && !in->is_app_limited) {
-		s->bw_hi[0] = s->bw_hi[1]; /* advance the max-bw filter: one slot per probe cycle */
-		s->bw_hi[1] = 0;
+	if (s->ack_phase == ACKS_PROBE_STOPPING && s->round_start) {
+		/* the first round after a probe: its samples are the probe's last; from now on the
+		 * cycle's samples go into a fresh slot of the max-bw filter (one slot per cycle) */
+		s->bw_probe_samples = 0;
+		s->ack_phase = ACKS_INIT;
+		if (s->mode == B2_PROBE_BW && !in->is_app_limited) {
+			s->bw_hi[0] = s->bw_hi[1];
+			s->bw_hi[1] = 0;
+		}
 	}
 	if (s->bw_probe_samples && bbr_inflight_too_high(s, in)) {
 		bbr_handle_inflight_too_high(s, in);
