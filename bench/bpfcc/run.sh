@@ -2,9 +2,9 @@
 # bench/bpfcc: ccab's BPF congestion controls against the kernel's, on real sockets over
 # ccab-link (TUN link with delay, a droptail buffer and random loss; lab/link/). Root.
 #
-# ccab-agent applies bbr2 (and vivace when built) to the sender namespace from a signed
-# assignment (--once; the agent loads and registers the BPF algorithm because this kernel has
-# none), the script prints tcp_available_congestion_control, runs the cases, prints one line per
+# ccab-agent applies bbr2 to the sender namespace and vivace to a second namespace (a second
+# "host": one agent, one algorithm per host) from signed assignments (--once; the agent loads and
+# registers the BPF algorithm because this kernel has none), the script prints tcp_available_congestion_control, runs the cases, prints one line per
 # comparison, each starting with "bpfcc", and rolls the namespace back (which unregisters the
 # algorithm again when nothing else uses it). Every ratio compares flows of the same run.
 #
@@ -15,6 +15,10 @@
 #   bpfcc loss <p>% util bbr2 U bbr U cubic U       one flow, random loss p, goodput / rate
 #   bpfcc jain cubic+bbr2 J cubic+bbr J             one Cubic and one BBR flow sharing (2-BDP)
 #   bpfcc probe_rtt bbr2 period P s bbr period P s  mean gap between PROBE_RTT starts
+#   bpfcc vivace loss1% util V cubic C queue_ms V cubic C jain2 J
+#                                          one flow at 1 % random loss (util = goodput / rate);
+#                                          queueing delay (RTT p50 - 20 ms) of one flow in an 8-BDP
+#                                          buffer; Jain's index of two vivace flows (2 s apart)
 #   bpfcc detail ...                                absolute figures behind the ratios
 #
 #   CCAB_BENCH_SECONDS (20), CCAB_BENCH_RATE_MBIT (20),
@@ -23,45 +27,47 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${CCAB_BENCH_SECONDS:-20}
 rate=${CCAB_BENCH_RATE_MBIT:-20}
-cases=${CCAB_BENCH_CASES:-"shallow deep rtt100 loss share probertt"}
+cases=${CCAB_BENCH_CASES:-"shallow deep rtt100 loss share probertt vivace"}
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || [ ! -e /dev/net/tun ]; then
   echo "bpfcc bench: skipped (needs root, ip and /dev/net/tun)"
   exit 0
 fi
 tmp=$(mktemp -d)
 pfx="bpfcc$$"
-a="${pfx}a"; b="${pfx}b"
+a="${pfx}a"; b="${pfx}b"; v="${pfx}v"
 pids=()
 agent_applied=0
 host="bench-bpfcc-$$"
 echo 0 >"$tmp/gen"
-apply() { # apply CC through the agent; prints its status line (generation kept in a file: $(apply) is a subshell)
-  local gen=$(( $(cat "$tmp/gen") + 1 )); echo "$gen" >"$tmp/gen"
-  "$tmp/ccflow" sign -seed contracts/vectors/test_ed25519_seed.hex -host "$host" -cc "$1" -generation "$gen" >"$tmp/asg.json"
-  "$tmp/ccab-agent" --once --assignment-file "$tmp/asg.json" --netns "$a" --host "$host" --pop bench \
-    --public-key contracts/vectors/test_ed25519_public.b64 --state-file "$tmp/state.json" --metrics-addr "" --log-level warn
+apply() { # apply CC to namespace NS (host <prefix>-NS) through the agent; prints its status line
+  local gen=$(( $(cat "$tmp/gen") + 1 )); echo "$gen" >"$tmp/gen"  # a file: $(apply) is a subshell
+  "$tmp/ccflow" sign -seed contracts/vectors/test_ed25519_seed.hex -host "$host-$2" -cc "$1" -generation "$gen" >"$tmp/asg.json"
+  "$tmp/ccab-agent" --once --assignment-file "$tmp/asg.json" --netns "$2" --host "$host-$2" --pop bench \
+    --public-key contracts/vectors/test_ed25519_public.b64 --state-file "$tmp/state-$2.json" --metrics-addr "" --log-level warn
 }
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  if [ $agent_applied = 1 ]; then apply bbr >/dev/null 2>&1 || echo "bpfcc bench: rollback through the agent failed" >&2; fi
-  for ns in "$a" "$b"; do ip netns delete "$ns" 2>/dev/null || true; done
+  if [ $agent_applied = 1 ]; then  # the rollback: the last user out unregisters the BPF algorithm
+    apply bbr "$a" >/dev/null 2>&1 || echo "bpfcc bench: rollback of $a through the agent failed" >&2
+    apply bbr "$v" >/dev/null 2>&1 || echo "bpfcc bench: rollback of $v through the agent failed" >&2
+  fi
+  for ns in "$a" "$b" "$v"; do ip netns delete "$ns" 2>/dev/null || true; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 CGO_ENABLED=0 go build -o "$tmp/" ./lab/cmd/ccab-link ./rollout/cmd/ccab-agent ./bench/bpfcc/ccflow
 
-for ns in "$a" "$b"; do
+for ns in "$a" "$b" "$v"; do
   ip netns add "$ns"
   ip -n "$ns" link set lo up
   ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_rmem="4096 131072 67108864" net.ipv4.tcp_wmem="4096 16384 67108864"
 done
 
 echo "bench/bpfcc: $(date -u +%FT%TZ), $(nproc) cores, kernel $(uname -r), ${rate} Mbit/s bottleneck (ccab-link), ${secs}s runs"
-st=$(apply bbr2) || { echo "$st"; echo "bpfcc bench: the agent did not apply bbr2" >&2; exit 1; }
 agent_applied=1
+st=$(apply bbr2 "$a") || { echo "$st"; echo "bpfcc bench: the agent did not apply bbr2" >&2; exit 1; }
 echo "agent: $st"
-vst=$(apply vivace 2>&1) && echo "agent: $vst" || echo "agent (vivace): $(echo "$vst" | tail -1)"
-st=$(apply bbr2) || { echo "$st"; exit 1; }
+vst=$(apply vivace "$v" 2>&1) && echo "agent: $vst" || echo "agent (vivace): $(echo "$vst" | tail -1)"
 echo "tcp_available_congestion_control: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control)"
 
 # link LABEL DELAY_ONE_WAY_MS BUFFER_BDP LOSS: (re)start ccab-link between a and b
@@ -159,6 +165,30 @@ for cc in ("bbr2", "bbr"):
     print("bpfcc detail probe_rtt %s starts %s (from %s)" % (cc, " ".join("%.1f" % v for v in s), f["probe_rtt_from"]))
     out.append("%s period %s" % (cc, per))
 print("bpfcc probe_rtt " + " ".join(out))
+EOF
+      ;;
+    vivace)
+      grep -q '"cc_effective":"vivace"' <<<"${vst:-}" || continue
+      link vloss 10 2 0.01; start_sink
+      for cc in vivace cubic; do flows "vloss-$cc" "$cc" "0"; done
+      link vdeep 10 8 0; start_sink
+      for cc in vivace cubic; do flows "vdeep-$cc" "$cc" "0"; done
+      link vfair 10 2 0; start_sink
+      flows vfair "vivace,vivace" "0,2"
+      py "$rate" <<'EOF'
+import json, sys, os
+tmp, rate = sys.argv[1], float(sys.argv[2]) * 1e6
+ld = lambda n: json.load(open(os.path.join(tmp, n + ".json")))["flows"]
+u = {cc: ld("vloss-" + cc)[0]["goodput_bps"] / rate for cc in ("vivace", "cubic")}
+q = {cc: ld("vdeep-" + cc)[0]["rtt_p50_ms"] - 20 for cc in ("vivace", "cubic")}
+x = [f["goodput_bps"] for f in ld("vfair")]
+j = sum(x) ** 2 / (len(x) * sum(v * v for v in x)) if sum(x) else float("nan")
+for cc in ("vivace", "cubic"):
+    f = ld("vdeep-" + cc)[0]
+    print("bpfcc detail vivace-case deep8bdp %s goodput %.2f Mbit/s rtt_p50 %.1f ms retrans %.3f %%%s" % (
+        cc, f["goodput_bps"] / 1e6, f["rtt_p50_ms"], f["retrans_share"] * 100, ("  model: " + f["model"]) if f.get("model") else ""))
+print("bpfcc detail vivace-case fair %s" % " ".join("%.2f Mbit/s" % (v / 1e6) for v in x))
+print("bpfcc vivace loss1%% util %.3f cubic %.3f queue_ms %.1f cubic %.1f jain2 %.3f" % (u["vivace"], u["cubic"], q["vivace"], q["cubic"], j))
 EOF
       ;;
     *) echo "unknown case $c" >&2; exit 2 ;;

@@ -5,8 +5,8 @@
  *
  * Monitor intervals (MIs): the sender keeps a rate for one MI (max(srtt, 10 ms)); the ACKs that
  * arrive one srtt later are that MI's feedback, and when they are in the MI is scored:
- *   u(x) = x^0.9 - 900 x max(0, dRTT/dt) - 11.35 x L          (x in Mbit/s, L the loss rate)
- * (dRTT/dt: the RTT's slope over the MI's ACKs, ignored below 0.01; L: lost / (delivered+lost)).
+ *   u(x) = x^0.9 - 900 x dRTT/dt - 11.35 x L          (x in Mbit/s, L the loss rate)
+ * (dRTT/dt: the RTT's slope over the MI's ACKs, 0 when |slope| < 0.01; L: lost / (delivered+lost)).
  * STARTING doubles the rate each MI until an MI scores lower than the one before; PROBING sends
  * two pairs of MIs at r(1+e) and r(1-e) (e = 5 %); when both pairs agree, MOVING steps the rate by
  * m(t) * theta0 * gradient, the confidence amplifier m(t) growing with t consecutive steps in one
@@ -181,12 +181,17 @@ static __always_inline s64 vv_utility(const struct vv_mi *mi)
 
 	if (dur >= 1000) {
 		grad = vv_sdiv(((s64)mi->rtt_last_us - (s64)mi->rtt_first_us) * VV_ONE, (s64)dur);
-		if (grad < VV_GRAD_MIN_Q16)
-			grad = 0; /* only a rising RTT costs; below 0.01 it is noise */
+		if (grad < VV_GRAD_MIN_Q16 && grad > -VV_GRAD_MIN_Q16)
+			grad = 0; /* |dRTT/dt| below 0.01 is noise */
 		if (grad > VV_ONE)
 			grad = VV_ONE;
+		if (grad < -VV_ONE)
+			grad = -VV_ONE;
 	}
-	lat_pen = (s64)((x * VV_B * (u64)grad) >> VV_Q);
+	/* a falling RTT (a queue draining) counts in the rate's favour, as in the paper, but at a
+	 * quarter of the weight: at full weight every lower rate scores higher while a queue drains
+	 * and the rate collapses before the gradient reaches 0 (seen at 0.1 of 20 Mbit/s) */
+	lat_pen = grad >= 0 ? (s64)((x * VV_B * (u64)grad) >> VV_Q) : -(s64)((x * VV_B * (u64)-grad) >> (VV_Q + 2));
 	loss_pen = (s64)((((x * VV_C_Q16) >> VV_Q) * loss_q16) >> VV_Q);
 	return (s64)vv_pow09_q16(x) - lat_pen - loss_pen;
 }
@@ -277,8 +282,8 @@ static __always_inline void vv_on_scored(struct vivace_state *s, const struct vi
 		s->move_pending = 0;
 		dx = (s64)vv_mbps_q16(mi->rate_bps) - (s64)vv_mbps_q16(s->prev_rate_bps);
 		du = u - s->prev_util;
-		if (dx == 0 || (du > 0) != (dx > 0)) {
-			/* utility fell (or no change): back to probing around the better rate */
+		if (dx == 0 || du <= 0) {
+			/* the step did not raise the utility: back to probing around the better rate */
 			if (du < 0)
 				s->rate_bps = vv_clamp_rate(s->prev_rate_bps);
 			vv_start_probing(s, in);
@@ -303,8 +308,8 @@ move:
 		bound = vv_pct(s->rate_bps, VV_OMEGA0_PCT + s->bound_k * VV_OMEGA_STEP_PCT);
 		if (step_bps > bound) {
 			step_bps = bound;
-			if (s->bound_k < 9)
-				s->bound_k++;
+			if (s->bound_k < 3)
+				s->bound_k++; /* at most 35 % of the rate per step */
 		}
 		if (step_bps < s->rate_bps / 200)
 			step_bps = s->rate_bps / 200; /* at least 0.5 % */
