@@ -129,7 +129,7 @@ static __always_inline s64 vv_log2_q16(u64 x)
 	}
 	/* x = 2^ip * (x / 2^ip); mantissa in Q30 in [1, 2) */
 	m = ip >= 30 ? x >> (ip - 30) : x << (30 - ip);
-	r = (ip - VV_Q) << VV_Q;
+	r = (ip - VV_Q) * VV_ONE; /* a multiplication: << of a negative value is undefined */
 #pragma unroll
 	for (i = 0; i < VV_Q; i++) {
 		u64 b;
@@ -146,7 +146,7 @@ static __always_inline s64 vv_log2_q16(u64 x)
 static __always_inline u64 vv_exp2_q16(s64 y)
 {
 	s64 ip = y >> VV_Q;            /* floor */
-	u64 f = (u64)(y - (ip << VV_Q)); /* [0, 1) in Q16 */
+	u64 f = (u64)(y - ip * VV_ONE); /* [0, 1) in Q16 */
 	/* 2^f ~ 1 + f (0.6951 + f (0.2261 + f 0.0781)), |error| < 2e-4 */
 	u64 p = 5118;                  /* 0.0781 */
 	u64 r;
