@@ -192,7 +192,7 @@ func TestBBRModelledLink(t *testing.T) {
 						Losses: int32(lost), MSS: 1448, Cwnd: cwnd, Inflight: uint32(l.inflight), SRTTUs: uint32(rttUs),
 						TpDelivered: uint32(int64(l.delivered)), TpLost: uint32(int64(l.lost)),
 						PriorDelivered: uint32(int64(math.Max(l.delivered-perRTT, 0))),
-						PriorInFlight: uint32(l.inflight + acked), AckedSacked: uint32(acked), Rand: r.Uint32()}
+						PriorInFlight:  uint32(l.inflight + acked), AckedSacked: uint32(acked), Rand: r.Uint32()}
 					if l.delivered < perRTT || pacing < uint64(l.ratePPus*1e6*1500) {
 						// not yet a full RTT, or sending below the link: the sample is what was sent
 						in.Delivered = int32(math.Min(math.Max(float64(pacing)/1500/1e6*rttUs, 1), math.Min(perRTT, 1<<30)))
