@@ -469,6 +469,7 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 	u64 sample_bw = 0, max_bw, rate, cap64;
 	u32 max_inflight, cwnd, cap, probe_rtt_cwnd;
 	int valid = in->delivered > 0 && in->interval_us > 0;
+	int probe_rtt_expired;
 
 	if (!s->initialized)
 		bbr_init_state(s, in);
@@ -499,10 +500,13 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 	}
 
 	/* 2. min_rtt, and the 5 s PROBE_RTT window */
+	/* the draft's probe_rtt_expired: taken before the sample refreshes the filter, and what
+	 * sends the flow to PROBE_RTT below */
+	probe_rtt_expired = in->now_us - s->probe_rtt_min_stamp_us > BBR_PROBE_RTT_WIN_US;
 	if (in->rtt_us >= 0 && in->rtt_us < BBR_RTT_MAX_US) {
 		u32 rtt = (u32)in->rtt_us;
 
-		if (rtt < s->probe_rtt_min_us || in->now_us - s->probe_rtt_min_stamp_us > BBR_PROBE_RTT_WIN_US) {
+		if (rtt < s->probe_rtt_min_us || probe_rtt_expired) {
 			s->probe_rtt_min_us = rtt;
 			s->probe_rtt_min_stamp_us = in->now_us;
 		}
@@ -557,8 +561,7 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 
 	/* PROBE_RTT: every 5 s without a new low, the window drops to half a BDP for 200 ms and a round */
 	probe_rtt_cwnd = bbr_max32(bbr_bdp(s, max_bw, BBR_PROBE_RTT_CWND_GAIN), BBR_CWND_MIN);
-	if (s->mode != B2_PROBE_RTT && !s->idle_restart &&
-	    in->now_us - s->probe_rtt_min_stamp_us > BBR_PROBE_RTT_WIN_US) {
+	if (s->mode != B2_PROBE_RTT && !s->idle_restart && probe_rtt_expired) {
 		s->mode = B2_PROBE_RTT;
 		s->prior_cwnd = bbr_max32(s->prior_cwnd, in->cwnd);
 		s->probe_rtt_done_stamp_us = 0;

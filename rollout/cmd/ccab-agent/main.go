@@ -61,6 +61,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		metricsAddr = fs.String("metrics-addr", "127.0.0.1:9465", "address for /metrics (empty: off)")
 		once        = fs.Bool("once", false, "apply one record from --assignment-file, print the agent_status JSON, exit (0 applied, 1 refused/error, 3 stale); no Kafka")
 		asgFile     = fs.String("assignment-file", "", "assignment/1 record for --once")
+		releaseBPF  = fs.String("release-bpf", "", "remove --host's use of ccab's BPF congestion control NAME and unregister it when no host uses it; exit (labs: teardown of a host that is going away)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 	)
 	fs.Usage = func() {
@@ -96,6 +97,18 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return usage("%v", envErr)
 	case fs.NArg() > 0:
 		return usage("unexpected arguments %q", fs.Args())
+	case *releaseBPF != "":
+		if *once {
+			return usage("--release-bpf and --once are exclusive")
+		}
+		l := bpfcc.Loader{Dir: *bpfDir, UsersDir: *bpfUsersDir, ProcFS: *procfs}
+		unloaded, err := l.Release(*releaseBPF, *host)
+		if err != nil {
+			fmt.Fprintf(stderr, "ccab-agent: release %s: %v\n", *releaseBPF, err)
+			return exitFailed
+		}
+		fmt.Fprintf(stdout, "released %s for %s; unregistered: %v\n", *releaseBPF, *host, unloaded)
+		return exitApplied
 	case *pubKey == "":
 		return usage("--public-key is required")
 	case *host == "":
