@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export CCAB_DATA_DIR ?= $(CURDIR)/.ccab
 PY := .venv/bin/python
 
-.PHONY: setup demo test test-python test-system test-slow test-airflow test-go test-fuzz test-prometheus bench clean help lab live-canary
+.PHONY: bpf bpf-check setup demo test test-python test-system test-slow test-airflow test-go test-fuzz test-prometheus bench clean help lab live-canary
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -14,7 +14,13 @@ setup:  ## install everything (venv, Go binaries, Kafka jars); idempotent
 demo: setup  ## run the main job end to end on the embedded engines
 	@scripts/demo.sh
 
-test: setup test-go test-fuzz test-python test-prometheus  ## set everything up, then the fast tier (budget 8 min): Go unit tests, fuzz, Python unit + engine (chdb), Prometheus rules
+test: setup bpf-check test-go test-fuzz test-python test-prometheus  ## set everything up, then the fast tier (budget 8 min): BPF objects current, Go unit tests, fuzz, Python unit + engine (chdb), Prometheus rules
+
+bpf:  ## regenerate the committed BPF objects and Go bindings from rollout/bpf/ (bpf2go, clang)
+	@scripts/bpf-gen.sh
+
+bpf-check:  ## the committed BPF objects are what rollout/bpf/ compiles to (CI)
+	@scripts/bpf-gen.sh --check
 
 test-go:
 	go test -count=1 ./...

@@ -7,7 +7,8 @@
 # Prints the minutes from fault onset to the last treatment host back on control, the page's life in
 # Alertmanager (created, firing, resolved) and the clean case's promotion (every host on bbr).
 # Not part of `make test` (~30 min; `--case clean` or `--case faulty` for one): `make live-canary`.
-# Options: python -m ccab_workshop.lab.canary --help. Output of a run: docs/rollout/live-canary.md.
+# Options: python -m ccab_workshop.lab.canary --help (--treatment-cc bbr2: a BBRv2 treatment arm on this kernel,
+# ccab's BPF one loaded by the agents). Output of a run: docs/rollout/live-canary.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then

@@ -27,7 +27,9 @@ command -v mvn >/dev/null 2>&1 || die "Maven is required once, to fetch the Kafk
 # nginx (real access logs), ip/tc (network namespaces, tbf bottlenecks), curl (a real client),
 # nft (random loss in the lab's bottleneck), chromium (renders the canary report headless in tests),
 # prometheus (promtool: `make test-prometheus` checks and unit-tests deploy/prometheus/) and
-# prometheus-alertmanager (/usr/bin/prometheus-alertmanager, amtool: the Alertmanager client's tests).
+# prometheus-alertmanager (/usr/bin/prometheus-alertmanager, amtool: the Alertmanager client's tests),
+# clang + libbpf-dev + bpftool (`make bpf`/`make bpf-check` compile rollout/bpf/ with bpf2go; the
+# objects are committed, so building and running ccab does not need them).
 # Installed without starting the packaged services (policy-rc.d): tests run their own nginx in
 # namespaces and their own Alertmanager on a loopback port.
 need=()
@@ -38,6 +40,9 @@ command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+command -v clang >/dev/null 2>&1 || need+=(clang llvm)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+command -v bpftool >/dev/null 2>&1 || [ -x /usr/sbin/bpftool ] || need+=(bpftool)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     step "debian packages: ${need[*]}"

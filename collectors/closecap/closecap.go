@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,10 @@ type Config struct {
 	MaxBatch   int           // records per emitted batch at most; default 1024
 	Coalesce   time.Duration // a reader wakes at most once per this (events queue in the socket meanwhile); default 50 ms; negative: no wait
 	ProcSys    string        // default "/proc/sys"
+	// BPFCCDir is where the agent pins ccab's BPF congestion controls (rollout/bpfcc): a
+	// connection whose cc has a pin there is recorded with cc_impl "ccab-bpf", others "kernel".
+	// Default /sys/fs/bpf/ccab-cc.
+	BPFCCDir string
 
 	// ipv4Only joins the IPv4 group only (tests).
 	ipv4Only bool
@@ -84,6 +89,7 @@ type Capture struct {
 	cfg    Config
 	sel    sampler.Selection
 	spaces []*space
+	impl   *implCache
 	Stats  Stats
 }
 
@@ -125,7 +131,10 @@ func New(cfg Config) (*Capture, error) {
 	if cfg.ProcSys == "" {
 		cfg.ProcSys = "/proc/sys"
 	}
-	c := &Capture{cfg: cfg, sel: sampler.NewSelection(cfg.Salt, cfg.SampleRate)}
+	if cfg.BPFCCDir == "" {
+		cfg.BPFCCDir = "/sys/fs/bpf/ccab-cc"
+	}
+	c := &Capture{cfg: cfg, sel: sampler.NewSelection(cfg.Salt, cfg.SampleRate), impl: &implCache{dir: cfg.BPFCCDir}}
 	names := cfg.Namespaces
 	if len(names) == 0 {
 		names = []string{""}
@@ -414,7 +423,42 @@ func (c *Capture) event(sp *space, msg []byte, now int64) (record.TCPConn, bool)
 	if seen && e.firstMs > 0 && now >= e.firstMs {
 		r.SeenDurationMs = record.Int(now - e.firstMs)
 	}
+	r.CCImpl = c.impl.of(r.CC, now)
 	return r, true
+}
+
+// implCache tells which implementation runs a congestion control: "ccab-bpf" when rollout/bpfcc
+// pinned it under dir (<dir>/<cc>/link), "kernel" otherwise ("" for an unknown cc). Answers are
+// kept for a second (a stat per closed connection would be wasted work).
+type implCache struct {
+	dir string
+	mu  sync.Mutex
+	m   map[string]implEntry
+}
+
+type implEntry struct {
+	impl string
+	atMs int64
+}
+
+func (c *implCache) of(cc string, nowMs int64) string {
+	if cc == "" || c == nil {
+		return ""
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[cc]; ok && nowMs-e.atMs < 1000 && nowMs >= e.atMs {
+		return e.impl
+	}
+	impl := record.CCImplKernel
+	if _, err := os.Stat(filepath.Join(c.dir, cc, "link")); err == nil {
+		impl = record.CCImplBPF
+	}
+	if c.m == nil {
+		c.m = map[string]implEntry{}
+	}
+	c.m[cc] = implEntry{impl: impl, atMs: nowMs}
+	return impl
 }
 
 func (c *Capture) portOK(p uint16) bool {

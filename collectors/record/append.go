@@ -310,6 +310,9 @@ func AppendConn(dst []byte, c *TCPConn) ([]byte, error) {
 	b = appendOptInt(append(b, `,"cc_version":`...), c.CCVersion)
 	b = append(b, `,"cc_source":`...)
 	b = appendString(b, c.CCSource)
+	if c.CCImpl != "" { // optional: absent when the collector cannot tell
+		b = appendString(append(b, `,"cc_impl":`...), c.CCImpl)
+	}
 	b = append(b, `,"sock_id":`...)
 	b = appendString(b, c.SockID)
 	b = append(b, `,"peer_prefix":`...)

@@ -105,9 +105,12 @@ type TCPConn struct {
 	Arm       string `json:"arm"`
 	RolloutID string `json:"rollout_id"`
 
-	CC         string `json:"cc"`
-	CCVersion  *int64 `json:"cc_version"`
-	CCSource   string `json:"cc_source"`
+	CC        string `json:"cc"`
+	CCVersion *int64 `json:"cc_version"`
+	CCSource  string `json:"cc_source"`
+	// CCImpl is which implementation of cc ran: CCImplKernel or CCImplBPF (optional: absent
+	// when not known).
+	CCImpl     string `json:"cc_impl,omitempty"`
 	SockID     string `json:"sock_id"`
 	PeerPrefix string `json:"peer_prefix"`
 	LocalPort  int64  `json:"local_port"`
@@ -168,6 +171,9 @@ const (
 	CCSourceSocket       = "socket"        // INET_DIAG_CONG of this very socket, read by the poller while it lived
 	CCSourceNetnsDefault = "netns_default" // net.ipv4.tcp_congestion_control of its namespace when it closed
 	CCSourceUnknown      = "unknown"       // neither (cc is "")
+
+	CCImplKernel = "kernel"   // the kernel's own algorithm (built in or a module)
+	CCImplBPF    = "ccab-bpf" // ccab's BPF algorithm (rollout/bpfcc), loaded by the agent
 )
 
 // HTTPRequest is one nginx access-log line (http_request/1).

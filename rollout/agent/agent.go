@@ -13,12 +13,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/ccab-dev/ccab/internal/netns"
 	"github.com/ccab-dev/ccab/rollout/assignment"
+	"github.com/ccab-dev/ccab/rollout/bpfcc"
 	"github.com/ccab-dev/ccab/rollout/kernelcc"
 	"github.com/ccab-dev/ccab/rollout/qdisc"
 	"github.com/ccab-dev/ccab/rollout/statefile"
@@ -36,7 +39,10 @@ type Config struct {
 	NetnsPath string
 	Kernel    kernelcc.Kernel
 	Tc        qdisc.Tc
-	Now       func() time.Time
+	// BPF loads ccab's BPF congestion controls (bbr2, bbr3, vivace) when the kernel lacks
+	// the assigned one; nil: never (such assignments are refused as unavailable).
+	BPF *bpfcc.Loader
+	Now func() time.Time
 }
 
 // Outcome is what became of one assignment.
@@ -121,8 +127,53 @@ func (a *Agent) observe(s *status.Status) {
 		a.log.Warn("read kernel state", "err", err)
 	}
 	s.BBRVersion = a.cfg.Kernel.BBRVersion(s.CCEffective, s.CCAvailable)
+	s.CCImpl = a.impl(s.CCEffective)
 	v, _ := strconv.Atoi(s.BBRVersion)
 	a.m.BBRVersion.Set(float64(v))
+}
+
+// impl tells which implementation runs cc: ccab's BPF one when it is registered by bpfcc.
+func (a *Agent) impl(cc string) string {
+	if cc == "" {
+		return ""
+	}
+	if a.cfg.BPF != nil && bpfcc.Offers(cc) && a.cfg.BPF.Loaded(cc) {
+		return bpfcc.ImplBPF
+	}
+	return bpfcc.ImplKernel
+}
+
+// useBPF registers this host as a user of ccab's BPF cc (loading it if needed) when the kernel
+// does not offer cc itself (notAvail) or ours is already loaded. ok=false: not a BPF case.
+func (a *Agent) useBPF(cc string, notAvail bool) (ok bool, err error) {
+	if a.cfg.BPF == nil || !bpfcc.Offers(cc) || (!notAvail && !a.cfg.BPF.Loaded(cc)) {
+		return false, nil
+	}
+	loaded, err := a.cfg.BPF.Use(cc, a.cfg.Host)
+	if err != nil {
+		a.m.Errors.WithLabelValues("bpf").Inc()
+		return true, err
+	}
+	if loaded {
+		a.log.Info("loaded ccab's BPF congestion control", "cc", cc)
+	}
+	return true, nil
+}
+
+// releaseBPF drops this host's use of ccab's BPF cc, unloading it when no one else uses it.
+func (a *Agent) releaseBPF(cc string) {
+	if a.cfg.BPF == nil || cc == "" || !bpfcc.Offers(cc) {
+		return
+	}
+	unloaded, err := a.cfg.BPF.Release(cc, a.cfg.Host)
+	if err != nil {
+		a.m.Errors.WithLabelValues("bpf").Inc()
+		a.log.Warn("release ccab's BPF congestion control", "cc", cc, "err", err)
+		return
+	}
+	if unloaded {
+		a.log.Info("unloaded ccab's BPF congestion control (no user left)", "cc", cc)
+	}
 }
 
 // Heartbeat returns a heartbeat status for the current state.
@@ -161,7 +212,9 @@ func (a *Agent) Reassert() (status.Status, bool, error) {
 		"generation", st.Generation)
 	a.m.Reasserts.Inc()
 	s := status.Status{RolloutID: st.RolloutID, Arm: st.Arm, Generation: st.Generation}
-	if err := a.set(st.CC, st.Qdisc, cur); err != nil {
+	if _, err := a.useBPF(st.CC, st.CCImpl == bpfcc.ImplBPF); err != nil {
+		s.State, s.Reason = status.Error, "re-applying state file: "+err.Error()
+	} else if err := a.set(st.CC, st.Qdisc, cur); err != nil {
 		a.m.Errors.WithLabelValues("sysctl").Inc()
 		s.State, s.Reason = status.Error, "re-applying state file: "+err.Error()
 	} else {
@@ -269,14 +322,41 @@ func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 	}
 	var avail []string
 	var prev string
-	err = a.inNetns(func() error {
-		var err error
-		if avail, err = a.cfg.Kernel.Ensure(as.CC); err != nil {
+	ensure := func(checkAllowed bool) error {
+		return a.inNetns(func() error {
+			var err error
+			if avail, err = a.cfg.Kernel.Ensure(as.CC); err != nil {
+				return err
+			}
+			if checkAllowed && a.cfg.NetnsPath != "" {
+				// a non-init namespace may only set names the init namespace allows (ours
+				// carry TCP_CONG_NON_RESTRICTED, so they are listed once registered)
+				if allowed, err := a.cfg.Kernel.Allowed(); err == nil && !slices.Contains(allowed, as.CC) {
+					return fmt.Errorf("congestion control %q %w in this namespace: not in net.ipv4.tcp_allowed_congestion_control (%s)",
+						as.CC, kernelcc.ErrNotAvailable, strings.Join(allowed, " "))
+				}
+			}
+			prev, err = a.cfg.Kernel.Current()
 			return err
-		}
-		prev, err = a.cfg.Kernel.Current()
-		return err
-	})
+		})
+	}
+	err = ensure(false)
+	usedBPF, berr := a.useBPF(as.CC, errors.Is(err, kernelcc.ErrNotAvailable))
+	if berr != nil {
+		return a.refuse(s, "not_available", fmt.Sprintf("%v; ccab's BPF %s could not be loaded: %v", err, as.CC, berr))
+	}
+	if usedBPF {
+		err = ensure(true)
+	}
+	// this host no longer uses ccab's BPF as.CC if the assignment does not end applied
+	applied := false
+	if usedBPF && a.state.CC != as.CC {
+		defer func() {
+			if !applied {
+				a.releaseBPF(as.CC)
+			}
+		}()
+	}
 	if errors.Is(err, kernelcc.ErrNotAvailable) {
 		return a.refuse(s, "not_available", err.Error())
 	}
@@ -296,7 +376,7 @@ func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 	}
 	next := statefile.State{RolloutID: as.RolloutID, Arm: as.Arm, CC: as.CC, Generation: as.Generation,
 		Qdisc: as.Qdisc, Pop: as.Pop, Host: as.Host, AppliedAtMs: a.cfg.Now().UnixMilli(), BBRVersion: bbrv,
-		PreviousCC: prev}
+		PreviousCC: prev, CCImpl: a.impl(as.CC)}
 	if err := statefile.Write(a.cfg.StateFile, next); err != nil {
 		a.m.Errors.WithLabelValues("state_file").Inc()
 		// The collector would label records with the old arm: undo the kernel change.
@@ -306,8 +386,14 @@ func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 		s.State, s.Reason = status.Error, err.Error()
 		return Failed, s
 	}
+	old := a.state.CC
 	a.state = next
 	a.m.Generation.Set(float64(next.Generation))
+	applied = true
+	if old != as.CC {
+		// e.g. a rollback from ccab's bbr2 to cubic: unload it when no other host uses it
+		a.releaseBPF(old)
+	}
 	s.State = status.Applied
 	return Applied, s
 }

@@ -6,7 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/ccab-dev/ccab/internal/netnstest"
 	"github.com/ccab-dev/ccab/rollout/agent"
 	"github.com/ccab-dev/ccab/rollout/assignment"
+	"github.com/ccab-dev/ccab/rollout/bpfcc"
 	"github.com/ccab-dev/ccab/rollout/internal/testkit"
 	"github.com/ccab-dev/ccab/rollout/kernelcc"
 	"github.com/ccab-dev/ccab/rollout/qdisc"
@@ -255,4 +258,135 @@ func TestRealKernelRestart(t *testing.T) {
 
 func port(c interface{ LocalAddr() net.Addr }) int {
 	return c.LocalAddr().(*net.TCPAddr).Port
+}
+
+func newBPFAgent(t *testing.T, l lab, host, stateFile string, bpf *bpfcc.Loader) *agent.Agent {
+	t.Helper()
+	pub, err := assignment.PublicKeyFromBase64(string(testkit.Read(t, "test_ed25519_public.b64")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Host: host, Pop: "lab1", PublicKey: pub, StateFile: stateFile,
+		NetnsPath: netns.Path(l.host), Kernel: kernelcc.Kernel{ProcFS: "/proc", SysFS: "/sys"}, Tc: qdisc.Tc{}, BPF: bpf},
+		agent.NewMetrics(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func kernelLists(t *testing.T, sysctl, name string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/net/ipv4/" + sysctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Contains(strings.Fields(string(b)), name)
+}
+
+// On this kernel (no bbr2), an assignment of bbr2 makes the agent load ccab's BPF bbr2: applied
+// in the namespace, listed in tcp_available and tcp_allowed_congestion_control, used by new
+// connections, reported as cc_impl ccab-bpf (status and state file). Rolling back to cubic
+// unloads it once no other host uses it; after a reboot (algorithm gone) the agent re-loads it
+// from its state file; a kernel without BTF is refused with the reason.
+func TestRealKernelBPFBBR2(t *testing.T) {
+	if kernelLists(t, "tcp_available_congestion_control", "bbr2") {
+		t.Skip("bbr2 is registered already (the kernel's own, or a bench run): this test needs it absent")
+	}
+	l := newLab(t)
+	ln := netnstest.Listen(t, l.peer, "tcp4", l.peerAddr+":0")
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	tag := netnstest.Tag()
+	loader := &bpfcc.Loader{Dir: "/sys/fs/bpf/ccab-cc-agtest-" + tag, UsersDir: t.TempDir()}
+	t.Cleanup(func() {
+		if err := loader.Unload("bbr2"); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		os.Remove(loader.Dir)
+	})
+	stateFile := filepath.Join(t.TempDir(), "state.json")
+	a := newBPFAgent(t, l, "edge-test-1", stateFile, loader)
+
+	out, s := a.Apply(testkit.Sign(t, rec(1, "bbr2", nil)))
+	if out != agent.Applied || s.CCEffective != "bbr2" || s.CCImpl != bpfcc.ImplBPF || s.BBRVersion != "2" || s.Reason != "" {
+		t.Fatalf("apply bbr2: %s %+v", out, s)
+	}
+	if !kernelLists(t, "tcp_available_congestion_control", "bbr2") || !kernelLists(t, "tcp_allowed_congestion_control", "bbr2") {
+		t.Fatal("bbr2 applied but not in tcp_available/allowed_congestion_control")
+	}
+	if !slices.Contains(s.CCAvailable, "bbr2") {
+		t.Errorf("status cc_available %v lacks bbr2", s.CCAvailable)
+	}
+	c := netnstest.Dial(t, l.host, "tcp4", ln.Addr().String(), "")
+	if got := socketCC(t, l.host, port(c)); got != "bbr2" {
+		t.Errorf("new connection uses %s, want bbr2", got)
+	}
+	if st, err := statefile.Read(stateFile); err != nil || st.CC != "bbr2" || st.CCImpl != bpfcc.ImplBPF {
+		t.Errorf("state file: %+v %v", st, err)
+	}
+	if hb := a.Heartbeat(); hb.CCImpl != bpfcc.ImplBPF || hb.CCEffective != "bbr2" {
+		t.Errorf("heartbeat: %+v", hb)
+	}
+
+	// Another host uses it too: rolling this one back keeps it loaded; the other's release unloads.
+	if _, err := loader.Use("bbr2", "edge-other"); err != nil {
+		t.Fatal(err)
+	}
+	out, s = a.Apply(testkit.Sign(t, rec(2, "cubic", nil)))
+	if out != agent.Applied || s.CCEffective != "cubic" || s.CCImpl != bpfcc.ImplKernel {
+		t.Fatalf("rollback to cubic: %s %+v", out, s)
+	}
+	if nsCC(t, l.host) != "cubic" || !kernelLists(t, "tcp_available_congestion_control", "bbr2") {
+		t.Fatalf("after rollback: namespace %s; bbr2 must stay loaded for edge-other", nsCC(t, l.host))
+	}
+	if unloaded, err := loader.Release("bbr2", "edge-other"); err != nil || !unloaded {
+		t.Fatalf("last release: unloaded=%v err=%v", unloaded, err)
+	}
+	if kernelLists(t, "tcp_available_congestion_control", "bbr2") {
+		t.Fatal("bbr2 still registered with no user")
+	}
+
+	// Only user: the rollback unloads it.
+	if out, s = a.Apply(testkit.Sign(t, rec(3, "bbr2", nil))); out != agent.Applied || s.CCImpl != bpfcc.ImplBPF {
+		t.Fatalf("bbr2 again: %s %+v", out, s)
+	}
+	if out, s = a.Apply(testkit.Sign(t, rec(4, "cubic", nil))); out != agent.Applied || kernelLists(t, "tcp_available_congestion_control", "bbr2") {
+		t.Fatalf("rollback as the only user: %s %+v; bbr2 registered=%v", out, s, kernelLists(t, "tcp_available_congestion_control", "bbr2"))
+	}
+
+	// Reboot with bbr2 in the state file: the algorithm is gone; the agent loads it again.
+	if out, s = a.Apply(testkit.Sign(t, rec(5, "bbr2", nil))); out != agent.Applied {
+		t.Fatalf("bbr2 gen 5: %s %+v", out, s)
+	}
+	setCC(t, l.host, "cubic")
+	if err := loader.Unload("bbr2"); err != nil {
+		t.Fatal(err)
+	}
+	b := newBPFAgent(t, l, "edge-test-1", stateFile, loader)
+	s, changed, err := b.Reassert()
+	if err != nil || !changed || s.State != status.Applied || s.CCEffective != "bbr2" || s.CCImpl != bpfcc.ImplBPF {
+		t.Fatalf("reassert after reboot: %+v changed=%v err=%v", s, changed, err)
+	}
+	if out, s = b.Apply(testkit.Sign(t, rec(6, "cubic", nil))); out != agent.Applied || kernelLists(t, "tcp_available_congestion_control", "bbr2") {
+		t.Fatalf("final rollback: %s %+v", out, s)
+	}
+
+	// A kernel that cannot (no BTF): refused with the reason, nothing changes.
+	noBTF := &bpfcc.Loader{Dir: loader.Dir, UsersDir: loader.UsersDir, BTFPath: filepath.Join(t.TempDir(), "no-vmlinux")}
+	d := newBPFAgent(t, l, "edge-test-1", stateFile, noBTF)
+	out, s = d.Apply(testkit.Sign(t, rec(7, "bbr2", nil)))
+	if out != agent.Refused || !strings.Contains(s.Reason, "not available") || !strings.Contains(s.Reason, "no kernel BTF") || s.CCEffective != "cubic" {
+		t.Fatalf("no BTF: %s %+v", out, s)
+	}
+	if kernelLists(t, "tcp_available_congestion_control", "bbr2") {
+		t.Fatal("bbr2 registered although refused")
+	}
 }

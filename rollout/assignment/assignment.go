@@ -197,7 +197,7 @@ func CheckGeneration(gen, applied int64) error {
 // knownCC are the congestion-control names of mainline Linux (net/ipv4/tcp_*.c) plus bbr2
 // (Google's v2alpha module). Anything else is refused as unknown before the kernel is asked.
 var knownCC = map[string]bool{
-	"reno": true, "cubic": true, "bbr": true, "bbr2": true, "bic": true, "cdg": true, "dctcp": true,
+	"reno": true, "cubic": true, "bbr": true, "bbr2": true, "bbr3": true, "vivace": true, "bic": true, "cdg": true, "dctcp": true,
 	"highspeed": true, "htcp": true, "hybla": true, "illinois": true, "lp": true, "nv": true,
 	"scalable": true, "vegas": true, "veno": true, "westwood": true, "yeah": true,
 }

@@ -136,7 +136,7 @@ func (k Kernel) readBack(err error) (string, error) {
 // BBRVersion tells which BBR the kernel's "bbr" is, as far as sysfs can: "3" when module
 // tcp_bbr declares MODULE_VERSION "3" (/sys/module/tcp_bbr/version), the version it declares
 // otherwise, and "1" when it declares none (mainline BBR has no MODULE_VERSION). "" when bbr
-// is not available. bbr2 (Google's v2alpha) is its own name: BBRVersion("bbr2") is "2".
+// is not available. bbr2 (Google's v2alpha) is its own name: BBRVersion("bbr2") is "2" (and "bbr3", ccab's BPF one, "3").
 func (k Kernel) BBRVersion(name string, avail []string) string {
 	if !slices.Contains(avail, name) {
 		return ""
@@ -144,6 +144,8 @@ func (k Kernel) BBRVersion(name string, avail []string) string {
 	switch name {
 	case "bbr2":
 		return "2"
+	case "bbr3":
+		return "3"
 	case "bbr":
 		b, err := os.ReadFile(filepath.Join(k.SysFS, "module/tcp_bbr/version"))
 		if err != nil {

@@ -31,6 +31,9 @@ type State struct {
 	AppliedAtMs int64   `json:"applied_at_ms,omitempty"`
 	BBRVersion  string  `json:"bbr_version,omitempty"`
 	PreviousCC  string  `json:"previous_cc,omitempty"`
+	// CCImpl is which implementation runs cc: "kernel", or "ccab-bpf" for ccab's BPF one
+	// (rollout/bpfcc); absent in files written before it existed (then: kernel).
+	CCImpl string `json:"cc_impl,omitempty"`
 }
 
 // MaxBytes bounds the state file (an agent writes a few hundred bytes).
@@ -85,6 +88,7 @@ func Read(path string) (State, error) {
 	st.Host = optStr("host", assignment.MaxStringBytes)
 	st.BBRVersion = optStr("bbr_version", 8)
 	st.PreviousCC = optStr("previous_cc", 64)
+	st.CCImpl = optStr("cc_impl", 32)
 	if v, ok := raw["applied_at_ms"]; ok && strictjson.Kind(v) != "null" {
 		st.AppliedAtMs = fs.Int("applied_at_ms", 0, assignment.MaxGeneration)
 	}

@@ -35,6 +35,8 @@ type Status struct {
 	QdiscEffective *string  `json:"qdisc_effective"`
 	Reason         string   `json:"reason"`
 	BBRVersion     string   `json:"bbr_version,omitempty"`
+	// CCImpl (extra field): which implementation runs cc_effective, "kernel" or "ccab-bpf".
+	CCImpl string `json:"cc_impl,omitempty"`
 }
 
 // Bounds of what a status echoes (a reason may carry tc's output; rollout_id and arm come
@@ -74,7 +76,7 @@ func Encode(s Status) []byte {
 		avail[i] = cut(c, 32)
 	}
 	s.CCAvailable = avail
-	for _, p := range []*string{&s.Pop, &s.Host, &s.Kernel, &s.RolloutID, &s.Arm, &s.State, &s.CCEffective, &s.BBRVersion} {
+	for _, p := range []*string{&s.Pop, &s.Host, &s.Kernel, &s.RolloutID, &s.Arm, &s.State, &s.CCEffective, &s.BBRVersion, &s.CCImpl} {
 		*p = cut(*p, MaxFieldBytes)
 	}
 	if s.QdiscEffective != nil {

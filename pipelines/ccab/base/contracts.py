@@ -203,6 +203,7 @@ TCP_CONN = Schema(
         cc string
         cc_version uint8?
         cc_source string
+        cc_impl string?
         sock_id string
         peer_prefix string
         local_port uint16

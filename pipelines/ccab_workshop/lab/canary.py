@@ -148,10 +148,10 @@ def _client_plan(topo: Topology, duration_s: float, t0: float) -> dict:
     return {"t0": t0, "seed": 1, "flows": flows}
 
 
-def _plan(rid: str, hosts: dict[str, str], breaker_minutes: int, look_minutes: int) -> dict:
+def _plan(rid: str, hosts: dict[str, str], breaker_minutes: int, look_minutes: int, treatment: str = "bbr") -> dict:
     return {
         "rollout_id": rid, "pops": ["lab"], "inventory": {"hosts": {"lab": list(hosts.values())}},
-        "arms": [{"name": "control", "cc": "cubic"}, {"name": "bbr", "cc": "bbr"}],
+        "arms": [{"name": "control", "cc": "cubic"}, {"name": treatment, "cc": treatment}],
         "control_arm": "control", "design": {"seed": 16},
         "stages": [{"name": "canary", "hosts": len(hosts) // 2, "min_duration_minutes": look_minutes, "looks": 1,
                     "min_applied": 1.0}],
@@ -217,7 +217,7 @@ def run_case(case: str, args, work: Path) -> dict:
 
         env = dict(os.environ, CCAB_ROLLOUT_KEY=str(key_file))
         plan_file = work / "plan.yaml"
-        plan_file.write_text(yaml.safe_dump(_plan(rid, names, args.breaker_minutes, args.look_minutes)))
+        plan_file.write_text(yaml.safe_dump(_plan(rid, names, args.breaker_minutes, args.look_minutes, args.treatment_cc)))
         # the operator starts the rollout with the CLI; from then on only the service acts
         res = subprocess.run([sys.executable, "-m", "ccab.cli", "rollout", "start", str(plan_file),
                               "--assignments-topic", t_asg, "--status-topic", t_st, "--wait-applied", "60",
@@ -226,7 +226,7 @@ def run_case(case: str, args, work: Path) -> dict:
             raise LabError(f"ccab rollout start failed: {res.stderr.strip()[-800:]}")
         _say(f"{case}: rollout started:\n" + res.stdout.strip())
         state = Store.for_rollout(rid).load()
-        treated = {h for h, v in state.hosts.items() if v.arm == "bbr"}
+        treated = {h for h, v in state.hosts.items() if v.arm == args.treatment_cc}
         ns_of = {names[label]: topo.hosts[label] for label in HOSTS}
         out["treatment_hosts"] = sorted(treated)
 
@@ -288,7 +288,7 @@ def run_case(case: str, args, work: Path) -> dict:
         session.stack.callback(watcher.join, 5)
         session.stack.callback(watching.set)
         deadline = t0 + total_s
-        _say(f"{case}: traffic from every host; treatment (bbr) on {', '.join(sorted(treated))}; "
+        _say(f"{case}: traffic from every host; treatment ({args.treatment_cc}) on {', '.join(sorted(treated))}; "
              + (f"fault after {args.baseline_minutes} min" if fault else
                 f"no fault; the stage's look is due {args.look_minutes} min after its hosts applied"))
         next_tick = 0.0
@@ -322,9 +322,9 @@ def run_case(case: str, args, work: Path) -> dict:
                 if not fault and st.promoted and promoted_at is None:
                     every = {h: in_ns(ns, "sysctl", "-n", "net.ipv4.tcp_congestion_control").strip()
                              for h, ns in ns_of.items()}
-                    if all(c == "bbr" for c in every.values()):
+                    if all(c == args.treatment_cc for c in every.values()):
                         promoted_at = time.time()
-                        _say(f"{case}: {st.promoted} promoted: every host runs bbr (sysctl): {every}")
+                        _say(f"{case}: {st.promoted} promoted: every host runs {args.treatment_cc} (sysctl): {every}")
                 _say(f"{case}: arms {st.arms}; treatment sysctl {ccs}; open pages {sum(map(len, st.pages.values()))}")
                 if back_at and page.get("resolved_at"):
                     break
@@ -417,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate-mbit", type=float, default=30.0, help="each host's uplink rate (default: 30)")
     ap.add_argument("--interval", type=float, default=15.0, help="controller loop interval, s (default: 15)")
     ap.add_argument("--out", type=Path, default=None, help="work directory (default: a temp dir)")
+    ap.add_argument("--treatment-cc", default="bbr", choices=("bbr", "bbr2", "bbr3", "vivace"),
+                    help="the treatment arm's algorithm (default: bbr); bbr2/bbr3/vivace on a kernel without "
+                         "them are ccab's BPF ones, loaded by the agents (rollout/bpf/cc)")
     args = ap.parse_args(argv)
     preflight()
     allow_cc(["cubic", "bbr"])
@@ -435,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
                 _say("== faulty: the treatment was NOT rolled back in time")
         if case == "clean":
             if r.get("promoted_at"):
-                _say(f"== clean: PROMOTED: bbr on every host (sysctl) {(r['promoted_at'] - r['t0']) / 60:.2f} min "
+                _say(f"== clean: PROMOTED: {args.treatment_cc} on every host (sysctl) {(r['promoted_at'] - r['t0']) / 60:.2f} min "
                      f"after traffic started (the stage's look is due {args.look_minutes} min after its hosts "
                      f"applied)")
             else:
@@ -460,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     (work / "results.json").write_text(json.dumps(results, indent=1, default=str))
     ok = all((r["case"] == "faulty" and r.get("minutes_fault_to_control") is not None
               and r["page"].get("resolved_sent_at"))
-             or (r["case"] == "clean" and r["arms"].get("bbr") == "promoted" and r.get("promoted_at")
+             or (r["case"] == "clean" and r["arms"].get(args.treatment_cc) == "promoted" and r.get("promoted_at")
                  and not r["page"]) for r in results)
     _say(f"results: {work / 'results.json'}; {'OK' if ok else 'FAILED'}")
     return 0 if ok else 1

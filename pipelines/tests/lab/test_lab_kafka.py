@@ -11,8 +11,8 @@ import socket
 from contextlib import ExitStack
 from types import SimpleNamespace
 
-from ccab.kafka import broker
-from ccab.lab.runner import _kafka
+from ccab_workshop.kafka import broker
+from ccab_workshop.lab.runner import _kafka
 
 
 def _answers(bootstrap: str) -> bool:

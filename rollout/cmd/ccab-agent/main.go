@@ -17,6 +17,7 @@ import (
 	"github.com/ccab-dev/ccab/internal/netns"
 	"github.com/ccab-dev/ccab/rollout/agent"
 	"github.com/ccab-dev/ccab/rollout/assignment"
+	"github.com/ccab-dev/ccab/rollout/bpfcc"
 	"github.com/ccab-dev/ccab/rollout/kernelcc"
 	"github.com/ccab-dev/ccab/rollout/qdisc"
 	"github.com/ccab-dev/ccab/rollout/status"
@@ -52,11 +53,15 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		loadMods    = fs.Bool("load-modules", false, "run modprobe tcp_<cc> for an algorithm the kernel does not offer yet (needs CAP_SYS_MODULE)")
 		modprobe    = fs.String("modprobe", "modprobe", "modprobe command")
 		tcPath      = fs.String("tc", "tc", "tc command")
+		bpfCC       = fs.Bool("bpf-cc", true, "load ccab's BPF congestion control (bbr2, bbr3) when the kernel lacks the assigned one (needs root, BTF, struct_ops)")
+		bpfDir      = fs.String("bpf-dir", bpfcc.DefaultDir, "bpffs directory where the loaded BPF congestion controls are pinned")
+		bpfUsersDir = fs.String("bpf-users-dir", bpfcc.DefaultUsersDir, "directory recording which hosts use which BPF congestion control (shared by the agents of one machine)")
 		qdiscIfs    = fs.String("qdisc-interfaces", "", "comma-separated egress interfaces for the qdisc (default: every interface that is up and not loopback)")
 		heartbeat   = fs.Duration("heartbeat-interval", 30*time.Second, "interval between heartbeat statuses")
 		metricsAddr = fs.String("metrics-addr", "127.0.0.1:9465", "address for /metrics (empty: off)")
 		once        = fs.Bool("once", false, "apply one record from --assignment-file, print the agent_status JSON, exit (0 applied, 1 refused/error, 3 stale); no Kafka")
 		asgFile     = fs.String("assignment-file", "", "assignment/1 record for --once")
+		releaseBPF  = fs.String("release-bpf", "", "remove --host's use of ccab's BPF congestion control NAME and unregister it when no host uses it; exit (labs: teardown of a host that is going away)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 	)
 	fs.Usage = func() {
@@ -92,6 +97,18 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return usage("%v", envErr)
 	case fs.NArg() > 0:
 		return usage("unexpected arguments %q", fs.Args())
+	case *releaseBPF != "":
+		if *once {
+			return usage("--release-bpf and --once are exclusive")
+		}
+		l := bpfcc.Loader{Dir: *bpfDir, UsersDir: *bpfUsersDir, ProcFS: *procfs}
+		unloaded, err := l.Release(*releaseBPF, *host)
+		if err != nil {
+			fmt.Fprintf(stderr, "ccab-agent: release %s: %v\n", *releaseBPF, err)
+			return exitFailed
+		}
+		fmt.Fprintf(stdout, "released %s for %s; unregistered: %v\n", *releaseBPF, *host, unloaded)
+		return exitApplied
 	case *pubKey == "":
 		return usage("--public-key is required")
 	case *host == "":
@@ -128,11 +145,15 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	if *qdiscIfs != "" {
 		ifs = strings.Split(*qdiscIfs, ",")
 	}
+	var loader *bpfcc.Loader
+	if *bpfCC {
+		loader = &bpfcc.Loader{Dir: *bpfDir, UsersDir: *bpfUsersDir, ProcFS: *procfs}
+	}
 	m := agent.NewMetrics()
 	ag, err := agent.New(agent.Config{
 		Host: *host, Pop: *pop, PublicKey: pub, StateFile: *stateFile, NetnsPath: nsPath,
 		Kernel: kernelcc.Kernel{ProcFS: *procfs, SysFS: *sysfs, LoadModules: *loadMods, Modprobe: *modprobe},
-		Tc:     qdisc.Tc{Path: *tcPath, Interfaces: ifs},
+		Tc:     qdisc.Tc{Path: *tcPath, Interfaces: ifs}, BPF: loader,
 	}, m, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "ccab-agent: %v\n", err)

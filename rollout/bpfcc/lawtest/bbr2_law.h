@@ -1,0 +1,1 @@
+../../bpf/cc/bbr2_law.h

@@ -1,0 +1,22 @@
+#include "laws.h"
+#include "vivace_law.h"
+
+unsigned law_vv_state_size(void) { return sizeof(struct vivace_state); }
+
+void law_vv_on_ack(void *state, const struct law_vv_in *i, struct law_vv_view *v)
+{
+	struct vivace_state *s = state;
+	struct vivace_in in = {
+		.now_us = i->now_us, .max_pacing_bps = i->max_pacing_bps, .rtt_us = i->rtt_us, .mss = i->mss,
+		.srtt_us = i->srtt_us, .cwnd = i->cwnd, .cwnd_clamp = i->cwnd_clamp, .acked_sacked = i->acked_sacked,
+		.losses = i->losses, .rand = i->rand, .dlv_bps = i->dlv_bps,
+	};
+	struct vivace_out out = {0};
+
+	vivace_on_ack(s, &in, &out);
+	v->cwnd = out.cwnd;
+	v->pacing_bps = out.pacing_bps;
+	v->rate_bps = s->rate_bps;
+	v->rounds = s->rounds;
+	v->phase = s->phase;
+}

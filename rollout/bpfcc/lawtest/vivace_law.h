@@ -1,0 +1,1 @@
+../../bpf/cc/vivace_law.h
