@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export CCAB_DATA_DIR ?= $(CURDIR)/.ccab
 PY := .venv/bin/python
 
-.PHONY: setup demo test test-python test-slow test-airflow test-go test-fuzz test-prometheus bench clean help lab live-canary
+.PHONY: setup demo test test-python test-slow test-airflow test-go test-fuzz test-prometheus bench clean help lab live-canary bpf bpf-check
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -30,6 +30,12 @@ test-slow: setup  ## slower tier, run by CI after make test (~10-15 min): Kafka 
 
 test-airflow: setup  ## slower tier (~5 min quiet, ~15 min loaded): a real Airflow 3 scheduler runs ccab_cohorts_hourly
 	@$(PY) -m pytest -q -m airflow_scheduler pipelines/tests/dags
+
+bpf:  ## regenerate the committed BPF objects and Go bindings (bpf2go; needs clang, libbpf-dev)
+	@scripts/bpf-generate.sh
+
+bpf-check:  ## check that regenerating the committed BPF objects gives the same bytes
+	@scripts/bpf-generate.sh --check
 
 live-canary:  ## root, ~30 min, not in make test: the controller service rolls back a lossy treatment and promotes a clean one on real sockets
 	scripts/live-canary.sh

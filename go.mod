@@ -3,6 +3,7 @@ module github.com/ccab-dev/ccab
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kadm v1.19.0
@@ -22,3 +23,5 @@ require (
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+tool github.com/cilium/ebpf/cmd/bpf2go
