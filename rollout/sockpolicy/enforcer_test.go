@@ -17,42 +17,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ccab-dev/ccab/internal/cgrouptest"
 	"github.com/ccab-dev/ccab/internal/netns"
 	"github.com/ccab-dev/ccab/internal/netnstest"
 )
 
-// testCgroup creates a cgroup v2 directory of its own for this test (never the root
-// cgroup: other tests run on this host) and removes it at cleanup.
-func testCgroup(t *testing.T) string {
-	t.Helper()
-	netnstest.Require(t)
-	mnt := cgroup2Mount(t)
-	dir := filepath.Join(mnt, "segments-sockpolicy-"+netnstest.Tag())
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatalf("create test cgroup: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := os.Remove(dir); err != nil {
-			t.Errorf("cleanup: remove cgroup %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-func cgroup2Mount(t *testing.T) string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 2 && f[2] == "cgroup2" {
-			return f[1]
-		}
-	}
-	t.Skip("no cgroup v2 hierarchy mounted")
-	return ""
-}
+// testCgroup is a cgroup of this test's own (never the root one).
+func testCgroup(t *testing.T) string { return cgrouptest.Dir(t, "segments-sockpolicy") }
 
 func attach(t *testing.T, opt Options) *Enforcer {
 	t.Helper()

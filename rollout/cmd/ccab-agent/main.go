@@ -19,6 +19,7 @@ import (
 	"github.com/ccab-dev/ccab/rollout/assignment"
 	"github.com/ccab-dev/ccab/rollout/kernelcc"
 	"github.com/ccab-dev/ccab/rollout/qdisc"
+	"github.com/ccab-dev/ccab/rollout/sockpolicy"
 	"github.com/ccab-dev/ccab/rollout/status"
 )
 
@@ -58,11 +59,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		once        = fs.Bool("once", false, "apply one record from --assignment-file, print the agent_status JSON, exit (0 applied, 1 refused/error, 3 stale); no Kafka")
 		asgFile     = fs.String("assignment-file", "", "assignment/1 record for --once")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
+		spCgroup    = fs.String("sockpolicy-cgroup", "", "cgroup v2 directory whose connections assignment/2 socket policies decide (e.g. nginx's; the root cgroup decides every connection of the host); empty: socket policies are refused")
+		spPinDir    = fs.String("sockpolicy-pin-dir", "/sys/fs/bpf/ccab-sockpolicy", "bpffs directory where the sock_ops program and its maps are pinned (the policy outlives the agent; the collector reads conn_policy there); empty: not pinned, detached when the agent exits")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ccab-agent --public-key FILE [flags]\n"+
 			"       ccab-agent --once --assignment-file F --public-key FILE [flags]\n\n"+
-			"Applies signed assignment/1 records for --host (from Kafka, or one file with --once) to the\n"+
+			"Applies signed assignment/1 and /2 records for --host (from Kafka, or one file with --once) to the\n"+
 			"kernel's net.ipv4.tcp_congestion_control (and root qdisc) and reports agent_status/1.\n"+
 			"Every flag can also be set with CCAB_AGENT_<FLAG> (e.g. CCAB_AGENT_BROKERS,\n"+
 			"CCAB_AGENT_PUBLIC_KEY); the command line wins.\n\nflags:\n")
@@ -129,11 +132,24 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		ifs = strings.Split(*qdiscIfs, ",")
 	}
 	m := agent.NewMetrics()
-	ag, err := agent.New(agent.Config{
+	cfg := agent.Config{
 		Host: *host, Pop: *pop, PublicKey: pub, StateFile: *stateFile, NetnsPath: nsPath,
 		Kernel: kernelcc.Kernel{ProcFS: *procfs, SysFS: *sysfs, LoadModules: *loadMods, Modprobe: *modprobe},
 		Tc:     qdisc.Tc{Path: *tcPath, Interfaces: ifs},
-	}, m, log)
+	}
+	if *spCgroup != "" {
+		if *once && *spPinDir == "" {
+			return usage("--once with --sockpolicy-cgroup needs --sockpolicy-pin-dir (else the policy ends with the process)")
+		}
+		enf, err := sockpolicy.Attach(*spCgroup, sockpolicy.Options{PinDir: *spPinDir})
+		if err != nil {
+			fmt.Fprintf(stderr, "ccab-agent: --sockpolicy-cgroup %s: %v\n", *spCgroup, err)
+			return exitFailed
+		}
+		defer enf.Close()
+		cfg.Policy = enf
+	}
+	ag, err := agent.New(cfg, m, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "ccab-agent: %v\n", err)
 		return exitFailed
