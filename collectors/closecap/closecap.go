@@ -58,8 +58,12 @@ type Config struct {
 	BookMaxAge time.Duration // sweep Book entries not seen for this long; default 1 min
 	CCRefresh  time.Duration // how often namespace default cc is re-read; default 1 s
 	MaxBatch   int           // records per emitted batch at most; default 1024
-	Coalesce   time.Duration // a reader wakes at most once per this (events queue in the socket meanwhile); default 50 ms; negative: no wait
-	ProcSys    string        // default "/proc/sys"
+	// Policy looks a connection up by socket cookie in the socket policy's records
+	// (rollout/sockpolicy's conn_policy): the generation of the policy that set its
+	// congestion control, and whether setting it succeeded. nil: no socket policy.
+	Policy   func(cookie uint64) (generation uint64, set, found bool)
+	Coalesce time.Duration // a reader wakes at most once per this (events queue in the socket meanwhile); default 50 ms; negative: no wait
+	ProcSys  string        // default "/proc/sys"
 
 	// ipv4Only joins the IPv4 group only (tests).
 	ipv4Only bool
@@ -77,6 +81,8 @@ type Stats struct {
 	CCSocket     atomic.Uint64 // records whose cc came from the poller's sighting
 	CCDefault    atomic.Uint64 // records whose cc is the namespace default
 	CCUnknown    atomic.Uint64 // records without cc
+	PolicySet    atomic.Uint64 // records whose cc a socket policy set (policy_generation)
+	PolicyFailed atomic.Uint64 // records a socket policy matched but could not set (no policy_generation)
 }
 
 // Capture listens to destroy events. Run once.
@@ -413,6 +419,14 @@ func (c *Capture) event(sp *space, msg []byte, now int64) (record.TCPConn, bool)
 	}
 	if seen && e.firstMs > 0 && now >= e.firstMs {
 		r.SeenDurationMs = record.Int(now - e.firstMs)
+	}
+	if c.cfg.Policy != nil {
+		if gen, set, found := c.cfg.Policy(h.Cookie); found && set {
+			r.PolicyGeneration = record.Int(int64(gen))
+			c.Stats.PolicySet.Add(1)
+		} else if found {
+			c.Stats.PolicyFailed.Add(1)
+		}
 	}
 	return r, true
 }

@@ -91,6 +91,9 @@ type CloseCap struct {
 	RcvBuf    Size     `json:"rcvbuf"`     // receive buffer per namespace (SO_RCVBUFFORCE, else SO_RCVBUF)
 	BPFFilter bool     `json:"bpf_filter"` // attach the in-kernel classic BPF filter
 	Coalesce  Duration `json:"coalesce"`   // a reader wakes at most once per this
+	// SockPolicyPinDir is ccab-agent's --sockpolicy-pin-dir: records get policy_generation
+	// from the socket policy's per-connection map there. "": none.
+	SockPolicyPinDir string `json:"sockpolicy_pin_dir"`
 }
 
 // SSReplay configures the replay of recorded `ss -tinHOe` snapshots (collectors/ssreplay):

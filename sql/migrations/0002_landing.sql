@@ -389,6 +389,7 @@ CREATE TABLE IF NOT EXISTS tcp_conns_landing
     total_rto_recoveries Nullable(UInt64),
     total_rto_time_ms Nullable(UInt64),
     sample_rate Nullable(Float64),
+    policy_generation Nullable(UInt64),
     _topic Nullable(String),
     _partition Nullable(UInt64),
     _offset Nullable(UInt64),
@@ -489,6 +490,7 @@ CREATE TABLE IF NOT EXISTS tcp_conns_check
     total_rto_recoveries Nullable(UInt64),
     total_rto_time_ms Nullable(UInt64),
     sample_rate Nullable(Float64),
+    policy_generation Nullable(UInt64),
     _topic Nullable(String),
     _partition Nullable(UInt64),
     _offset Nullable(UInt64),
@@ -588,6 +590,7 @@ SELECT
     total_rto_recoveries,
     total_rto_time_ms,
     assumeNotNull(sample_rate) AS sample_rate,
+    policy_generation,
     assumeNotNull(_topic) AS _topic,
     assumeNotNull(_partition) AS _partition,
     assumeNotNull(_offset) AS _offset

@@ -223,6 +223,7 @@ TCP_CONN = Schema(
         total_rto_recoveries uint32?
         total_rto_time_ms uint?
         sample_rate float
+        policy_generation uint?
         """
     ),
 )
