@@ -19,6 +19,7 @@ from ccab.base import schema
 from ccab.base.chtime import covering_hours
 from ccab.base.contracts import rollout_id_problem
 from ccab.base.warehouse import Warehouse, connect
+from ccab.cohorts import networks
 from ccab.cohorts.job import JobConfig, run_window
 from ccab.cohorts.summaries import SummaryResult, write_arm_summaries
 from ccab.cohorts.views import install_views
@@ -117,6 +118,13 @@ def controller_judge(plan: Plan, run_rollups: bool = True) -> Callable[[datetime
         return list(analysis.judgement.verdicts)
 
     return judge
+
+
+def segment_prefixes(segments: tuple[str, ...]) -> list[str]:
+    """The prefixes of a segment plan's segment, from the networks dictionary (the controller's
+    ``segment_prefixes``)."""
+    with open_warehouse() as wh:
+        return networks.segment_prefixes(wh, segments)
 
 
 def record_action(alert_ids: list[str], action: str) -> None:

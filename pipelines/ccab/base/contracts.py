@@ -315,6 +315,12 @@ TOPIC_AGENT_STATUS = AGENT_STATUS.topic
 
 AGENT_STATES = ("applied", "refused", "error", "heartbeat")
 
+#: assignment/2 (CONTRACTS.md): assignment/1's fields plus ``policy`` (null, or {segment, cc,
+#: prefixes}): a per-connection socket policy for a client segment, enforced by the agent's BPF program
+ASSIGNMENT_SEGMENT_SCHEMA = "assignment/2"
+#: the agents' limit on a whole assignment record (the Kafka value), bytes
+ASSIGNMENT_MAX_BYTES = 16 * 1024
+
 # Audit columns the loader adds to every row: where the record came from.
 AUDIT_FIELDS = (
     Field("_topic", "string"),
