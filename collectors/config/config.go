@@ -368,6 +368,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(&c.CloseCapture.RcvBuf, "close-capture-rcvbuf", "receive buffer of each destroy listener (SO_RCVBUFFORCE, else SO_RCVBUF up to net.core.rmem_max)")
 	fs.Var(&c.CloseCapture.Coalesce, "close-capture-coalesce", "read destroy events at most once per this (they queue in the socket meanwhile); 0 or negative: at every event")
 	fs.BoolVar(&c.CloseCapture.BPFFilter, "close-capture-bpf", c.CloseCapture.BPFFilter, "drop unconnected sockets and other local ports in the kernel (classic BPF)")
+	fs.StringVar(&c.CloseCapture.SockPolicyPinDir, "close-capture-sockpolicy-pin-dir", c.CloseCapture.SockPolicyPinDir, "ccab-agent's --sockpolicy-pin-dir: tcp_conn/1 records of connections a socket policy decided carry its policy_generation (empty: none)")
 
 	fs.StringVar(&c.SSReplay.Dir, "ss-replay-dir", c.SSReplay.Dir, "replay the `dir` of ss -tinHOe snapshots <ts_ms>.txt (e.g. ccab sim --raw's ss/<host>) as tcp_sample/1 records")
 	fs.Var(&c.SSReplay.Interval, "ss-replay-interval", "how often the replay directory is checked for new snapshots (without --once)")

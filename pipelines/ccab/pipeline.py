@@ -63,7 +63,9 @@ def rollout_options(rollout_id: str) -> RolloutOptions | None:
         guardrails=tuple(plan.guardrails),
         breakers=tuple(plan.breakers) or None,
         pre_period_hours=plan.pre_period_hours,
-        refuse=SWITCHBACK_REFUSAL if plan.design.switchback is not None else "")
+        refuse=SWITCHBACK_REFUSAL if plan.design.switchback is not None else "",
+        segment=plan.segment,
+        segment_cc=tuple((a, plan.arm(a).cc) for a in plan.treatment_arms) if plan.segment else ())
 
 
 

@@ -402,7 +402,11 @@ def page_life(p: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ccab.lab.canary", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--case", choices=("faulty", "clean", "both"), default="both")
+    ap.add_argument("--case", choices=("faulty", "clean", "both", "segment"), default="both",
+                    help="segment: a plan targeting access:mobile, the socket policy on real sockets "
+                         "(ccab.lab.segment_canary; not part of both)")
+    ap.add_argument("--traffic-minutes", type=float, default=4.0,
+                    help="segment: minutes of downloads after the policy applied (default: 4)")
     ap.add_argument("--breaker-minutes", type=int, default=5, help="the plan's breaker window (default: 5)")
     ap.add_argument("--baseline-minutes", type=float, default=2.0, help="traffic before the fault (default: 2)")
     ap.add_argument("--fault-minutes", type=float, default=9.0,
@@ -422,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     allow_cc(["cubic", "bbr"])
     work = (args.out or Path(tempfile.mkdtemp(prefix="ccab-live-canary-"))).absolute()
     work.mkdir(parents=True, exist_ok=True)
+    if args.case == "segment":
+        from ccab.lab import segment_canary
+        return segment_canary.main(args, work)
     results = []
     for case in (("faulty", "clean") if args.case == "both" else (args.case,)):
         r = run_case(case, args, work)
