@@ -541,10 +541,12 @@ def run_gates(wh: Warehouse, pop: str, rollout: str, start: datetime, end: datet
               control_arm: str, segment: tuple[str, ...] | None = None):
     hh = data.host_hours(wh, pop, rollout, start, end)
     cc_counts = data.host_cc_counts(wh, pop, rollout, start, end)
-    # a segment rollout: cc_compliance checks the rest (every host should run its host default:
-    # control's algorithm); the segment's connections are segment_applied's
+    # a segment rollout: cc_compliance checks every connection of control hosts and the rest of
+    # treated hosts (both run the host default: control's algorithm); the segment's connections on
+    # treated hosts are segment_applied's
     cc_rest = data.subtract_counts(cc_counts, [c for s in segment or () for c in
-                                               data.host_cc_counts(wh, pop, rollout, start, end, s)])
+                                               data.host_cc_counts(wh, pop, rollout, start, end, s)
+                                               if c[0] != control_arm])
     assigned = data.assigned_hosts(wh, pop, rollout)
     arm_of = {host: arm for arm, host, _ in hh}
     for host, (arm, _) in assigned.items():

@@ -1,14 +1,14 @@
 """The live canary's segment case (issue 32, ``scripts/live-canary.sh --case segment``): a rollout
 that targets a client segment, on real sockets.
 
-Four edge hosts in network namespaces behind the lab's router, each with nginx started inside a
+Eight edge hosts in network namespaces behind the lab's router, each with nginx started inside a
 cgroup of its own, ``ccab-collector`` (tcp_info, close-time ``tcp_conn/1`` records with
 ``policy_generation`` from the socket policy's pinned map) and ``ccab-agent`` with
 ``--sockpolicy-cgroup`` (the BPF sock_ops program attached to that host's nginx cgroup, pinned on
 a bpffs private to the run). One client namespace whose interface holds an address in a "mobile"
 prefix and one in a "fixed" prefix; the networks dictionary says which is which.
 
-The plan: control = cubic, treatment = bbr, two hosts each, one stage with
+The plan: control = cubic, treatment = bbr, four hosts each, one stage with
 ``segment: access:mobile``. ``ccab rollout start`` resolves the segment to its prefixes from the
 networks table and publishes signed ``assignment/2`` records to the treated hosts (host default
 cubic, the mobile prefix → bbr) and ``assignment/1`` (cubic) to the control hosts. Then the client
@@ -53,7 +53,7 @@ from ccab.rollout.plan import load_plan
 from ccab.rollout.signing import keygen
 from ccab.rollout.state import Store
 
-HOSTS = ("h1", "h2", "h3", "h4")
+HOSTS = tuple(f"h{i}" for i in range(1, 9))  # 4 + 4: a host-permutation test can reach α = 0.05
 STREAM_BYTES = 3 << 20  # each download: 3 MiB at 1 MiB/s, a new connection every time
 
 
