@@ -178,7 +178,11 @@ def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: d
     if segment:
         j.gates += segment_gates(wh, pop, rollout, start, end, segment, segment_cc or {}, control_arm)
         present = data.segments_present(wh, pop, rollout, start, end, ("access:",))
+        planned = {g.segment for g in guardrails}
         guardrails = segment_guardrails(guardrails, segment, present)
+        rest = frozenset(g.segment for g in guardrails) - set(segment) - planned
+    else:
+        rest = frozenset()
     alpha_look = alpha_at_look(look, looks_planned, ALPHA)
     alpha_last = alpha_at_look(looks_planned, looks_planned, ALPHA)
     all_rows = data.host_rows(wh, pop, rollout, "all", start, end, list(JUDGED_METRICS), arms)
@@ -230,7 +234,8 @@ def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: d
         trips = [t for b in breakers if (t := breaker_trip(minutes, b, arm, control_arm))]
         j.trips += trips
         j.results += results
-        v = decide(pop, rollout, arm, control_arm, results, trips, j.gates, look, looks_planned, alpha_last)
+        v = decide(pop, rollout, arm, control_arm, results, trips, j.gates, look, looks_planned, alpha_last,
+                   rest=rest)
         v.reasons.append(adjustment_text([r for r in results if r.role == "guardrail"], pre_start, pre_end))
         j.verdicts.append(v)
     return j
@@ -510,6 +515,7 @@ def segment_guardrails(guardrails: tuple[Guardrail, ...], segment: tuple[str, ..
     other access segment present (the rest: a change there is the policy leaking, or interference).
     Guardrails the plan restricted to a segment stay as they are."""
     rest = [s for s in present if s not in segment] if all(s.startswith("access:") for s in segment) else []
+    # (the rest's guardrails act on a regression but need not pass: decide(rest=...))
     out: list[Guardrail] = []
     for g in guardrails:
         if g.segment != "all":
@@ -585,7 +591,10 @@ def data_first_hour(wh: Warehouse, pop: str, rollout: str) -> datetime | None:
 # ---- decision -------------------------------------------------------------------------------------
 
 def decide(pop, rollout, arm, control_arm, results: list[Result], trips: list[BreakerTrip], gates, look,
-           looks_planned, alpha_last) -> Verdict:
+           looks_planned, alpha_last, rest: frozenset[str] = frozenset()) -> Verdict:
+    """``rest``: a segment rollout's untargeted segments: their guardrails act on a regression
+    (rollback, halt) but need not be shown non-inferior to pass (their clients were not treated:
+    a wide interval there is noise, not risk)."""
     v = Verdict(pop, rollout, arm, control_arm, "continue")
     guards = [r for r in results if r.role == "guardrail"]
     v.gates_failed = gates_mod.failed_for_arm(gates, arm, control_arm)
@@ -619,7 +628,7 @@ def decide(pop, rollout, arm, control_arm, results: list[Result], trips: list[Br
                          f"({min_attainable_p(g_t, g_c, 'greater'):.3f}) is above α={alpha_last:.3f}; add hosts, "
                          f"pair them, or use a switchback design")
         return v
-    pending = [r for r in guards if r.outcome != "non_inferior"]
+    pending = [r for r in guards if r.outcome != "non_inferior" and r.segment not in rest]
     if look >= looks_planned and not pending:
         v.decision = "pass"
         v.reasons.append("every guardrail non-inferior at the last planned look: " +

@@ -49,6 +49,8 @@ from ccab.ingest.loader import Loader
 from ccab.kafka.topics import TopicSpec, ensure_topics
 from ccab.lab.edge import Collector, Nginx, free_port, make_www
 from ccab.lab.netns import LabError, Topology, allow_cc, in_ns
+from ccab.lab import segment_canary
+from ccab.lab.runner import LockedWarehouse
 from ccab.lab.runner import Session, _kafka, preflight
 from ccab.pipeline import (alert_payloads, arm_done, controller_breakers, controller_judge, known_alerts,
                            record_action)
@@ -67,24 +69,6 @@ AM_CONFIG = """route:
 receivers:
   - name: pager
 """
-
-
-class _Locked:
-    """The loader's warehouse, every call under the process's warehouse lock (chdb: one process,
-    and the controller's loop runs in the main thread under the same lock)."""
-
-    def __init__(self, wh, lock: threading.Lock):
-        self._wh, self._lock = wh, lock
-
-    def __getattr__(self, name):
-        attr = getattr(self._wh, name)
-        if not callable(attr):
-            return attr
-
-        def call(*a, **k):
-            with self._lock:
-                return attr(*a, **k)
-        return call
 
 
 class _ObservedPager(AlertmanagerPager):
@@ -248,7 +232,7 @@ def run_case(case: str, args, work: Path) -> dict:
         session.stack.callback(wh.close)
         migrate(wh, log=lambda _m: None)
         lock = threading.Lock()
-        loader = Loader(_Locked(wh, lock), bootstrap, {t_tcp: SCHEMAS["tcp_sample/1"],
+        loader = Loader(LockedWarehouse(wh, lock), bootstrap, {t_tcp: SCHEMAS["tcp_sample/1"],
                                                        t_http: SCHEMAS["http_request/1"]},
                         group=f"live-{rid}", batch_wait_s=0.5)
         loading = threading.Thread(target=loader.run, daemon=True, name="loader")
@@ -427,7 +411,6 @@ def main(argv: list[str] | None = None) -> int:
     work = (args.out or Path(tempfile.mkdtemp(prefix="ccab-live-canary-"))).absolute()
     work.mkdir(parents=True, exist_ok=True)
     if args.case == "segment":
-        from ccab.lab import segment_canary
         return segment_canary.main(args, work)
     results = []
     for case in (("faulty", "clean") if args.case == "both" else (args.case,)):

@@ -44,10 +44,9 @@ from ccab.base.warehouse import connect
 from ccab.cohorts import networks as nw
 from ccab.ingest.loader import Loader
 from ccab.kafka.topics import TopicSpec, ensure_topics
-from ccab.lab.edge import Collector, Nginx, make_www
+from ccab.lab.edge import Collector, Nginx, make_www, nginx_config
 from ccab.lab.netns import LabError, Topology, in_ns, sh
-from ccab.lab.runner import Session, _kafka
-from ccab.lab.canary import _Locked
+from ccab.lab.runner import LockedWarehouse, Session, _kafka
 from ccab.pipeline import controller_judge, open_warehouse
 from ccab.rollout.plan import load_plan
 from ccab.rollout.signing import keygen
@@ -90,7 +89,6 @@ class CgroupNginx(Nginx):
         raise LabError(f"nginx in {self.ns} did not write its pid file; see {self.root}/error.log")
 
     def _config(self) -> str:
-        from ccab.lab.edge import nginx_config
         return nginx_config(self.root, self.access_log, f"{self.ip}:80 backlog=1024", self.www)
 
 
@@ -223,7 +221,7 @@ def run(args, work: Path) -> dict:
         wh = connect()
         session.stack.callback(wh.close)
         lock = threading.Lock()
-        loader = Loader(_Locked(wh, lock), bootstrap, {t_tcp: SCHEMAS["tcp_sample/1"], t_http: SCHEMAS["http_request/1"],
+        loader = Loader(LockedWarehouse(wh, lock), bootstrap, {t_tcp: SCHEMAS["tcp_sample/1"], t_http: SCHEMAS["http_request/1"],
                                         t_conn: SCHEMAS["tcp_conn/1"]}, group=f"live-{rid}", batch_wait_s=0.5)
         loading = threading.Thread(target=loader.run, daemon=True, name="loader")
         loading.start()

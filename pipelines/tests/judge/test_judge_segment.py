@@ -64,3 +64,20 @@ def test_segment_guardrails_and_rest_counts():
     rest = data.subtract_counts([("bbr", "t1", "bbr", 40), ("bbr", "t1", "cubic", 30)],
                                 [("bbr", "t1", "bbr", 40)])
     assert rest == [("bbr", "t1", "cubic", 30)]
+
+
+def test_rest_guardrails_act_on_regression_but_need_not_pass():
+    from ccab.judge.model import Result
+
+    def res(segment, outcome, p=0.5):
+        return Result("bbr", "control", "retrans_pct", "ratio", segment, "guardrail", "perm", 4, 4, 1.0, 1.0, 0.0,
+                      -0.3, 0.4, p, 0.014, severity="page", outcome=outcome, alpha_look=0.05, margin=0.25)
+    target = res("access:mobile", "non_inferior", 0.01)
+    rest = frozenset({"access:fixed"})
+    wide = res("access:fixed", "inconclusive")
+    assert core.decide("lab", "seg", "bbr", "control", [target, wide], [], [], 1, 1, 0.05).decision == "halt"
+    assert core.decide("lab", "seg", "bbr", "control", [target, wide], [], [], 1, 1, 0.05,
+                       rest=rest).decision == "pass"
+    worse = res("access:fixed", "regression", 0.01)
+    assert core.decide("lab", "seg", "bbr", "control", [target, worse], [], [], 1, 1, 0.05,
+                       rest=rest).decision == "rollback"
