@@ -17,10 +17,10 @@ demo: setup  ## run the main job end to end on the embedded engines
 test: setup bpf-check test-go test-fuzz test-python test-prometheus  ## set everything up, then the fast tier (budget 8 min): BPF objects current, Go unit tests, fuzz, Python unit + engine (chdb), Prometheus rules
 
 bpf:  ## regenerate the committed BPF objects and Go bindings from rollout/bpf/ (bpf2go, clang)
-	@scripts/bpf-gen.sh
+	@scripts/bpf-generate.sh
 
 bpf-check:  ## the committed BPF objects are what rollout/bpf/ compiles to (CI)
-	@scripts/bpf-gen.sh --check
+	@scripts/bpf-generate.sh --check
 
 test-go:
 	go test -count=1 ./...

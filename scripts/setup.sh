@@ -40,6 +40,8 @@ command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+# clang, llvm, libbpf-dev and bpftool: `make bpf` / `make bpf-check` regenerate the committed BPF
+# objects (rollout/bpf/); building and testing ccab uses the committed ones.
 command -v clang >/dev/null 2>&1 || need+=(clang llvm)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 command -v bpftool >/dev/null 2>&1 || [ -x /usr/sbin/bpftool ] || need+=(bpftool)

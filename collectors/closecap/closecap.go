@@ -65,6 +65,10 @@ type Config struct {
 	// connection whose cc has a pin there is recorded with cc_impl "ccab-bpf", others "kernel".
 	// Default /sys/fs/bpf/ccab-cc.
 	BPFCCDir string
+	// Policy looks a connection up by socket cookie in the socket policy's records
+	// (rollout/sockpolicy's conn_policy): the generation of the policy that set its
+	// congestion control, and whether setting it succeeded. nil: no socket policy.
+	Policy func(cookie uint64) (generation uint64, set, found bool)
 
 	// ipv4Only joins the IPv4 group only (tests).
 	ipv4Only bool
@@ -82,6 +86,8 @@ type Stats struct {
 	CCSocket     atomic.Uint64 // records whose cc came from the poller's sighting
 	CCDefault    atomic.Uint64 // records whose cc is the namespace default
 	CCUnknown    atomic.Uint64 // records without cc
+	PolicySet    atomic.Uint64 // records whose cc a socket policy set (policy_generation)
+	PolicyFailed atomic.Uint64 // records a socket policy matched but could not set (no policy_generation)
 }
 
 // Capture listens to destroy events. Run once.
@@ -424,6 +430,14 @@ func (c *Capture) event(sp *space, msg []byte, now int64) (record.TCPConn, bool)
 		r.SeenDurationMs = record.Int(now - e.firstMs)
 	}
 	r.CCImpl = c.impl.of(r.CC, now)
+	if c.cfg.Policy != nil {
+		if gen, set, found := c.cfg.Policy(h.Cookie); found && set {
+			r.PolicyGeneration = record.Int(int64(gen))
+			c.Stats.PolicySet.Add(1)
+		} else if found {
+			c.Stats.PolicyFailed.Add(1)
+		}
+	}
 	return r, true
 }
 

@@ -91,6 +91,9 @@ type CloseCap struct {
 	RcvBuf    Size     `json:"rcvbuf"`     // receive buffer per namespace (SO_RCVBUFFORCE, else SO_RCVBUF)
 	BPFFilter bool     `json:"bpf_filter"` // attach the in-kernel classic BPF filter
 	Coalesce  Duration `json:"coalesce"`   // a reader wakes at most once per this
+	// SockPolicyPinDir is ccab-agent's --sockpolicy-pin-dir: records get policy_generation
+	// from the socket policy's per-connection map there. "": none.
+	SockPolicyPinDir string `json:"sockpolicy_pin_dir"`
 }
 
 // SSReplay configures the replay of recorded `ss -tinHOe` snapshots (collectors/ssreplay):
@@ -365,6 +368,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(&c.CloseCapture.RcvBuf, "close-capture-rcvbuf", "receive buffer of each destroy listener (SO_RCVBUFFORCE, else SO_RCVBUF up to net.core.rmem_max)")
 	fs.Var(&c.CloseCapture.Coalesce, "close-capture-coalesce", "read destroy events at most once per this (they queue in the socket meanwhile); 0 or negative: at every event")
 	fs.BoolVar(&c.CloseCapture.BPFFilter, "close-capture-bpf", c.CloseCapture.BPFFilter, "drop unconnected sockets and other local ports in the kernel (classic BPF)")
+	fs.StringVar(&c.CloseCapture.SockPolicyPinDir, "close-capture-sockpolicy-pin-dir", c.CloseCapture.SockPolicyPinDir, "ccab-agent's --sockpolicy-pin-dir: tcp_conn/1 records of connections a socket policy decided carry its policy_generation (empty: none)")
 
 	fs.StringVar(&c.SSReplay.Dir, "ss-replay-dir", c.SSReplay.Dir, "replay the `dir` of ss -tinHOe snapshots <ts_ms>.txt (e.g. ccab sim --raw's ss/<host>) as tcp_sample/1 records")
 	fs.Var(&c.SSReplay.Interval, "ss-replay-interval", "how often the replay directory is checked for new snapshots (without --once)")

@@ -51,6 +51,7 @@ type Metrics struct {
 	CloseOverruns     prometheus.Counter     // ENOBUFS errors on the destroy sockets
 	CloseDecodeErrors prometheus.Counter     // events that could not be decoded
 	CloseCC           *prometheus.CounterVec // source: socket, netns_default, unknown
+	ClosePolicy       *prometheus.CounterVec // outcome: set, failed
 	CloseUp           prometheus.Gauge       // 1 while the destroy listeners run
 	CloseHashInKernel prometheus.Gauge       // 1 when the eBPF filter applies the sampling hash
 
@@ -123,6 +124,7 @@ func New() *Metrics {
 		CloseOverruns:     f.counter("close_enobufs_total", "ENOBUFS errors on the destroy sockets (each means one or more events dropped)."),
 		CloseDecodeErrors: f.counter("close_decode_errors_total", "Destroy events that could not be decoded."),
 		CloseCC:           f.counterVec("close_cc_total", "tcp_conn/1 records by how cc was learned: socket (the poller saw it), netns_default, unknown.", "source"),
+		ClosePolicy:       f.counterVec("close_policy_total", "tcp_conn/1 records a socket policy (rollout/sockpolicy) matched: set (policy_generation recorded) or failed (its algorithm could not be set).", "outcome"),
 		CloseUp:           f.gauge("close_capture_up", "1 while the close-time capture listens to destroy events, 0 when it could not start."),
 		CloseHashInKernel: f.gauge("close_hash_in_kernel", "1 when an eBPF socket filter drops unsampled destroy events in the kernel, 0 when they are hashed in user space."),
 

@@ -374,6 +374,9 @@ func AppendConn(dst []byte, c *TCPConn) ([]byte, error) {
 	b = appendOptInt(append(b, `,"total_rto":`...), c.TotalRTO)
 	b = appendOptInt(append(b, `,"total_rto_recoveries":`...), c.TotalRTORecoveries)
 	b = appendOptInt(append(b, `,"total_rto_time_ms":`...), c.TotalRTOTimeMs)
+	if c.PolicyGeneration != nil { // optional: absent unless a socket policy decided the connection
+		b = appendOptInt(append(b, `,"policy_generation":`...), c.PolicyGeneration)
+	}
 	b = append(b, `,"sample_rate":`...)
 	b, err := appendFloatField(b, float64(c.SampleRate), "sample_rate")
 	if err != nil {

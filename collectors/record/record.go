@@ -163,6 +163,10 @@ type TCPConn struct {
 	TotalRTORecoveries *int64 `json:"total_rto_recoveries"`
 	TotalRTOTimeMs     *int64 `json:"total_rto_time_ms"`
 
+	// PolicyGeneration is the generation of the assignment/2 socket policy that set this
+	// connection's congestion control (rollout/sockpolicy); absent when no policy did.
+	PolicyGeneration *int64 `json:"policy_generation,omitempty"`
+
 	SampleRate Float `json:"sample_rate"`
 }
 

@@ -19,6 +19,7 @@ from ccab.base import schema
 from ccab.base.chtime import covering_hours
 from ccab.base.contracts import rollout_id_problem
 from ccab.base.warehouse import Warehouse, connect
+from ccab.cohorts import networks
 from ccab.cohorts.job import JobConfig, run_window
 from ccab.cohorts.summaries import SummaryResult, write_arm_summaries
 from ccab.cohorts.views import install_views
@@ -65,7 +66,9 @@ def rollout_options(rollout_id: str) -> RolloutOptions | None:
         guardrails=tuple(plan.guardrails),
         breakers=tuple(plan.breakers) or None,
         pre_period_hours=plan.pre_period_hours,
-        refuse=SWITCHBACK_REFUSAL if plan.design.switchback is not None else "")
+        refuse=SWITCHBACK_REFUSAL if plan.design.switchback is not None else "",
+        segment=plan.segment,
+        segment_cc=tuple((a, plan.arm(a).cc) for a in plan.treatment_arms) if plan.segment else ())
 
 
 
@@ -120,6 +123,13 @@ def controller_judge(plan: Plan, run_rollups: bool = True) -> Callable[[datetime
         return list(analysis.judgement.verdicts)
 
     return judge
+
+
+def segment_prefixes(segments: tuple[str, ...]) -> list[str]:
+    """The prefixes of a segment plan's segment, from the networks dictionary (the controller's
+    ``segment_prefixes``)."""
+    with open_warehouse() as wh:
+        return networks.segment_prefixes(wh, segments)
 
 
 def record_action(alert_ids: list[str], action: str) -> None:

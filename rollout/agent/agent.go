@@ -1,4 +1,4 @@
-// Package agent is ccab-agent's loop: it takes assignment/1 records for its host, verifies
+// Package agent is ccab-agent's loop: it takes assignment/1 and assignment/2 records for its host, verifies
 // them, applies the congestion control (and qdisc) inside the host's network namespace,
 // writes the state file and reports agent_status/1.
 //
@@ -24,6 +24,7 @@ import (
 	"github.com/ccab-dev/ccab/rollout/bpfcc"
 	"github.com/ccab-dev/ccab/rollout/kernelcc"
 	"github.com/ccab-dev/ccab/rollout/qdisc"
+	"github.com/ccab-dev/ccab/rollout/sockpolicy"
 	"github.com/ccab-dev/ccab/rollout/statefile"
 	"github.com/ccab-dev/ccab/rollout/status"
 )
@@ -43,6 +44,16 @@ type Config struct {
 	// the assigned one; nil: never (such assignments are refused as unavailable).
 	BPF *bpfcc.Loader
 	Now func() time.Time
+	// Policy enforces assignment/2's per-connection policies (a sock_ops program attached
+	// to the served cgroup, rollout/sockpolicy); nil: an assignment/2 with a policy is
+	// refused ("no_policy_enforcer").
+	Policy PolicyEnforcer
+}
+
+// PolicyEnforcer is what the agent needs of rollout/sockpolicy's Enforcer.
+type PolicyEnforcer interface {
+	Apply(sockpolicy.Policy) error
+	Clear() error
 }
 
 // Outcome is what became of one assignment.
@@ -246,6 +257,21 @@ func (a *Agent) set(cc string, q *string, prev string) error {
 	})
 }
 
+// setPolicy makes as's socket policy the one in force (none: empty).
+func (a *Agent) setPolicy(as *assignment.Assignment) error {
+	if a.cfg.Policy == nil {
+		return nil
+	}
+	if as.Policy == nil {
+		return a.cfg.Policy.Clear()
+	}
+	p := sockpolicy.Policy{Generation: uint64(as.Generation)}
+	for _, pr := range as.Policy.Prefixes {
+		p.Rules = append(p.Rules, sockpolicy.Rule{Prefix: pr, CC: as.Policy.CC})
+	}
+	return a.cfg.Policy.Apply(p)
+}
+
 // Apply handles one record meant for this host. It returns the outcome and, except for
 // Stale, the status to report.
 func (a *Agent) Apply(raw []byte) (Outcome, status.Status) {
@@ -320,6 +346,15 @@ func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 	if !assignment.KnownCC(as.CC) {
 		return a.refuse(s, "unknown_cc", fmt.Sprintf("unknown congestion control %q", as.CC))
 	}
+	if p := as.Policy; p != nil {
+		if a.cfg.Policy == nil {
+			return a.refuse(s, "no_policy_enforcer", fmt.Sprintf("assignment has a socket policy for %s and this agent "+
+				"enforces none (--sockpolicy-cgroup not set)", p.Segment))
+		}
+		if !assignment.KnownCC(p.CC) {
+			return a.refuse(s, "unknown_cc", fmt.Sprintf("unknown congestion control %q in the policy for %s", p.CC, p.Segment))
+		}
+	}
 	var avail []string
 	var prev string
 	ensure := func(checkAllowed bool) error {
@@ -327,6 +362,11 @@ func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 			var err error
 			if avail, err = a.cfg.Kernel.Ensure(as.CC); err != nil {
 				return err
+			}
+			if as.Policy != nil {
+				if _, err = a.cfg.Kernel.Ensure(as.Policy.CC); err != nil {
+					return err
+				}
 			}
 			if checkAllowed && a.cfg.NetnsPath != "" {
 				// a non-init namespace may only set names the init namespace allows (ours
@@ -374,9 +414,23 @@ func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 		s.State, s.Reason = status.Error, err.Error()
 		return Failed, s
 	}
+	// The socket policy after the host default: during the change a segment connection
+	// gets the control's algorithm (the old default or the new), never the treatment for
+	// all. Every assignment without a policy empties it (a rollback included).
+	if err := a.setPolicy(as); err != nil {
+		a.m.Errors.WithLabelValues("sockpolicy").Inc()
+		if rerr := a.inNetns(func() error { _, err := a.cfg.Kernel.Set(prev); return err }); rerr != nil {
+			err = fmt.Errorf("%w; restoring %s failed too: %v", err, prev, rerr)
+		}
+		s.State, s.Reason = status.Error, err.Error()
+		return Failed, s
+	}
 	next := statefile.State{RolloutID: as.RolloutID, Arm: as.Arm, CC: as.CC, Generation: as.Generation,
 		Qdisc: as.Qdisc, Pop: as.Pop, Host: as.Host, AppliedAtMs: a.cfg.Now().UnixMilli(), BBRVersion: bbrv,
 		PreviousCC: prev, CCImpl: a.impl(as.CC)}
+	if as.Policy != nil {
+		next.PolicySegment, next.PolicyCC, next.PolicyPrefixes = as.Policy.Segment, as.Policy.CC, len(as.Policy.Prefixes)
+	}
 	if err := statefile.Write(a.cfg.StateFile, next); err != nil {
 		a.m.Errors.WithLabelValues("state_file").Inc()
 		// The collector would label records with the old arm: undo the kernel change.

@@ -1,4 +1,4 @@
-// Package assignment parses and verifies assignment/1 records (contracts/CONTRACTS.md): the
+// Package assignment parses and verifies assignment/1 and assignment/2 records (contracts/CONTRACTS.md): the
 // controller's signed instruction for one host. It is pure: no I/O, no clock, no kernel.
 //
 // The signature covers the canonical JSON of the record without "signature": keys sorted,
@@ -15,14 +15,24 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"regexp"
 	"strings"
 
 	"github.com/ccab-dev/ccab/rollout/internal/strictjson"
 )
 
-// Schema is the value of the "schema" field.
+// Schema is the value of the "schema" field of a host-wide assignment.
 const Schema = "assignment/1"
+
+// SchemaSegment is assignment/2: assignment/1's fields plus "policy", a per-connection
+// policy for a segment of clients (contracts/CONTRACTS.md). A new version, not an optional
+// field: an agent that knows only assignment/1 must refuse it, not set the treatment's
+// algorithm for every client.
+const SchemaSegment = "assignment/2"
+
+// MaxPolicyPrefixes bounds the prefixes of one policy (the 16 KiB record holds far fewer).
+const MaxPolicyPrefixes = 4096
 
 // Bounds (contracts/CONTRACTS.md, assignment/1). The controller's records are a few hundred
 // bytes with generations that grow by one per record and host, far inside them.
@@ -68,9 +78,20 @@ type Assignment struct {
 	// BBRVersion is optional (not in the contract's required fields): when set ("1", "2", "3")
 	// the agent refuses unless the kernel's BBR is that version.
 	BBRVersion Version
-	Signature  string
+	// Policy is assignment/2's per-connection policy: nil for assignment/1 and for an
+	// assignment/2 whose policy is null (no segment policy: the host runs CC for all).
+	Policy    *Policy
+	Signature string
 
 	canonical []byte
+}
+
+// Policy is the per-connection part of assignment/2: connections whose peer is in one of
+// Prefixes run CC; every other connection runs the assignment's CC (the host default).
+type Policy struct {
+	Segment  string // e.g. "access:mobile": what the prefixes are, for statuses and logs
+	CC       string
+	Prefixes []netip.Prefix
 }
 
 // Canonical returns the bytes the signature covers.
@@ -153,10 +174,70 @@ func Parse(b []byte) (*Assignment, error) {
 	if err := f.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if a.Schema != Schema {
-		return nil, fmt.Errorf("%w: schema %.70q, want %q", ErrMalformed, a.Schema, Schema)
+	if a.Schema != Schema && a.Schema != SchemaSegment {
+		return nil, fmt.Errorf("%w: schema %.70q, want %q or %q", ErrMalformed, a.Schema, Schema, SchemaSegment)
+	}
+	if a.Schema == SchemaSegment {
+		v, ok := raw["policy"]
+		if !ok {
+			return nil, fmt.Errorf("%w: missing field(s) policy (%s)", ErrMalformed, SchemaSegment)
+		}
+		p, err := parsePolicy(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: policy: %v", ErrMalformed, err)
+		}
+		a.Policy = p
 	}
 	return a, nil
+}
+
+// parsePolicy reads assignment/2's "policy": null, or exactly {"segment","cc","prefixes"}.
+// An unknown member is refused, not ignored: a later version's way of naming prefixes (a
+// reference to a prefix-set artifact) must not be read as "no prefixes".
+func parsePolicy(v json.RawMessage) (*Policy, error) {
+	if strictjson.Kind(v) == "null" {
+		return nil, nil
+	}
+	raw, err := strictjson.Object(v, MaxRecordBytes)
+	if err != nil {
+		return nil, err
+	}
+	for k := range raw {
+		if k != "segment" && k != "cc" && k != "prefixes" {
+			return nil, fmt.Errorf("unknown member %.40q", k)
+		}
+	}
+	f := strictjson.Fields{Raw: raw}
+	p := &Policy{Segment: f.Str("segment", 1, MaxStringBytes), CC: f.Str("cc", 1, 64)}
+	if err := f.Err(); err != nil {
+		return nil, err
+	}
+	var texts []string
+	if err := json.Unmarshal(raw["prefixes"], &texts); err != nil || strictjson.Kind(raw["prefixes"]) != "an array" {
+		return nil, fmt.Errorf("prefixes: want an array of strings")
+	}
+	if len(texts) > MaxPolicyPrefixes {
+		return nil, fmt.Errorf("prefixes: %d, at most %d", len(texts), MaxPolicyPrefixes)
+	}
+	seen := make(map[netip.Prefix]bool, len(texts))
+	for i, t := range texts {
+		pr, err := netip.ParsePrefix(t)
+		if err != nil {
+			return nil, fmt.Errorf("prefixes[%d]: %.60q is not a prefix", i, t)
+		}
+		if pr.Masked() != pr {
+			return nil, fmt.Errorf("prefixes[%d]: %s has bits set past its length", i, pr)
+		}
+		if pr.Addr().Is4In6() || pr.Addr().Zone() != "" {
+			return nil, fmt.Errorf("prefixes[%d]: %s: write IPv4 prefixes as IPv4, without a zone", i, pr)
+		}
+		if seen[pr] {
+			return nil, fmt.Errorf("prefixes[%d]: %s appears twice", i, pr)
+		}
+		seen[pr] = true
+		p.Prefixes = append(p.Prefixes, pr)
+	}
+	return p, nil
 }
 
 // Verify checks the Ed25519 signature over the canonical bytes with pub.

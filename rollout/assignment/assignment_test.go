@@ -2,6 +2,7 @@ package assignment_test
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"strings"
@@ -111,7 +112,8 @@ func TestParseErrors(t *testing.T) {
 		{`not json`, "malformed"},
 		{`[]`, "malformed"},
 		{`{"schema":"assignment/1"}`, "missing field(s)"},
-		{`{"schema":"assignment/2","rollout_id":"r","generation":1,"pop":"p","host":"h","arm":"a","cc":"bbr","qdisc":null,"issued_at_ms":1}`, "schema"},
+		{`{"schema":"assignment/3","rollout_id":"r","generation":1,"pop":"p","host":"h","arm":"a","cc":"bbr","qdisc":null,"issued_at_ms":1}`, "schema"},
+		{`{"schema":"assignment/2","rollout_id":"r","generation":1,"pop":"p","host":"h","arm":"a","cc":"bbr","qdisc":null,"issued_at_ms":1}`, "missing field(s) policy"},
 		{`{"schema":"assignment/1","rollout_id":"r","generation":"1","pop":"p","host":"h","arm":"a","cc":"bbr","qdisc":null,"issued_at_ms":1}`, "malformed"},
 	} {
 		_, err := assignment.Parse([]byte(tc.in))
@@ -142,5 +144,63 @@ func TestBBRVersionStringOrInt(t *testing.T) {
 	}
 	if _, err := assignment.Parse([]byte(fmt.Sprintf(base, `3.5`))); err == nil {
 		t.Error("bbr_version 3.5 accepted")
+	}
+}
+
+func v2(policy string) string {
+	return `{"schema":"assignment/2","rollout_id":"r","generation":1,"pop":"p","host":"h","arm":"bbr","cc":"cubic","qdisc":null,"issued_at_ms":1,"policy":` + policy + `}`
+}
+
+func TestParsePolicy(t *testing.T) {
+	a, err := assignment.Parse([]byte(v2(`{"segment":"access:mobile","cc":"bbr","prefixes":["10.201.0.0/16","2001:db8::/32"]}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Policy == nil || a.Policy.Segment != "access:mobile" || a.Policy.CC != "bbr" ||
+		fmt.Sprint(a.Policy.Prefixes) != "[10.201.0.0/16 2001:db8::/32]" {
+		t.Fatalf("policy %+v", a.Policy)
+	}
+	if a, err := assignment.Parse([]byte(v2(`null`))); err != nil || a.Policy != nil {
+		t.Fatalf("null policy: %+v %v", a, err)
+	}
+	for _, tc := range []struct{ policy, want string }{
+		{`{"segment":"s","cc":"bbr","prefixes":["10.201.0.1/16"]}`, "bits set past its length"},
+		{`{"segment":"s","cc":"bbr","prefixes":["10.201.0.0/16","10.201.0.0/16"]}`, "appears twice"},
+		{`{"segment":"s","cc":"bbr","prefixes":["::ffff:10.0.0.0/104"]}`, "write IPv4 prefixes as IPv4"},
+		{`{"segment":"s","cc":"bbr","prefixes":["mobile"]}`, "is not a prefix"},
+		{`{"segment":"s","cc":"bbr","prefixes":"10.0.0.0/8"}`, "want an array of strings"},
+		{`{"segment":"s","cc":"bbr","prefix_set":{"id":"x"},"prefixes":[]}`, "unknown member"},
+		{`{"segment":"s","prefixes":[]}`, "cc"},
+		{`[]`, "not a JSON object"},
+	} {
+		_, err := assignment.Parse([]byte(v2(tc.policy)))
+		if err == nil || !errors.Is(err, assignment.ErrMalformed) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want ErrMalformed containing %q", tc.policy, err, tc.want)
+		}
+	}
+}
+
+// A signed assignment/2 verifies; changing one prefix after signing does not.
+func TestPolicyIsSigned(t *testing.T) {
+	priv := testkit.Key(t)
+	signed, err := assignment.Sign([]byte(v2(`{"segment":"access:mobile","cc":"bbr","prefixes":["10.201.0.0/16"]}`)), priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := priv.Public().(ed25519.PublicKey)
+	a, err := assignment.Parse(signed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Verify(pub); err != nil {
+		t.Fatalf("signed: %v", err)
+	}
+	tampered := []byte(strings.Replace(string(signed), "10.201.0.0/16", "0.0.0.0/0", 1))
+	a, err = assignment.Parse(tampered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Verify(pub); !errors.Is(err, assignment.ErrBadSignature) {
+		t.Fatalf("tampered: verify %v", err)
 	}
 }

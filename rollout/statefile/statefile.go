@@ -34,6 +34,11 @@ type State struct {
 	// CCImpl is which implementation runs cc: "kernel", or "ccab-bpf" for ccab's BPF one
 	// (rollout/bpfcc); absent in files written before it existed (then: kernel).
 	CCImpl string `json:"cc_impl,omitempty"`
+	// The socket policy of an assignment/2 (rollout/sockpolicy): connections from
+	// PolicyPrefixes prefixes of PolicySegment run PolicyCC. Empty: none.
+	PolicySegment  string `json:"policy_segment,omitempty"`
+	PolicyCC       string `json:"policy_cc,omitempty"`
+	PolicyPrefixes int    `json:"policy_prefixes,omitempty"`
 }
 
 // MaxBytes bounds the state file (an agent writes a few hundred bytes).
@@ -89,6 +94,11 @@ func Read(path string) (State, error) {
 	st.BBRVersion = optStr("bbr_version", 8)
 	st.PreviousCC = optStr("previous_cc", 64)
 	st.CCImpl = optStr("cc_impl", 32)
+	st.PolicySegment = optStr("policy_segment", assignment.MaxStringBytes)
+	st.PolicyCC = optStr("policy_cc", 64)
+	if v, ok := raw["policy_prefixes"]; ok && strictjson.Kind(v) != "null" {
+		st.PolicyPrefixes = int(fs.Int("policy_prefixes", 0, assignment.MaxPolicyPrefixes))
+	}
 	if v, ok := raw["applied_at_ms"]; ok && strictjson.Kind(v) != "null" {
 		st.AppliedAtMs = fs.Int("applied_at_ms", 0, assignment.MaxGeneration)
 	}

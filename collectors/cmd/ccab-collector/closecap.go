@@ -1,9 +1,12 @@
 package main
 
 import (
+	"sync"
+
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ccab-dev/ccab/rollout/sockpolicy"
 	"log/slog"
 	"os"
 	"time"
@@ -39,6 +42,7 @@ const lossLogEvery = time.Minute
 
 type closeCounts struct {
 	events, filtered, sampled, emitted, dropped, overruns, decode, ccSocket, ccDefault, ccUnknown uint64
+	policySet, policyFailed                                                                       uint64
 }
 
 // newCloseCap subscribes to the destroy events. When that is not permitted (a namespace
@@ -53,6 +57,7 @@ func newCloseCap(cfg config.Config, ports []uint16, book *closecap.Book, m *metr
 		Namespaces: cfg.TCPInfo.Namespaces, RcvBuf: int(cfg.CloseCapture.RcvBuf),
 		NoFilter: !cfg.CloseCapture.BPFFilter, Book: book,
 		BookMaxAge: 6 * cfg.TCPInfo.Interval.Std(), Coalesce: coalesce(cfg.CloseCapture.Coalesce.Std()),
+		Policy: policyLookup(cfg.CloseCapture.SockPolicyPinDir, log),
 	})
 	if errors.Is(err, os.ErrPermission) {
 		m.CloseUp.Set(0)
@@ -84,7 +89,8 @@ func newCloseCap(cfg config.Config, ports []uint16, book *closecap.Book, m *metr
 func (cc *closeCap) sync() {
 	st := &cc.c.Stats
 	now := closeCounts{st.Events.Load(), st.Filtered.Load(), st.Sampled.Load(), st.Emitted.Load(), st.Dropped.Load(),
-		st.Overruns.Load(), st.DecodeErrors.Load(), st.CCSocket.Load(), st.CCDefault.Load(), st.CCUnknown.Load()}
+		st.Overruns.Load(), st.DecodeErrors.Load(), st.CCSocket.Load(), st.CCDefault.Load(), st.CCUnknown.Load(),
+		st.PolicySet.Load(), st.PolicyFailed.Load()}
 	l := cc.last
 	m := cc.m
 	m.CloseEvents.Add(float64(now.events - l.events))
@@ -101,6 +107,8 @@ func (cc *closeCap) sync() {
 	m.CloseCC.WithLabelValues(record.CCSourceUnknown).Add(float64(now.ccUnknown - l.ccUnknown))
 	cc.unlogged.dropped += now.dropped - l.dropped
 	cc.unlogged.decode += now.decode - l.decode
+	m.ClosePolicy.WithLabelValues("set").Add(float64(now.policySet - l.policySet))
+	m.ClosePolicy.WithLabelValues("failed").Add(float64(now.policyFailed - l.policyFailed))
 	cc.last = now
 	cc.logLosses(now, false)
 }
@@ -181,4 +189,44 @@ func coalesce(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// policyLookup reads the socket policy's per-connection records pinned in dir by ccab-agent
+// (rollout/sockpolicy), opening them when first there: the agent may start after the
+// collector. "" : no lookup.
+func policyLookup(dir string, log *slog.Logger) func(cookie uint64) (uint64, bool, bool) {
+	if dir == "" {
+		return nil
+	}
+	var (
+		mu       sync.Mutex
+		conns    *sockpolicy.Conns
+		lastTry  time.Time
+		reported bool
+	)
+	return func(cookie uint64) (uint64, bool, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if conns == nil {
+			if time.Since(lastTry) < 5*time.Second {
+				return 0, false, false
+			}
+			lastTry = time.Now()
+			c, err := sockpolicy.OpenConns(dir)
+			if err != nil {
+				if !reported {
+					log.Info("socket policy records not there (yet): policy_generation stays absent", "err", err)
+					reported = true
+				}
+				return 0, false, false
+			}
+			conns = c
+			log.Info("socket policy records opened", "dir", dir)
+		}
+		p, found, err := conns.Lookup(cookie)
+		if err != nil || !found {
+			return 0, false, false
+		}
+		return p.Generation, p.Result == 0, true
+	}
 }

@@ -74,6 +74,14 @@ class Schema:
     # The record's natural key: two records with the same key are the same record (loaded twice:
     # a renamed or cut copy of a file, a file and Kafka); the raw table stores it once.
     key: tuple[str, ...] = ()
+    #: later versions stored in the same table with these fields (their other members are not
+    #: stored): assignment/2 adds ``policy`` to assignment/1
+    also: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every schema name the table takes."""
+        return (self.name,) + self.also
 
     @property
     def landing_table(self) -> str:
@@ -248,6 +256,7 @@ TCP_CONN = Schema(
         total_rto_recoveries uint32?
         total_rto_time_ms uint?
         sample_rate float (0,1]
+        policy_generation uint?
         """
     ),
     key=("host", "sock_id", "ts_ms"),
@@ -305,6 +314,7 @@ ASSIGNMENT = Schema(
         """
     ),
     key=("rollout_id", "host", "generation"),
+    also=("assignment/2",),  # + policy (CONTRACTS.md); the table keeps the host-level fields
 )
 
 AGENT_STATUS = Schema(
@@ -333,6 +343,8 @@ AGENT_STATUS = Schema(
 
 SCHEMAS: dict[str, Schema] = {s.name: s for s in (TCP_SAMPLE, TCP_CONN, HTTP_REQUEST, ASSIGNMENT, AGENT_STATUS)}
 SCHEMA_BY_TOPIC: dict[str, Schema] = {s.topic: s for s in SCHEMAS.values()}
+#: every schema name a table takes (``Schema.also`` included) -> its schema
+SCHEMA_BY_NAME: dict[str, Schema] = {n: s for s in SCHEMAS.values() for n in s.names}
 
 # The Kafka topic of each record (how they are created: ccab.kafka.topics.TOPICS).
 TOPIC_TCP = TCP_SAMPLE.topic
@@ -342,6 +354,12 @@ TOPIC_ASSIGNMENTS = ASSIGNMENT.topic
 TOPIC_AGENT_STATUS = AGENT_STATUS.topic
 
 AGENT_STATES = ("applied", "refused", "error", "heartbeat")
+
+#: assignment/2 (CONTRACTS.md): assignment/1's fields plus ``policy`` (null, or {segment, cc,
+#: prefixes}): a per-connection socket policy for a client segment, enforced by the agent's BPF program
+ASSIGNMENT_SEGMENT_SCHEMA = "assignment/2"
+#: the agents' limit on a whole assignment record (the Kafka value), bytes
+ASSIGNMENT_MAX_BYTES = 16 * 1024
 
 # Audit columns the loader adds to every row: where the record came from.
 AUDIT_FIELDS = (
@@ -500,10 +518,10 @@ def validate(record: Any, schema: Schema | None = None) -> list[str]:
         return [f"not a JSON object (got {type(record).__name__})"]
     name = record.get("schema")
     if schema is None:
-        schema = SCHEMAS.get(name) if isinstance(name, str) else None
+        schema = SCHEMA_BY_NAME.get(name) if isinstance(name, str) else None
         if schema is None:
             return [f"unknown schema {name!r}"]
-    elif name != schema.name:
+    elif name not in schema.names:
         return [f"schema {name!r} is not {schema.name!r}"]
     errors = []
     for f in schema.fields:
@@ -574,7 +592,8 @@ def constraints(schema: Schema) -> list[tuple[str, str]]:
     """The row rules of a landing table as ``(name, ClickHouse boolean expression)``, in the
     order they are reported. Names are the reason the loader records: ``schema_mismatch``,
     ``required__<field>``, ``invalid__<field>``."""
-    out = [("schema_mismatch", f"schema = '{schema.name}'")]
+    out = [("schema_mismatch", f"schema = '{schema.name}'" if not schema.also else
+            "schema IN (" + ", ".join(f"'{n}'" for n in schema.names) + ")")]
     for f in schema.fields:
         if f.required and f.name != "schema" and f.kind != "string_array":
             out.append((f"required__{f.name}", f"isNotNull({f.name})"))

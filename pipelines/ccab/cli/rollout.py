@@ -208,7 +208,7 @@ def _alertmanager_url(explicit: str | None) -> str | None:
 
 def _controller(args, plan=None):
     from ccab.pipeline import (alert_payloads, arm_done, controller_breakers, controller_judge, known_alerts,
-                               record_action)
+                               record_action, segment_prefixes)
     from ccab.rollout.controller import Controller, load_state_plan
     from ccab.rollout.service import AlertmanagerPager
     from ccab.rollout.state import Store
@@ -225,7 +225,7 @@ def _controller(args, plan=None):
                       set_action=record_action, say=lambda m: print(m, flush=True),
                       breakers=controller_breakers(plan), known_alerts=known_alerts(plan.rollout_id),
                       pager=AlertmanagerPager(am) if am else None, alert_payloads=alert_payloads,
-                      arm_done=arm_done(plan.rollout_id), **(
+                      arm_done=arm_done(plan.rollout_id), segment_prefixes=segment_prefixes, **(
                           {"page_min_firing_s": args.page_min_firing}
                           if getattr(args, "page_min_firing", None) is not None else {}))
 

@@ -390,3 +390,42 @@ def status(wh: Warehouse, hours: int = 24) -> dict:
     top = wh.query("SELECT asn, rank, connections FROM network_asn_rank ORDER BY rank").rows
     out["ranked_asns"] = [int(r[0]) for r in top]
     return out
+
+
+def _segment_condition(segment: str) -> tuple[str, dict]:
+    """SQL condition on prefix_networks rows for one ``access:``/``country:``/``asn:`` segment."""
+    family, _, value = segment.partition(":")
+    if family == "access" and value in ACCESS_TYPES and value != "unknown":
+        return "access = {v:String}", {"v": value}
+    if family == "country" and len(value) == 2 and value.isalpha() and value.isupper():
+        return "country = {v:String}", {"v": value}
+    if family == "asn" and value.isdigit() and int(value) > 0:
+        return "asn = {v:UInt32}", {"v": int(value)}
+    raise NetworksError(f"segment {segment!r} names no networks: want access:<{'|'.join(ACCESS_TYPES[:-1])}>, "
+                        f"country:<ISO code, e.g. JP> or asn:<number>")
+
+
+def segment_prefixes(wh: Warehouse, segments: Sequence[str]) -> list[str]:
+    """The networks (CIDRs, sorted) of the union of ``segments``: what a segment rollout's socket
+    policy matches (rollout/sockpolicy: the longest matching prefix decides).
+
+    Refused (:class:`NetworksError`): a segment with no network, and a network of another segment
+    nested inside one of the segment's networks — the dictionary gives that hole its own segment,
+    but a policy whose prefixes all carry the treatment would treat it."""
+    conds, params = [], {}
+    for i, seg in enumerate(segments):
+        cond, p = _segment_condition(seg)
+        conds.append(cond.replace("{v:", f"{{v{i}:"))
+        params[f"v{i}"] = p["v"]
+        n = wh.query(f"SELECT count() FROM {TABLE} WHERE {cond}", params=p).scalar()
+        if not n:
+            raise NetworksError(f"segment {seg!r}: no network in {TABLE} (load them with `ccab networks load`)")
+    rows = wh.query(f"SELECT network, ({' OR '.join(conds)}) AS inside FROM {TABLE}", params=params).rows
+    chosen = [ipaddress.ip_network(r[0]) for r in rows if r[1]]
+    others = [ipaddress.ip_network(r[0]) for r in rows if not r[1]]
+    for o in others:
+        for c in chosen:
+            if o.version == c.version and o != c and o.subnet_of(c):  # type: ignore[arg-type]
+                raise NetworksError(f"network {o} (not in {', '.join(segments)}) lies inside {c} (in it): "
+                                    f"a socket policy of {c} would treat it too")
+    return sorted((str(c) for c in chosen), key=lambda s: (":" in s, ipaddress.ip_network(s)))

@@ -350,7 +350,7 @@ def careful(rec: Record, schema: Schema, max_record_bytes: int) -> tuple[bytes |
     if not isinstance(value, dict):
         return None, "bad JSON: not a JSON object"
     name = value.get("schema")
-    if name != schema.name:
+    if name not in schema.names:
         if name is None:
             return None, "missing required field schema"
         return None, f"unknown schema for this topic ({name!r:.80})"

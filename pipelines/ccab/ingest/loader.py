@@ -24,7 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ccab.base.contracts import SCHEMA_BY_TOPIC, SCHEMAS, Schema
+from ccab.base.contracts import SCHEMA_BY_NAME, SCHEMA_BY_TOPIC, SCHEMAS, Schema
 from ccab.base.kafkalog import librdkafka_logger
 from ccab.base.progress import Progress
 from ccab.base.warehouse import Warehouse
@@ -133,12 +133,12 @@ def load_files(wh: Warehouse, paths: list[Path], max_record_bytes: int = DEFAULT
                 for part_writer, part in zip(writers, parts):
                     if not part.payloads:
                         continue
-                    res = part_writer.write(SCHEMAS[name], part)
-                    inserted[SCHEMAS[name].table] += res.inserted
+                    res = part_writer.write(SCHEMA_BY_NAME[name], part)
+                    inserted[SCHEMA_BY_NAME[name].table] += res.inserted
                     for why, n in res.dead.items():
                         dead[why] += n
                     if metrics:
-                        metrics.record(topic, SCHEMAS[name].table, res)
+                        metrics.record(topic, SCHEMA_BY_NAME[name].table, res)
 
             with path.open("rb") as fh:
                 for lineno, line in enumerate(fh, start=1):
@@ -148,7 +148,7 @@ def load_files(wh: Warehouse, paths: list[Path], max_record_bytes: int = DEFAULT
                         continue  # blank lines are not records
                     body = line.rstrip(b"\r\n")
                     name, why = record_schema(body)
-                    if name not in SCHEMAS:
+                    if name not in SCHEMA_BY_NAME:
                         unknown.append((Record(body, topic, 0, lineno),
                                         why or f"unknown schema {name!r:.80}"))
                         continue

@@ -40,7 +40,7 @@ from ccab.judge import data
 from ccab.judge import gates as gates_mod
 from ccab.judge import store
 from ccab.judge.model import (DEFAULT_BREAKERS, DEFAULT_GUARDRAILS, DEFAULT_PRE_PERIOD_HOURS, HIGHER_IS_WORSE,
-                              JUDGED_METRICS, MIN_PRE_PERIOD_HOURS, QUANTILES, SHARE_ABOVE, Breaker, BreakerTrip, Guardrail, Result, RolloutJudgement, RolloutOptions,
+                              JUDGED_METRICS, MIN_PRE_PERIOD_HOURS, QUANTILES, SHARE_ABOVE, Breaker, BreakerTrip, GateCheck, Guardrail, Result, RolloutJudgement, RolloutOptions,
                               Verdict, statistics_of)
 from ccab.judge.sequential import alpha_at_look
 from ccab.judge.stats import (Effect, HostArrays, adjusted_effect, arm_quantile_ci, arm_ratio, bh_adjust,
@@ -121,6 +121,8 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
             else (None, None, None, ""))
         pre_h = declared.pre_period_hours if declared else DEFAULT_PRE_PERIOD_HOURS
         j = judge_rollout(wh, pop, rollout, start, end, control_arm=control_arm or plan_control or "control",
+                          segment=declared.segment if declared else None,
+                          segment_cc=dict(declared.segment_cc) if declared else None,
                           guardrails=tuple(guardrails if guardrails is not None else
                                            plan_guardrails or DEFAULT_GUARDRAILS),
                           breakers=tuple(breakers if breakers is not None else
@@ -150,10 +152,15 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
 def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: datetime, *, control_arm: str,
                   guardrails: tuple[Guardrail, ...], breakers: tuple[Breaker, ...], look: int,
                   looks_planned: int, pre_period_hours: int = DEFAULT_PRE_PERIOD_HOURS,
-                  refuse: str = "") -> RolloutJudgement:
+                  refuse: str = "", segment: tuple[str, ...] | None = None,
+                  segment_cc: dict[str, str] | None = None) -> RolloutJudgement:
     """Judge one (pop, rollout); ``pre_period_hours`` before the rollout's start (its first
     assignment, else its first record) are the hosts' pre-period for the regression adjustment;
-    ``refuse``: make no decision, for this reason (a design the judge cannot analyse)."""
+    ``refuse``: make no decision, for this reason (a design the judge cannot analyse).
+    ``segment``: a segment rollout (only the segment's connections on treated hosts ran the
+    treatment, ``segment_cc``: arm -> its algorithm): guardrails are judged on the segment and on
+    the rest (:func:`segment_guardrails`), and the gates check the segment's connections
+    (:func:`segment_gates`)."""
     j = RolloutJudgement(pop, rollout, control_arm)
     arms = data.arms_in(wh, pop, rollout, start, end)
     if refuse:
@@ -167,7 +174,15 @@ def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: d
         j.verdicts = [Verdict(pop, rollout, a, control_arm, "no_decision", [j.error]) for a in arms]
         return j
     treatments = [a for a in arms if a != control_arm]
-    j.gates = run_gates(wh, pop, rollout, start, end, arms, control_arm)
+    j.gates = run_gates(wh, pop, rollout, start, end, arms, control_arm, segment)
+    if segment:
+        j.gates += segment_gates(wh, pop, rollout, start, end, segment, segment_cc or {}, control_arm)
+        present = data.segments_present(wh, pop, rollout, start, end, ("access:",))
+        planned = {g.segment for g in guardrails}
+        guardrails = segment_guardrails(guardrails, segment, present)
+        rest = frozenset(g.segment for g in guardrails) - set(segment) - planned
+    else:
+        rest = frozenset()
     alpha_look = alpha_at_look(look, looks_planned, ALPHA)
     alpha_last = alpha_at_look(looks_planned, looks_planned, ALPHA)
     all_rows = data.host_rows(wh, pop, rollout, "all", start, end, list(JUDGED_METRICS), arms)
@@ -219,7 +234,8 @@ def judge_rollout(wh: Warehouse, pop: str, rollout: str, start: datetime, end: d
         trips = [t for b in breakers if (t := breaker_trip(minutes, b, arm, control_arm))]
         j.trips += trips
         j.results += results
-        v = decide(pop, rollout, arm, control_arm, results, trips, j.gates, look, looks_planned, alpha_last)
+        v = decide(pop, rollout, arm, control_arm, results, trips, j.gates, look, looks_planned, alpha_last,
+                   rest=rest)
         v.reasons.append(adjustment_text([r for r in results if r.role == "guardrail"], pre_start, pre_end))
         j.verdicts.append(v)
     return j
@@ -500,10 +516,51 @@ def breaker_trip(minutes: list[tuple[str, str, float, float, int]], b: Breaker, 
 
 # ---- gates ----------------------------------------------------------------------------------------
 
+def segment_guardrails(guardrails: tuple[Guardrail, ...], segment: tuple[str, ...],
+                       present: list[str] | tuple[str, ...]) -> tuple[Guardrail, ...]:
+    """A segment rollout's guardrails: each guardrail on all connections is judged on each targeted
+    segment instead (what the treatment changed) and, when the targets are access segments, on every
+    other access segment present (the rest: a change there is the policy leaking, or interference).
+    Guardrails the plan restricted to a segment stay as they are."""
+    rest = [s for s in present if s not in segment] if all(s.startswith("access:") for s in segment) else []
+    # (the rest's guardrails act on a regression but need not pass: decide(rest=...))
+    out: list[Guardrail] = []
+    for g in guardrails:
+        if g.segment != "all":
+            out.append(g)
+            continue
+        out += [replace(g, segment=s) for s in tuple(segment) + tuple(rest)]
+    return tuple(dict.fromkeys(out))
+
+
+def segment_gates(wh: Warehouse, pop: str, rollout: str, start: datetime, end: datetime,
+                  segment: tuple[str, ...], segment_cc: dict[str, str], control_arm: str) -> list[GateCheck]:
+    """``segment_applied``: per treated host, the share of the segment's connections that really
+    ran the treatment — closed in the window with the treatment's cc and a ``policy_generation``
+    (a socket policy set it; tcp_conns). Goal 100 % of the connections opened after the policy
+    applied; below 99 % fails (connections opened before it keep their algorithm)."""
+    out = []
+    for arm, host, applied, total in data.segment_conn_counts(wh, pop, rollout, start, end, segment, segment_cc):
+        if arm == control_arm or arm not in segment_cc:
+            continue
+        share = applied / total if total else math.nan
+        status = "skipped" if not total else "pass" if share >= 1 - gates_mod.CC_COMPLIANCE_MAX else "fail"
+        out.append(GateCheck("segment_applied", arm, host, status, share, 1 - gates_mod.CC_COMPLIANCE_MAX,
+                             f"{applied} of {total} {'+'.join(segment)} connections ran {segment_cc[arm]} "
+                             f"set by the socket policy"))
+    return out
+
+
 def run_gates(wh: Warehouse, pop: str, rollout: str, start: datetime, end: datetime, arms: list[str],
-              control_arm: str):
+              control_arm: str, segment: tuple[str, ...] | None = None):
     hh = data.host_hours(wh, pop, rollout, start, end)
     cc_counts = data.host_cc_counts(wh, pop, rollout, start, end)
+    # a segment rollout: cc_compliance checks every connection of control hosts and the rest of
+    # treated hosts (both run the host default: control's algorithm); the segment's connections on
+    # treated hosts are segment_applied's
+    cc_rest = data.subtract_counts(cc_counts, [c for s in segment or () for c in
+                                               data.host_cc_counts(wh, pop, rollout, start, end, s)
+                                               if c[0] != control_arm])
     assigned = data.assigned_hosts(wh, pop, rollout)
     arm_of = {host: arm for arm, host, _ in hh}
     for host, (arm, _) in assigned.items():
@@ -522,7 +579,7 @@ def run_gates(wh: Warehouse, pop: str, rollout: str, start: datetime, end: datet
         conns[host] = conns.get(host, 0) + n
     requests = data.http_requests_per_host(wh, pop, rollout, start, end)
     out += gates_mod.sampling_gate(conns, requests, arm_of, control_arm)
-    out += gates_mod.cc_gate(cc_counts, gates_mod.expected_cc_by_host(cc_counts, assigned))
+    out += gates_mod.cc_gate(cc_rest, gates_mod.expected_cc_by_host(cc_rest, assigned))
     pre_end = first or start
     pre_start = pre_end - (end - start)
     pre = data.http_requests_per_host(wh, pop, None, pre_start, pre_end) if pre_end > pre_start else {}
@@ -542,7 +599,10 @@ def data_first_hour(wh: Warehouse, pop: str, rollout: str) -> datetime | None:
 # ---- decision -------------------------------------------------------------------------------------
 
 def decide(pop, rollout, arm, control_arm, results: list[Result], trips: list[BreakerTrip], gates, look,
-           looks_planned, alpha_last) -> Verdict:
+           looks_planned, alpha_last, rest: frozenset[str] = frozenset()) -> Verdict:
+    """``rest``: a segment rollout's untargeted segments: their guardrails act on a regression
+    (rollback, halt) but need not be shown non-inferior to pass (their clients were not treated:
+    a wide interval there is noise, not risk)."""
     v = Verdict(pop, rollout, arm, control_arm, "continue")
     guards = [r for r in results if r.role == "guardrail"]
     v.gates_failed = gates_mod.failed_for_arm(gates, arm, control_arm)
@@ -576,7 +636,7 @@ def decide(pop, rollout, arm, control_arm, results: list[Result], trips: list[Br
                          f"({min_attainable_p(g_t, g_c, 'greater'):.3f}) is above α={alpha_last:.3f}; add hosts, "
                          f"pair them, or use a switchback design")
         return v
-    pending = [r for r in guards if r.outcome != "non_inferior"]
+    pending = [r for r in guards if r.outcome != "non_inferior" and r.segment not in rest]
     if look >= looks_planned and not pending:
         v.decision = "pass"
         v.reasons.append("every guardrail non-inferior at the last planned look: " +

@@ -13,6 +13,7 @@ from datetime import datetime
 import numpy as np
 from ccab.base.chtime import sql_time
 from ccab.base.warehouse import Warehouse
+from ccab.cohorts import networks
 from ccab.judge.stats import HostArrays
 
 def _host_sums(group: str, where: str) -> str:
@@ -212,14 +213,48 @@ def host_hours(wh: Warehouse, pop: str, rollout_id: str, start: datetime, end: d
     return [(arm, host, sorted(hours)) for arm, host, hours in res.rows]
 
 
-def host_cc_counts(wh: Warehouse, pop: str, rollout_id: str, start: datetime, end: datetime):
-    """(arm, host, cc, connections) from the rollups."""
+def host_cc_counts(wh: Warehouse, pop: str, rollout_id: str, start: datetime, end: datetime,
+                   segment: str = "all"):
+    """(arm, host, cc, connections) from the rollups, of one segment (default: all)."""
     res = wh.query("""SELECT arm, host, cc, sum(n) FROM cohort_hourly
                       WHERE pop = {pop:String} AND rollout_id = {r:String} AND metric = 'rtt_us'
-                        AND segment = 'all' AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
+                        AND segment = {s:String} AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
                       GROUP BY arm, host, cc ORDER BY arm, host, cc""",
-                   params={"pop": pop, "r": rollout_id, "a": sql_time(start), "b": sql_time(end)})
+                   params={"pop": pop, "r": rollout_id, "s": segment, "a": sql_time(start), "b": sql_time(end)})
     return [(arm, host, cc, int(n)) for arm, host, cc, n in res.rows]
+
+
+def subtract_counts(counts, minus):
+    """``counts`` less ``minus`` per (arm, host, cc), at least 0 (a union of overlapping segments
+    may subtract a connection twice: the rest is then a lower bound)."""
+    less: dict[tuple[str, str, str], int] = {}
+    for arm, host, cc, n in minus:
+        less[(arm, host, cc)] = less.get((arm, host, cc), 0) + n
+    out = [(arm, host, cc, max(0, n - less.get((arm, host, cc), 0))) for arm, host, cc, n in counts]
+    return [c for c in out if c[3] > 0]
+
+
+def segment_conn_counts(wh: Warehouse, pop: str, rollout_id: str, start: datetime, end: datetime,
+                        segment: tuple[str, ...], segment_cc: dict[str, str]):
+    """(arm, host, connections that ran their arm's segment algorithm with a policy_generation, all
+    connections) of the segment's clients (the networks dictionary on peer_prefix), from tcp_conns."""
+    keys = {"access:": f"concat('access:', {networks.access_sql()})",
+            "country:": f"concat('country:', {networks.country_sql()})",
+            "asn:": f"concat('asn:', toString({networks.asn_sql()}))"}
+    conds = [f"{keys[s[:s.index(':') + 1]]} = {{s{i}:String}}" for i, s in enumerate(segment)]
+    params = {"pop": pop, "r": rollout_id, "a": sql_time(start), "b": sql_time(end),
+              "arms": list(segment_cc), "ccs": [segment_cc[a] for a in segment_cc],
+              **{f"s{i}": s for i, s in enumerate(segment)}}
+    res = wh.query(f"""SELECT arm, host,
+                              countIf(policy_generation IS NOT NULL
+                                      AND cc = {{ccs:Array(String)}}[indexOf({{arms:Array(String)}}, arm)]),
+                              count()
+                       FROM tcp_conns
+                       WHERE pop = {{pop:String}} AND rollout_id = {{r:String}}
+                         AND ts >= {{a:DateTime('UTC')}} AND ts < {{b:DateTime('UTC')}}
+                         AND ({' OR '.join(conds)})
+                       GROUP BY arm, host ORDER BY arm, host""", params=params)
+    return [(arm, host, int(a), int(n)) for arm, host, a, n in res.rows]
 
 
 def assigned_hosts(wh: Warehouse, pop: str, rollout_id: str) -> dict[str, tuple[str, str]]:

@@ -128,6 +128,13 @@ class RolloutOptions:
     pre_period_hours: int = DEFAULT_PRE_PERIOD_HOURS
     #: the judge refuses to decide (no_decision with this reason), e.g. a design it cannot analyse
     refuse: str = ""
+    #: a segment rollout's client segment (``access:mobile``; several = their union): each
+    #: guardrail is judged on the segment's connections and, for an access segment, on every other
+    #: access segment present (the rest: did the non-targeted clients change?)
+    segment: tuple[str, ...] | None = None
+    #: (arm, cc) pairs: the algorithm each treatment arm gives the segment's connections (the
+    #: ``segment_applied`` gate)
+    segment_cc: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass

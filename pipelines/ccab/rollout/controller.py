@@ -29,7 +29,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable, Protocol
 
 from ccab.base import atomicfile
-from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
+from ccab.base.contracts import (ASSIGNMENT_MAX_BYTES, ASSIGNMENT_SEGMENT_SCHEMA, TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS,
+                                 canonical_json)
 from ccab.judge.alerts import times
 from ccab.rollout import design
 from ccab.rollout.plan import Plan, load_plan, plan_to_yaml
@@ -223,8 +224,11 @@ class Controller:
                  known_alerts: KnownAlertsFn | None = None, pager: Pager | None = None,
                  alert_payloads: Callable[[list[str]], list[dict]] | None = None,
                  arm_done: Callable[[str, str], list[dict]] | None = None,
-                 page_min_firing_s: float = PAGE_MIN_FIRING_S):
+                 page_min_firing_s: float = PAGE_MIN_FIRING_S,
+                 segment_prefixes: Callable[[tuple[str, ...]], list[str]] | None = None):
         self.plan, self.store, self.bus, self.key = plan, store, bus, key
+        # a segment plan: segment -> its prefixes (the networks dictionary), resolved once per controller
+        self.segment_prefixes, self._prefixes = segment_prefixes, None
         self.judge, self.set_action, self.clock, self.say = judge, set_action, clock, say
         self.breakers, self.known_alerts, self.pager = breakers, known_alerts, pager
         self.alert_payloads = alert_payloads
@@ -325,9 +329,32 @@ class Controller:
                "run_started_ms": self.state.started_ms if self.state else None}
         if a.bbr_version is not None:
             rec["bbr_version"] = str(a.bbr_version)  # optional field the agent checks (rollout/README.md)
+        if self.plan.segment and a.name != self.plan.control_arm:
+            rec = self._segment_record(rec, a)
         if self.key is None:
             raise ControllerError("no signing key (--key FILE or CCAB_ROLLOUT_KEY)")
-        return sign(rec, self.key)
+        signed = sign(rec, self.key)
+        if len(canonical_json(signed)) > ASSIGNMENT_MAX_BYTES:
+            raise ControllerError(f"the assignment for {host} is {len(canonical_json(signed))} bytes, over the agents' "
+                                  f"{ASSIGNMENT_MAX_BYTES}-byte limit (a segment of too many prefixes?)")
+        return signed
+
+    def _segment_record(self, rec: dict, a) -> dict:
+        """assignment/2 for a treated host of a segment plan: the host keeps the control's algorithm,
+        the segment's prefixes get the treatment's (contracts/CONTRACTS.md)."""
+        seg = self.plan.segment
+        if self._prefixes is None:
+            if self.segment_prefixes is None:
+                raise ControllerError(f"the plan targets segment {', '.join(seg)} and this controller has no "
+                                      "networks dictionary to resolve it")
+            self._prefixes = list(self.segment_prefixes(seg))
+            if not self._prefixes:
+                raise ControllerError(f"segment {', '.join(seg)}: no prefixes (ccab networks load)")
+        ctl = self.plan.arm(self.plan.control_arm)
+        rec = {k: v for k, v in rec.items() if k != "bbr_version"}  # bbr_version checks the host's cc
+        rec.update(schema=ASSIGNMENT_SEGMENT_SCHEMA, cc=ctl.cc, qdisc=ctl.qdisc,
+                   policy={"segment": ",".join(seg), "cc": a.cc, "prefixes": self._prefixes})
+        return rec
 
     def _topic_latest(self, records: list[dict], statuses: list[dict] | None = None) -> dict[str, dict]:
         """host -> the newest record on the topic that an agent would accept from this controller

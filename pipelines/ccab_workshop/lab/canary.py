@@ -47,9 +47,10 @@ from ccab.base.schema import migrate
 from ccab.base.warehouse import connect
 from ccab.ingest.loader import Loader
 from ccab.kafka.topics import TopicSpec, ensure_topics
+from ccab_workshop.lab import segment_canary
 from ccab_workshop.lab.edge import Collector, Nginx, free_port, make_www
 from ccab_workshop.lab.netns import LabError, Topology, allow_cc, in_ns
-from ccab_workshop.lab.runner import Session, _kafka, preflight
+from ccab_workshop.lab.runner import LockedWarehouse, Session, _kafka, preflight
 from ccab.pipeline import (alert_payloads, arm_done, controller_breakers, controller_judge, known_alerts,
                            record_action)
 from ccab.rollout.controller import Controller, KafkaBus, load_state_plan
@@ -67,24 +68,6 @@ AM_CONFIG = """route:
 receivers:
   - name: pager
 """
-
-
-class _Locked:
-    """The loader's warehouse, every call under the process's warehouse lock (chdb: one process,
-    and the controller's loop runs in the main thread under the same lock)."""
-
-    def __init__(self, wh, lock: threading.Lock):
-        self._wh, self._lock = wh, lock
-
-    def __getattr__(self, name):
-        attr = getattr(self._wh, name)
-        if not callable(attr):
-            return attr
-
-        def call(*a, **k):
-            with self._lock:
-                return attr(*a, **k)
-        return call
 
 
 class _ObservedPager(AlertmanagerPager):
@@ -248,7 +231,7 @@ def run_case(case: str, args, work: Path) -> dict:
         session.stack.callback(wh.close)
         migrate(wh, log=lambda _m: None)
         lock = threading.Lock()
-        loader = Loader(_Locked(wh, lock), bootstrap, {t_tcp: SCHEMAS["tcp_sample/1"],
+        loader = Loader(LockedWarehouse(wh, lock), bootstrap, {t_tcp: SCHEMAS["tcp_sample/1"],
                                                        t_http: SCHEMAS["http_request/1"]},
                         group=f"live-{rid}", batch_wait_s=0.5)
         loading = threading.Thread(target=loader.run, daemon=True, name="loader")
@@ -402,7 +385,11 @@ def page_life(p: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ccab_workshop.lab.canary", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--case", choices=("faulty", "clean", "both"), default="both")
+    ap.add_argument("--case", choices=("faulty", "clean", "both", "segment"), default="both",
+                    help="segment: a plan targeting access:mobile, the socket policy on real sockets "
+                         "(ccab_workshop.lab.segment_canary; not part of both)")
+    ap.add_argument("--traffic-minutes", type=float, default=4.0,
+                    help="segment: minutes of downloads after the policy applied (default: 4)")
     ap.add_argument("--breaker-minutes", type=int, default=5, help="the plan's breaker window (default: 5)")
     ap.add_argument("--baseline-minutes", type=float, default=2.0, help="traffic before the fault (default: 2)")
     ap.add_argument("--fault-minutes", type=float, default=9.0,
@@ -425,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     allow_cc(["cubic", "bbr"])
     work = (args.out or Path(tempfile.mkdtemp(prefix="ccab-live-canary-"))).absolute()
     work.mkdir(parents=True, exist_ok=True)
+    if args.case == "segment":
+        return segment_canary.main(args, work)
     results = []
     for case in (("faulty", "clean") if args.case == "both" else (args.case,)):
         r = run_case(case, args, work)

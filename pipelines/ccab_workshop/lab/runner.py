@@ -19,6 +19,7 @@ import random
 import shutil
 import signal
 import subprocess
+import threading
 import sys
 import time
 from contextlib import ExitStack
@@ -96,6 +97,24 @@ class Session:
             signal.signal(sig, old)
         atexit.unregister(self.close)
         return False
+
+
+class LockedWarehouse:
+    """A warehouse whose every call takes ``lock`` (the live canary's loader thread and its main
+    thread share one warehouse connection under one lock)."""
+
+    def __init__(self, wh, lock: threading.Lock):
+        self._wh, self._lock = wh, lock
+
+    def __getattr__(self, name):
+        attr = getattr(self._wh, name)
+        if not callable(attr):
+            return attr
+
+        def call(*a, **k):
+            with self._lock:
+                return attr(*a, **k)
+        return call
 
 
 def _kafka(log, session: "Session | None" = None) -> str:

@@ -114,15 +114,19 @@ def test_every_schema_has_a_topic_and_table():
 
 def test_tcp_conn_vector_is_valid_and_its_fields_are_the_contracts():
     """The Go collector's tcp_conn/1 output for two real destroy events (kernel 6.18) is valid for
-    the Python contract and carries exactly its fields."""
+    the Python contract and carries exactly its fields (policy_generation is written only for a
+    connection a socket policy decided: none of these)."""
     recs = _jsonl("tcp_conn_linux-6.18.expected.jsonl")
     assert recs
     for rec in recs:
         assert contracts.validate(rec) == [], rec
-        # cc_impl is written only where the collector can tell (close capture): not in this vector
-        assert set(rec) == {f.name for f in contracts.TCP_CONN.fields} - {"cc_impl"}
+        # cc_impl and policy_generation are written only where the collector can tell (close
+        # capture): not in this vector
+        assert set(rec) == {f.name for f in contracts.TCP_CONN.fields} - {"cc_impl", "policy_generation"}
         assert contracts.validate({**rec, "cc_impl": "ccab-bpf"}) == []
         assert contracts.validate({**rec, "cc_impl": 2}) != []
+        assert contracts.validate({**rec, "policy_generation": 7}) == []
+        assert contracts.validate({**rec, "policy_generation": -1}) != []
 
 
 def test_every_integer_fields_width_is_its_raw_columns(warehouse):

@@ -154,3 +154,25 @@ def test_reload_while_queries_run(warehouse):
     assert not errors, errors
     assert len(seen) >= 5
     assert all(zeros == 0 and v in ((1,), (2,)) for v, zeros in seen), seen
+
+
+def test_segment_prefixes(warehouse):
+    """A segment's networks from the real table: access, country and ASN segments and their union;
+    a segment without networks, an unknown family, and another segment's network nested inside the
+    segment's are refused (a policy of the outer prefix would treat it)."""
+    nets = [nw.Network("10.201.0.0/16", 64501, "Mobile", "JP", "mobile"),
+            nw.Network("2001:db8:201::/48", 64501, "Mobile", "JP", "mobile"),
+            nw.Network("10.202.0.0/16", 64502, "Fixed", "JP", "fixed"),
+            nw.Network("10.203.0.0/16", 64503, "Other mobile", "US", "mobile")]
+    nw.load(warehouse, nets, "test", "ccab")
+    assert nw.segment_prefixes(warehouse, ["access:mobile"]) == ["10.201.0.0/16", "10.203.0.0/16",
+                                                                 "2001:db8:201::/48"]
+    assert nw.segment_prefixes(warehouse, ["asn:64502"]) == ["10.202.0.0/16"]
+    assert nw.segment_prefixes(warehouse, ["country:US", "asn:64502"]) == ["10.202.0.0/16", "10.203.0.0/16"]
+    with pytest.raises(nw.NetworksError, match="no network"):
+        nw.segment_prefixes(warehouse, ["access:satellite"])
+    with pytest.raises(nw.NetworksError, match="names no networks"):
+        nw.segment_prefixes(warehouse, ["access:unknown"])
+    nw.load(warehouse, nets + [nw.Network("10.201.7.0/24", 64502, "Fixed", "JP", "fixed")], "test", "ccab")
+    with pytest.raises(nw.NetworksError, match="10.201.7.0/24 .* lies inside 10.201.0.0/16"):
+        nw.segment_prefixes(warehouse, ["access:mobile"])

@@ -195,3 +195,60 @@ def test_hostile_records_on_the_topic_never_lock_a_host_out_of_rollbacks(tmp_pat
     res = ctl.rollback("operator test: hostile topic")
     mine = [r for r in res.published if r["host"] == host]
     assert [r["generation"] for r in mine] == [gen + 1] and mine[0]["arm"] == plan.control_arm
+
+
+# ------------------------------------------------------------------------------------ segment plans
+
+
+def test_segment_plan_publishes_signed_policies_to_treated_hosts_only(tmp_path):
+    """A plan with stages[i].segment: treated hosts get assignment/2 (the control's algorithm as the
+    host default, the treatment's for the segment's prefixes), control hosts assignment/1; both signed
+    (a changed prefix fails verification); the rollback sends assignment/1, which empties the policy."""
+    raw = base_plan(stages=[{"name": "s1", "hosts": 1, "segment": "access:mobile"}])
+    plan = plan_from_dict(raw)
+    assert plan.segment == ("access:mobile",)
+    bus, asked = MemoryBus(), []
+
+    def resolve(seg):
+        asked.append(seg)
+        return ["10.201.0.0/16", "2001:db8:201::/48"]
+    key = load_private_key(VECTORS / "test_ed25519_seed.hex")
+    ctl = Controller(plan, Store(tmp_path / plan.rollout_id), bus, key, judge=lambda *a: [],
+                     segment_prefixes=resolve)
+    ctl.start()
+    pub = load_public_key(VECTORS / "test_ed25519_public.b64")
+    treated = [r for r in bus.records if r["arm"] != "control"]
+    control = [r for r in bus.records if r["arm"] == "control"]
+    assert treated and control and asked == [("access:mobile",)]  # resolved once
+    for r in treated:
+        assert r["schema"] == "assignment/2" and r["cc"] == "cubic"  # the host default stays the control's
+        assert r["policy"] == {"segment": "access:mobile", "cc": plan.arm(r["arm"]).cc,
+                               "prefixes": ["10.201.0.0/16", "2001:db8:201::/48"]}
+        assert verify(r, pub) is None
+        tampered = {**r, "policy": {**r["policy"], "prefixes": ["0.0.0.0/0"]}}
+        assert verify(tampered, pub) == "bad signature"
+    assert all(r["schema"] == "assignment/1" and "policy" not in r for r in control)
+    bus.records.clear()
+    ctl.rollback("test")
+    assert bus.records and all(r["schema"] == "assignment/1" and r["arm"] == "control" for r in bus.records)
+
+
+def test_segment_plan_errors(tmp_path):
+    from ccab.rollout.plan import PlanError
+    with pytest.raises(PlanError, match=r"stages\[0\].segment: 'access:unknown' is not a segment"):
+        plan_from_dict(base_plan(stages=[{"name": "s1", "hosts": 1, "segment": "access:unknown"}]))
+    with pytest.raises(PlanError, match="every stage targets the same segment"):
+        plan_from_dict(base_plan(stages=[{"name": "s1", "hosts": 1, "segment": "access:mobile"},
+                                         {"name": "s2", "hosts": 2, "segment": ["access:mobile", "country:JP"]}]))
+    plan = plan_from_dict(base_plan(stages=[{"name": "s1", "hosts": 1, "segment": ["access:mobile", "asn:64500"]}]))
+    assert plan.segment == ("access:mobile", "asn:64500")
+    assert plan_from_dict(base_plan()).digest == plan_from_dict(base_plan()).digest  # digest unchanged w/o segment
+    key = load_private_key(VECTORS / "test_ed25519_seed.hex")
+    ctl = Controller(plan, Store(tmp_path / plan.rollout_id), MemoryBus(), key, judge=lambda *a: [])
+    with pytest.raises(ControllerError, match="no networks dictionary"):
+        ctl.start()
+    many = [f"10.{i // 256}.{i % 256}.0/24" for i in range(2000)]
+    ctl = Controller(plan, Store(tmp_path / "big"), MemoryBus(), key, judge=lambda *a: [],
+                     segment_prefixes=lambda seg: many)
+    with pytest.raises(ControllerError, match="16384-byte limit"):
+        ctl.start()

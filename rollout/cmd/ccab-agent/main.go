@@ -20,6 +20,7 @@ import (
 	"github.com/ccab-dev/ccab/rollout/bpfcc"
 	"github.com/ccab-dev/ccab/rollout/kernelcc"
 	"github.com/ccab-dev/ccab/rollout/qdisc"
+	"github.com/ccab-dev/ccab/rollout/sockpolicy"
 	"github.com/ccab-dev/ccab/rollout/status"
 )
 
@@ -63,11 +64,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		asgFile     = fs.String("assignment-file", "", "assignment/1 record for --once")
 		releaseBPF  = fs.String("release-bpf", "", "remove --host's use of ccab's BPF congestion control NAME and unregister it when no host uses it; exit (labs: teardown of a host that is going away)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
+		spCgroup    = fs.String("sockpolicy-cgroup", "", "cgroup v2 directory whose connections assignment/2 socket policies decide (e.g. nginx's; the root cgroup decides every connection of the host); empty: socket policies are refused")
+		spPinDir    = fs.String("sockpolicy-pin-dir", "/sys/fs/bpf/ccab-sockpolicy", "bpffs directory where the sock_ops program and its maps are pinned (the policy outlives the agent; the collector reads conn_policy there); empty: not pinned, detached when the agent exits")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ccab-agent --public-key FILE [flags]\n"+
 			"       ccab-agent --once --assignment-file F --public-key FILE [flags]\n\n"+
-			"Applies signed assignment/1 records for --host (from Kafka, or one file with --once) to the\n"+
+			"Applies signed assignment/1 and /2 records for --host (from Kafka, or one file with --once) to the\n"+
 			"kernel's net.ipv4.tcp_congestion_control (and root qdisc) and reports agent_status/1.\n"+
 			"Every flag can also be set with CCAB_AGENT_<FLAG> (e.g. CCAB_AGENT_BROKERS,\n"+
 			"CCAB_AGENT_PUBLIC_KEY); the command line wins.\n\nflags:\n")
@@ -150,11 +153,24 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		loader = &bpfcc.Loader{Dir: *bpfDir, UsersDir: *bpfUsersDir, ProcFS: *procfs}
 	}
 	m := agent.NewMetrics()
-	ag, err := agent.New(agent.Config{
+	cfg := agent.Config{
 		Host: *host, Pop: *pop, PublicKey: pub, StateFile: *stateFile, NetnsPath: nsPath,
 		Kernel: kernelcc.Kernel{ProcFS: *procfs, SysFS: *sysfs, LoadModules: *loadMods, Modprobe: *modprobe},
 		Tc:     qdisc.Tc{Path: *tcPath, Interfaces: ifs}, BPF: loader,
-	}, m, log)
+	}
+	if *spCgroup != "" {
+		if *once && *spPinDir == "" {
+			return usage("--once with --sockpolicy-cgroup needs --sockpolicy-pin-dir (else the policy ends with the process)")
+		}
+		enf, err := sockpolicy.Attach(*spCgroup, sockpolicy.Options{PinDir: *spPinDir})
+		if err != nil {
+			fmt.Fprintf(stderr, "ccab-agent: --sockpolicy-cgroup %s: %v\n", *spCgroup, err)
+			return exitFailed
+		}
+		defer enf.Close()
+		cfg.Policy = enf
+	}
+	ag, err := agent.New(cfg, m, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "ccab-agent: %v\n", err)
 		return exitFailed
