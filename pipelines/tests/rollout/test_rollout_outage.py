@@ -83,7 +83,7 @@ def test_rollback_during_a_kafka_outage_is_recorded_and_published_when_kafka_is_
                             "", "--kafka-timeout", "3", "--rollups", "existing"], env=env, cwd=REPO,
                            stdout=open(tmp_path / "service.log", "w"), stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: "leader" in (tmp_path / "service.log").read_text(), what="the service leads", timeout_s=60)
+        wait_until(lambda: "leader" in (tmp_path / "service.log").read_text(), what="the service leads", timeout_s=300)
         _ccab(kenv, "kafka", "down", check=0)  # the outage
 
         halt = _ccab(env, "rollout", "halt", rid, "--arm", "b1", "--reason", "INC-9 during the outage",
@@ -103,7 +103,7 @@ def test_rollback_during_a_kafka_outage_is_recorded_and_published_when_kafka_is_
         _ccab(kenv, "kafka", "up", "--timeout", "240", check=0)  # Kafka is back: the service publishes what was recorded
         newest = wait_until(lambda: (n := _newest(bootstrap, rid)) and all(
             n[h]["arm"] == "control" for h in treated) and n, what="every treated host's newest record on control",
-            timeout_s=120)
+            timeout_s=300)
         assert all(r["arm"] == "control" for r in newest.values())
     finally:
         svc.send_signal(signal.SIGTERM)
