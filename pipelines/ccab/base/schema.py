@@ -131,7 +131,7 @@ _CREATE_TABLE_RE = re.compile(r"^CREATE TABLE IF NOT EXISTS (\w+)\s*\(", re.S)
 _ENGINE_RE = re.compile(r"ENGINE = (\w*MergeTree|Null)\b(\(\))?")
 _CREATE_AS_RE = re.compile(r"^CREATE TABLE IF NOT EXISTS (\w+) AS (\w+)\s*$")
 _CREATE_DICT_RE = re.compile(r"^CREATE DICTIONARY IF NOT EXISTS (\w+)\b")
-_MV_RE = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS (\w+) TO (\w+) AS(.*)FROM (\w+)\s*$", re.S)
+_MV_RE = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS (\w+) TO (\w+) AS(.*?)FROM (\w+)(.*?)\s*$", re.S)
 
 
 def _shard_key(stmt: str) -> str:
@@ -199,9 +199,12 @@ def cluster_statements(sql: str, cluster: str = "{cluster}") -> list[str]:
             continue
         mv = _MV_RE.match(stmt)
         if mv:
-            view, target, select, source = mv.groups()
+            view, target, select, source, rest = mv.groups()
+            # the view's own subqueries (the landing views' natural-key lookup) read the shard's
+            # tables too: the inserted block and the rows of its hosts, which live on this shard
+            rest = re.sub(rf"\bFROM ({re.escape(target)}|{re.escape(source)})\b", r"FROM \1_local", rest)
             out.append(f"CREATE MATERIALIZED VIEW IF NOT EXISTS {view} ON CLUSTER '{cluster}' "
-                       f"TO {target}_local AS{select}FROM {source}_local")
+                       f"TO {target}_local AS{select}FROM {source}_local{rest}")
             continue
         out.append(stmt)
     return out
