@@ -88,6 +88,13 @@ def check_rollout(wh, rollout_id: str) -> None:
 
     if not rollout_id:
         return
+    from ccab.rollout.state import StateError, Store
+
+    try:  # started here but nothing in the warehouse yet: known, just no alerts or verdicts
+        if Store.for_rollout(rollout_id).exists():
+            return
+    except StateError:
+        pass
     known = known_rollouts(wh)
     if rollout_id not in known:
         shown = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")

@@ -11,7 +11,7 @@ from ccab.base.config import REPO_ROOT
 from ccab.base.errors import UserError
 from ccab.base.warehouse import QueryResult, WarehouseError, connect
 
-_INTERNAL = re.compile(r"\s*SETTINGS output_format_json_quote_64bit_integers\s*=\s*0\b|\s*FORMAT JSONCompact\b")
+_INTERNAL = re.compile(r"\s*SETTINGS output_format_json_quote_64bit_integers\s*=\s*0\b|,\s*readonly\s*=\s*2\b|\s*FORMAT JSONCompact\b")
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`|--[^\n]*|/\*.*?\*/", re.S)
 
 

@@ -429,6 +429,30 @@ def cmd_manual(args) -> int:
     return 0
 
 
+def _moved_since(st) -> dict[str, list[str]]:
+    """For a finished rollout: the hosts another rollout assigned after this one last did, by that
+    rollout (its state's hosts at a later update): this rollout's arms no longer hold there."""
+    from ccab.rollout.state import TERMINAL, StateError, Store, rollouts_dir
+
+    if st.status not in TERMINAL or not st.hosts:
+        return {}
+    out: dict[str, list[str]] = {}
+    base = rollouts_dir()
+    for d in sorted(base.iterdir()) if base.is_dir() else []:
+        if d.name == st.rollout_id or not (d / "state.json").exists():
+            continue
+        try:
+            other = Store(d).load()
+        except StateError:
+            continue
+        if (other.updated_ms or 0) <= (st.updated_ms or 0):
+            continue
+        hosts = sorted(h for h in other.hosts if h in st.hosts)
+        if hosts:
+            out[other.rollout_id] = hosts
+    return out
+
+
 def _next_look(ctl) -> str:
     """When the stage's next automatic look is due, in words."""
     from datetime import datetime, timezone
@@ -514,7 +538,15 @@ def _status_once(args) -> int:
     print(f"rollout {summary['rollout_id']}: {summary['status']}, stage {summary['stage']} ({summary['stage_name']}), "
           f"looks done {summary['looks_done']}" + (f", promoted {summary['promoted']}" if summary["promoted"] else ""))
     print("arms: " + ", ".join(f"{a}={s}" for a, s in summary["arms"].items()))
-    print("hosts per arm: " + ", ".join(f"{a}={n}" for a, n in sorted(summary["hosts_per_arm"].items())))
+    moved = _moved_since(ctl.st)
+    summary["hosts_moved_by_other_rollouts"] = moved
+    if moved:
+        n = sum(len(h) for h in moved.values())
+        print("hosts per arm, as this rollout left them: "
+              + ", ".join(f"{a}={c}" for a, c in sorted(summary["hosts_per_arm"].items()))
+              + f" — {n} of them since moved by " + ", ".join(f"{r} ({len(h)})" for r, h in sorted(moved.items())))
+    else:
+        print("hosts per arm: " + ", ".join(f"{a}={n}" for a, n in sorted(summary["hosts_per_arm"].items())))
     if not args.offline:
         print(f"applied: {summary['applied']}/{summary['enrolled']}" if summary["applied"] is not None else
               f"applied: unknown (Kafka unreachable: the agents' answers could not be read; {summary['enrolled']} enrolled)")

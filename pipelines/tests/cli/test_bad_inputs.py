@@ -136,7 +136,8 @@ def test_a_mistake_gives_one_line_and_its_exit_code(env, capsys, argv, code, pat
     assert len(message) == 1, err
     assert message[0].startswith("ccab"), message[0]
     assert re.search(pattern, err), err
-    assert "SETTINGS output_format" not in message[0]  # ccab's own suffix never shows
+    assert "SETTINGS output_format" not in message[0] and "readonly=2" not in message[0] \
+        and "readonly = 2" not in message[0]  # ccab's own suffix never shows
     assert got == code, (got, err)
     if lines[0].startswith("usage:"):  # the usage of the subcommand given, not the top level
         assert lines[0].startswith(f"usage: ccab {argv[0]}") or argv[0] == "no-such-command", lines[0]

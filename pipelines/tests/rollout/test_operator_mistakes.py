@@ -107,3 +107,35 @@ def test_status_with_kafka_down_says_applied_unknown_and_when_the_next_look_is(t
     assert f"applied: unknown (Kafka unreachable: the agents' answers could not be read; {len(hosts)} enrolled)" in out, out
     assert "applied: 0/" not in out
     assert "next look: " in out and " UTC (in " in out, out
+
+
+def test_a_finished_rollouts_status_names_hosts_other_rollouts_moved(tmp_path, monkeypatch, capsys):
+    import shutil
+    import time
+
+    from ccab.rollout.plan import load_plan
+    from ccab.rollout.state import HostAssignment, RolloutState, Store
+
+    monkeypatch.setenv("CCAB_DATA_DIR", str(tmp_path / "data"))
+    src = REPO / "rollout" / "plans" / "tyo1-bbr-canary.yaml"
+    plan = load_plan(src)
+    hosts = plan.hosts_of("tyo1")
+    now = int(time.time() * 1000)
+
+    def host(arm):
+        return HostAssignment(pop="tyo1", arm=arm, cc="bbr", qdisc="fq", generation=1, status="published", record={})
+
+    store = Store.for_rollout(plan.rollout_id)
+    store.dir.mkdir(parents=True)
+    shutil.copy(src, store.plan_file)
+    shutil.copy(src.parent / "tyo1-hosts.txt", store.dir / "tyo1-hosts.txt")
+    store.save(RolloutState(plan.rollout_id, plan.digest, str(src), status="completed", arms={"bbr2": "promoted"},
+                            hosts={h: host("bbr2") for h in hosts}, updated_ms=now - 86_400_000))
+    later = Store.for_rollout("tyo1-bbr3-trial")
+    later.dir.mkdir(parents=True)
+    later.save(RolloutState("tyo1-bbr3-trial", "d", "p.yaml", arms={"bbr3": "active"},
+                            hosts={h: host("bbr3") for h in hosts[:3]}, updated_ms=now))
+    capsys.readouterr()
+    assert cli.main(["rollout", "status", plan.rollout_id, "--offline"]) == 0
+    out = capsys.readouterr().out
+    assert "hosts per arm, as this rollout left them: " in out and "— 3 of them since moved by tyo1-bbr3-trial (3)" in out, out
