@@ -47,7 +47,7 @@ from ccab.base.schema import migrate
 from ccab.base.warehouse import connect
 from ccab.ingest.loader import Loader
 from ccab.kafka.topics import TopicSpec, ensure_topics
-from ccab.lab.edge import Collector, Nginx, free_port, make_www
+from ccab.lab.edge import BPF_CC, Collector, Nginx, free_port, make_www, release_bpf
 from ccab.lab.netns import LabError, Topology, allow_cc, in_ns
 from ccab.lab.runner import Session, _kafka, preflight
 from ccab.pipeline import (alert_payloads, arm_done, controller_breakers, controller_judge, known_alerts,
@@ -207,6 +207,8 @@ def run_case(case: str, args, work: Path) -> dict:
                                  stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
             session.registry.add_pid(p.pid, ["ccab-agent"])
             agents.append(p)
+            if args.treatment_cc in BPF_CC:  # a host going away drops its use of ccab's BPF algorithm
+                session.stack.callback(release_bpf, host, args.treatment_cc)
             ng = Nginx(ns, topo.host_ip[label], hdir / "nginx", work / "www", session.registry)
             ng.start()
             session.stack.callback(ng.stop)
