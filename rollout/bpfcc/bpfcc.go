@@ -326,12 +326,35 @@ func (l Loader) userFile(name, user string) (string, error) {
 	return filepath.Join(l.usersDir(), name, user), nil
 }
 
+// lock serialises Use and Release across processes (the agents of one machine, one per host
+// namespace in a lab, apply the same algorithm at the same moment): an exclusive flock on
+// UsersDir/.lock. Without it, concurrent loaders raced and all but one failed to register.
+func (l Loader) lock() (func(), error) {
+	if err := os.MkdirAll(l.usersDir(), 0o755); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open(filepath.Join(l.usersDir(), ".lock"), unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", l.usersDir(), err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("lock %s: %w", l.usersDir(), err)
+	}
+	return func() { unix.Close(fd) }, nil
+}
+
 // Use ensures name is loaded and records user (an agent's host name) as using it.
 func (l Loader) Use(name, user string) (loaded bool, err error) {
 	f, err := l.userFile(name, user)
 	if err != nil {
 		return false, err
 	}
+	unlock, err := l.lock()
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
 	if loaded, err = l.Ensure(name); err != nil {
 		return loaded, err
 	}
@@ -364,6 +387,11 @@ func (l Loader) Release(name, user string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	unlock, err := l.lock()
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
 	if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return false, err
 	}

@@ -182,3 +182,36 @@ func TestCheckNoBTF(t *testing.T) {
 	}
 
 }
+
+// Eight agents (hosts) apply the same algorithm at the same moment, as a lab's or a canary's do:
+// exactly one loads it, every one is recorded as a user, none fails; the last release unloads.
+func TestConcurrentUse(t *testing.T) {
+	l, _ := testLoader(t)
+	errs := make(chan error, 8)
+	loads := make(chan bool, 8)
+	for i := 0; i < 8; i++ {
+		go func() {
+			loaded, err := l.Use("bbr2", "host-"+string(rune('a'+i)))
+			loads <- loaded
+			errs <- err
+		}()
+	}
+	n := 0
+	for i := 0; i < 8; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("Use: %v", err)
+		}
+		if <-loads {
+			n++
+		}
+	}
+	if users, _ := l.Users("bbr2"); n != 1 || len(users) != 8 {
+		t.Fatalf("%d loads (want 1), users %v", n, users)
+	}
+	for i := 0; i < 8; i++ {
+		unloaded, err := l.Release("bbr2", "host-"+string(rune('a'+i)))
+		if err != nil || unloaded != (i == 7) {
+			t.Fatalf("release %d: unloaded=%v err=%v", i, unloaded, err)
+		}
+	}
+}

@@ -48,7 +48,7 @@ from ccab.base.warehouse import connect
 from ccab.ingest.loader import Loader
 from ccab.kafka.topics import TopicSpec, ensure_topics
 from ccab_workshop.lab import segment_canary
-from ccab_workshop.lab.edge import Collector, Nginx, free_port, make_www
+from ccab_workshop.lab.edge import BPF_CC, Collector, Nginx, free_port, make_www, release_bpf
 from ccab_workshop.lab.netns import LabError, Topology, allow_cc, in_ns
 from ccab_workshop.lab.runner import LockedWarehouse, Session, _kafka, preflight
 from ccab.pipeline import (alert_payloads, arm_done, controller_breakers, controller_judge, known_alerts,
@@ -190,6 +190,8 @@ def run_case(case: str, args, work: Path) -> dict:
                                  stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
             session.registry.add_pid(p.pid, ["ccab-agent"])
             agents.append(p)
+            if args.treatment_cc in BPF_CC:  # a host going away drops its use of ccab's BPF algorithm
+                session.stack.callback(release_bpf, host, args.treatment_cc)
             ng = Nginx(ns, topo.host_ip[label], hdir / "nginx", work / "www", session.registry)
             ng.start()
             session.stack.callback(ng.stop)

@@ -93,6 +93,26 @@ def agent_binary() -> Path | None:
     return p if p.exists() and os.access(p, os.X_OK) else None
 
 
+# ccab's BPF congestion controls (rollout/bpf/cc): on a kernel without them the agent loads them
+# when an assignment names one, so the lab offers them wherever the agent can (kernel BTF).
+BPF_CC = ("bbr2", "bbr3", "vivace")
+
+
+def bpf_loadable(kernel_offers: list[str]) -> list[str]:
+    """The BPF algorithms the agent would load here: those the kernel lacks, when the agent binary
+    exists and the kernel has BTF (the agent refuses with the reason otherwise)."""
+    if agent_binary() is None or not Path("/sys/kernel/btf/vmlinux").exists():
+        return []
+    return [a for a in BPF_CC if a not in kernel_offers]
+
+
+def release_bpf(host: str, cc: str) -> None:
+    """A lab host going away drops its use of ccab's BPF ``cc`` (the last user unregisters it)."""
+    agent = agent_binary()
+    if agent is not None:
+        subprocess.run([str(agent), "--release-bpf", cc, "--host", host], capture_output=True, timeout=30)
+
+
 _KEY = None
 
 

@@ -36,7 +36,7 @@ from ccab.ingest.loader import Loader
 from ccab_workshop.kafka import broker
 from ccab.kafka.topics import TopicSpec, ensure_topics
 from ccab_workshop.lab import analysis, spec
-from ccab_workshop.lab.edge import Collector, Nginx, apply_cc, make_www, metric_sum
+from ccab_workshop.lab.edge import Collector, Nginx, apply_cc, bpf_loadable, make_www, metric_sum, release_bpf
 from ccab_workshop.lab.netns import (LabError, Link, Registry, Topology, _kill_pid, allow_cc, available_cc, delete_ns,
                             link_binary, link_counters, probe_nft, probe_qdisc, sh, sweep_leftovers)
 from ccab_workshop.lab.spec import Case, Experiment
@@ -54,6 +54,7 @@ def preflight() -> dict:
     return {
         "kernel": platform.release(),
         "cc_available": available_cc(),
+        "cc_bpf": bpf_loadable(available_cc()),
         "netem": probe_qdisc("netem", "delay", "1ms"),
         "fq": probe_qdisc("fq"),
         "nftables": probe_nft(),
@@ -138,8 +139,9 @@ def run(exp: Experiment, out_dir: Path, repeat: int = 1, seed: int | None = None
         keep_topics: bool = False) -> Path:
     seed = exp.seed if seed is None else seed
     env = preflight()
-    unavailable = [a for a in exp.algorithms if a not in env["cc_available"]]
-    runnable = [c for c in exp.cases if set(c.algorithms) <= set(env["cc_available"])]
+    offered = env["cc_available"] + env["cc_bpf"]  # the kernel's, and ccab's BPF ones the agent loads
+    unavailable = [a for a in exp.algorithms if a not in offered]
+    runnable = [c for c in exp.cases if set(c.algorithms) <= set(offered)]
     skipped = [c.name for c in exp.cases if c not in runnable]
     for a in unavailable:
         log(f"lab: algorithm {a!r} is not offered by this kernel ({env['kernel']}: "
@@ -155,7 +157,8 @@ def run(exp: Experiment, out_dir: Path, repeat: int = 1, seed: int | None = None
     if tbf_cases and not env["netem"]:
         log("lab: netem is not available on this kernel: no added delay; base RTT = the veth path "
             "(~0.1 ms) plus queueing, and buffers are sized in BDPs of the nominal rtt_ms")
-    allow_cc(sorted({a for c in runnable for a in c.algorithms}))
+    # ccab's BPF algorithms are not registered yet (the agent loads them) and allow themselves
+    allow_cc(sorted({a for c in runnable for a in c.algorithms} - set(env["cc_bpf"])))
 
     run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-s{seed}"
     rollout_id = f"{exp.name}-{run_id}"
@@ -286,6 +289,8 @@ def run_case(case: Case, rep: int, exp: Experiment, run_dir: Path, rollout_id: s
             host = f"{case_id}.{label}"
             hdir = cdir / label
             agent = apply_cc(ns, host, cc, rollout_id, generation, hdir / "agent")
+            if cc in env["cc_bpf"]:
+                session.stack.callback(release_bpf, host, cc)
             ng = Nginx(ns, topo.host_ip[label], hdir / "nginx", run_dir / "www", session.registry)
             ng.start()
             nginxes.append(ng)

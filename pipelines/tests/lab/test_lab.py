@@ -177,3 +177,46 @@ def test_fairness_cubic_vs_bbr_through_the_whole_stack(kafka_broker, tmp_path, m
     print(f"\nlab: {rows['tcp_rows']} tcp_samples, goodput sum {case['sum_goodput_bps'] / 1e6:.2f} Mbit/s "
           f"({', '.join(f['cc'] + ' ' + format(f['goodput_bps'] / 1e6, '.2f') for f in case['flows'])}), "
           f"Jain {case['jain']:.3f}")
+
+
+FAIRNESS_BBR2 = {
+    "name": "fairness-bbr2-test", "kind": "fairness", "seed": 9, "sample_interval_ms": 1000,
+    "bottleneck": {"rate_mbit": 20, "buffer_bdp": 1, "rtt_ms": 20},
+    "cases": [{"name": "cubic-bbr2", "flows": [{"cc": "cubic", "start_s": 0, "duration_s": 12},
+                                               {"cc": "bbr2", "start_s": 2, "duration_s": 10}]}],
+}
+
+
+def test_bbr2_arm_on_a_kernel_without_bbr2(kafka_broker, tmp_path, monkeypatch):
+    """A bbr2 case runs on this kernel (which has no bbr2): the agent loads ccab's BPF bbr2 for its
+    host, the sockets run it, the close capture records it as cc_impl ccab-bpf through Kafka and
+    the loader, and the lab's teardown releases it (unregistered when no one else uses it)."""
+    _need_lab()
+    from ccab.lab import edge, runner
+
+    if "bbr2" in Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split() \
+            and not Path("/sys/fs/bpf/ccab-cc/bbr2").exists():
+        pytest.skip("this kernel has its own bbr2: the BPF one is not loaded over it")
+    if not edge.bpf_loadable([]):
+        pytest.skip("no kernel BTF: the agent cannot load BPF congestion controls")
+    monkeypatch.setenv("CCAB_KAFKA_BROKERS", kafka_broker)
+    monkeypatch.setenv("CCAB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("CCAB_CLICKHOUSE_URL", raising=False)
+    run_dir = runner.run(spec.expand(FAIRNESS_BBR2), tmp_path / "runs", log=print)
+    import json
+
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["algorithms_unavailable"] == [] and "bbr2" in run["environment"]["cc_bpf"]
+    hosts = run["cases"][0]["hosts"]
+    assert {h["cc"]: h["agent"]["cc_effective"] for h in hosts.values()} == {"cubic": "cubic", "bbr2": "bbr2"}
+    from ccab.base.warehouse import connect
+
+    wh = connect()
+    try:
+        impl = dict(wh.query("SELECT cc, any(cc_impl) FROM tcp_conns WHERE pop = 'lab' AND rollout_id = {r:String} "
+                             "GROUP BY cc", params={"r": run["rollout_id"]}).rows)
+    finally:
+        wh.close()
+    assert impl == {"bbr2": "ccab-bpf", "cubic": "kernel"}, impl
+    users = Path("/run/ccab-cc/users/bbr2")
+    assert not users.exists() or not any(h["host"] in {p.name for p in users.iterdir()} for h in hosts.values())
