@@ -7,6 +7,9 @@
 # Prints the minutes from fault onset to the last treatment host back on control, the page's life in
 # Alertmanager (created, firing, resolved) and the clean case's promotion (every host on bbr).
 # Not part of `make test` (~30 min; `--case clean` or `--case faulty` for one): `make live-canary`.
+# `--case segment` (issue 32, ~15 min, not in `both`): a plan targeting access:mobile with bbr, the
+# agents' BPF socket policy on nginx's cgroups, clients from a mobile and a fixed prefix; prints per
+# treated host `segment: mobile on treatment A/B, fixed on control C/D` and the judge's verdict.
 # Options: python -m ccab_workshop.lab.canary --help (--treatment-cc bbr2: a BBRv2 treatment arm on this kernel,
 # ccab's BPF one loaded by the agents). Output of a run: docs/rollout/live-canary.md.
 set -euo pipefail

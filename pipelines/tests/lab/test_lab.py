@@ -192,7 +192,7 @@ def test_bbr2_arm_on_a_kernel_without_bbr2(kafka_broker, tmp_path, monkeypatch):
     host, the sockets run it, the close capture records it as cc_impl ccab-bpf through Kafka and
     the loader, and the lab's teardown releases it (unregistered when no one else uses it)."""
     _need_lab()
-    from ccab.lab import edge, runner
+    from ccab_workshop.lab import edge, runner
 
     if "bbr2" in Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split() \
             and not Path("/sys/fs/bpf/ccab-cc/bbr2").exists():
