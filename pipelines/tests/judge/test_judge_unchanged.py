@@ -33,17 +33,16 @@ def capture(world: str, workdir: Path) -> dict:
     import os
 
     from ccab import cli
-    from ccab.base.warehouse import ChdbWarehouse
+    from ccab.base.warehouse import connect
 
     scenario, hours, connections, (start, end) = WORLDS[world]
     sim = workdir / f"sim-{world}"
-    os.environ["CCAB_DATA_DIR"] = str(workdir / f"data-{world}")
-    os.environ.pop("CCAB_CLICKHOUSE_URL", None)
+    os.environ["CCAB_DATA_DIR"] = str(workdir / f"data-{world}")  # the warehouse: CCAB_CLICKHOUSE_URL or the local service
     assert cli.main(["sim", scenario, "--out", str(sim), "--hours", str(hours), "--connections", str(connections),
                      "--workers", "1", "--no-progress"]) == 0
     assert cli.main(["load", str(sim / "ccab.tcp.v1.jsonl"), str(sim / "ccab.http.v1.jsonl")]) == 0
     assert cli.main(["analyze", "--from", start, "--to", end, "--no-progress"]) == 0
-    wh = ChdbWarehouse(Path(os.environ["CCAB_DATA_DIR"]) / "warehouse")
+    wh = connect()  # the warehouse the commands above wrote to
     try:
         verdicts = wh.query("""SELECT pop, rollout_id, treatment_arm, control_arm, decision, reasons, gates_failed
                                FROM judge_verdicts FINAL ORDER BY ALL""").rows
@@ -77,9 +76,8 @@ def _same(a, b) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("world", sorted(WORLDS))
-def test_judge_findings_unchanged(world, tmp_path, monkeypatch):
+def test_judge_findings_unchanged(world, tmp_path, warehouse_env):
     before = json.loads(FIXTURE.read_text())[world]
-    monkeypatch.setenv("CCAB_DATA_DIR", str(tmp_path / "data"))
     now = capture(world, tmp_path)
     assert [v[:5] for v in now["verdicts"]] == [v[:5] for v in before["verdicts"]]  # the decisions
     assert now["verdicts"] == before["verdicts"]  # and their reasons, word for word
