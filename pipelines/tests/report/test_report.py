@@ -286,7 +286,11 @@ def _check_effect(cells: list[str], r: dict, what: str) -> None:
     effect, interval = cells
     st = r["statistic"]
     if r["estimate"] is None or r["estimate"] != r["estimate"]:
-        assert effect in ("–", ""), (what, effect)
+        vt, vc = r["value_treatment"], r["value_control"]
+        if vc == 0 and vt is not None and vt == vt:  # from a zero base: the difference (issue 29)
+            assert effect.endswith(" from 0") and _numbers(effect), (what, effect, vt)
+        else:
+            assert effect in ("–", ""), (what, effect)
         return
     nums = _numbers(effect)
     assert nums and _near(nums[0], _effect_shown(st, r["estimate"])), (what, effect, r["estimate"])
