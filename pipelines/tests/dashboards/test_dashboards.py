@@ -211,6 +211,11 @@ def _judge_rows(now_ms):
 @pytest.fixture(scope="module")
 def wh(tmp_path_factory, tiny_world, warehouse_template):
     from ccab.base.warehouse import ChdbWarehouse
+
+    # the dead letters' "now" is when they are written, not when this module was collected: the
+    # loader alert rule reads the last 15 minutes of real time, and a long test run would age them
+    global NOW
+    NOW = datetime.now(timezone.utc).replace(microsecond=0)
     from ccab.cohorts.job import run_window
     from ccab.ingest.loader import load_files
 
