@@ -68,7 +68,8 @@ def _third_party_imports(*roots) -> set[str]:
     import ast
     import sys
 
-    local = {p.stem for p in (REPO / "pipelines" / "tests").rglob("*.py")} | {"ccab", "ccab_workshop"}
+    local = ({p.stem for p in (REPO / "pipelines" / "tests").rglob("*.py")}
+             | {p.stem for p in (REPO / "bench").rglob("*.py")} | {"ccab", "ccab_workshop"})
     mods = set()
     for root in roots:
         for path in (REPO / root).rglob("*.py"):
