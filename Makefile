@@ -22,8 +22,8 @@ bpf:  ## regenerate the committed BPF objects and Go bindings from rollout/bpf/ 
 bpf-check:  ## the committed BPF objects are what rollout/bpf/ compiles to (CI)
 	@scripts/bpf-generate.sh --check
 
-test-go:
-	go test -count=1 ./...
+test-go:  ## Go tests, one package at a time: the BPF tests register congestion controls kernel-wide, and the agent's real-kernel tests expect bbr2 absent
+	go test -count=1 -p 1 ./...
 
 test-fuzz:  ## each Go fuzz target for FUZZTIME (default 100000x executions)
 	@scripts/fuzz.sh
