@@ -46,6 +46,7 @@ MAX_SESSION_TIMEOUT_S = 3600.0
 BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0)
 
 _CODE_RE = re.compile(r"Code: (\d+)\.")
+_QUERY_WORD_RE = re.compile(rb"\b(?:SELECT|VALUES|WITH)\b", re.I)
 _INSERT_RE = re.compile(rb"\A\s*INSERT\s+INTO\s+(.+?)\s+FORMAT\s+([A-Za-z0-9_]+)[ \t]*(?:\r?\n)?", re.S | re.I)
 _SETTINGS_RE = re.compile(r"\s+SETTINGS\s+", re.I)
 _FORMAT_CLAUSE_RE = re.compile(r"\bFORMAT\s+([A-Za-z0-9_]+)\s*;?\s*\Z", re.I)
@@ -113,7 +114,7 @@ def split_insert(text: bytes) -> tuple[str, str, memoryview] | None:
     not an insert with inline data (ClickHouse's HTTP interface takes the data after the
     statement's ``FORMAT`` in the same body)."""
     m = _INSERT_RE.match(text[:65536])
-    if not m:
+    if not m or _QUERY_WORD_RE.search(m.group(1)):  # INSERT ... SELECT ... FORMAT f: a query, no data
         return None
     return m.group(1).decode(), m.group(2).decode(), memoryview(text)[m.end():]  # no copy of the rows
 
