@@ -58,7 +58,11 @@ def test_cluster_ddl_makes_replicated_locals_and_distributed_tables():
     assert "Distributed('ccab', currentDatabase(), dead_letters_local, cityHash64(_topic, _partition))" in text
     # materialized views write to the shard-local tables
     mvs = [s for s in stmts if s.startswith("CREATE MATERIALIZED VIEW")]
-    assert len(mvs) == len(contracts.SCHEMAS) and all(re.search(r"TO \w+_local AS", s) and s.rstrip().endswith("_landing_local") for s in mvs)
+    # ... and read only shard-local tables: the landing block and, for the natural-key dedupe, the raw table
+    assert len(mvs) == len(contracts.SCHEMAS) and all(re.search(r"TO \w+_local AS", s) for s in mvs)
+    for s in mvs:
+        sources = re.findall(r"\bFROM\s+(\w+)", s)
+        assert any(t.endswith("_landing_local") for t in sources) and all(t.endswith("_local") for t in sources), sources
     # nothing single-node is left behind
     assert not re.search(r"ENGINE = MergeTree\b", text)
 
