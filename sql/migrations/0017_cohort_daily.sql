@@ -61,10 +61,13 @@ CREATE TABLE IF NOT EXISTS cohort_heatmap_daily_stage AS cohort_heatmap_daily;
 
 -- Days computed before this migration: filled once from the hourly tables (only while the daily
 -- tables are empty, so applying this file again adds nothing).
-INSERT INTO cohort_daily
+-- (The Map histograms `hist` are not carried here: 0018 replaced them with cell tables and left
+-- `hist` an empty ALIAS, so this statement names its columns and stays re-runnable after 0018.)
+INSERT INTO cohort_daily (day, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric, n, n_zero,
+                          n_missing, n_above_50pct, value_sum, value_sum_sq, ratio_num, ratio_den, weight_sum)
 SELECT toStartOfDay(hour, 'UTC') AS day, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric,
        sum(n), sum(n_zero), sum(n_missing), sum(n_above_50pct), sum(value_sum), sum(value_sum_sq),
-       sum(ratio_num), sum(ratio_den), sum(weight_sum), sumMap(hist)
+       sum(ratio_num), sum(ratio_den), sum(weight_sum)
 FROM cohort_hourly
 WHERE (SELECT count() FROM cohort_daily) = 0
 GROUP BY day, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric

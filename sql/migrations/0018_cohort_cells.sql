@@ -75,7 +75,14 @@ GROUP BY day, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metri
 HAVING sum(c) > 0
 SETTINGS max_partitions_per_insert_block = 0;
 
+-- The stored Map columns go; `hist` stays as an empty ALIAS so that every statement of 0017 and of
+-- this file can be applied again (the migration runner re-runs a file a crash interrupted), and a
+-- positional INSERT never sees it. Nothing reads it.
 ALTER TABLE cohort_hourly DROP COLUMN IF EXISTS hist;
+ALTER TABLE cohort_hourly ADD COLUMN IF NOT EXISTS hist Map(Int32, UInt64) ALIAS map();
 ALTER TABLE cohort_hourly_stage DROP COLUMN IF EXISTS hist;
+ALTER TABLE cohort_hourly_stage ADD COLUMN IF NOT EXISTS hist Map(Int32, UInt64) ALIAS map();
 ALTER TABLE cohort_daily DROP COLUMN IF EXISTS hist;
+ALTER TABLE cohort_daily ADD COLUMN IF NOT EXISTS hist Map(Int32, UInt64) ALIAS map();
 ALTER TABLE cohort_daily_stage DROP COLUMN IF EXISTS hist;
+ALTER TABLE cohort_daily_stage ADD COLUMN IF NOT EXISTS hist Map(Int32, UInt64) ALIAS map();
