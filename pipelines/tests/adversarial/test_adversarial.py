@@ -233,7 +233,7 @@ def test_hostile_records_through_both_paths_then_the_whole_analysis(tmp_path, ka
     out = capsys.readouterr()
     assert "Traceback" not in out.err and HOSTILE_ROLLOUT in out.out, out
     assert cli.main(["verdicts", "--rollout", HOSTILE_ROLLOUT]) == 0
-    assert cli.main(["verdicts", "--rollout", "bs\\x"]) == 0
+    assert cli.main(["verdicts", "--rollout", "bs\\x"]) == 2  # no such rollout: one line, exit 2 (issue 29)
     err = capsys.readouterr().err
     assert "Traceback" not in err
 

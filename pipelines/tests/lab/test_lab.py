@@ -187,7 +187,7 @@ FAIRNESS_BBR2 = {
 }
 
 
-def test_bbr2_arm_on_a_kernel_without_bbr2(kafka_broker, tmp_path, monkeypatch):
+def test_bbr2_arm_on_a_kernel_without_bbr2(kafka_broker, tmp_path, monkeypatch, warehouse_service):
     """A bbr2 case runs on this kernel (which has no bbr2): the agent loads ccab's BPF bbr2 for its
     host, the sockets run it, the close capture records it as cc_impl ccab-bpf through Kafka and
     the loader, and the lab's teardown releases it (unregistered when no one else uses it)."""
@@ -201,7 +201,7 @@ def test_bbr2_arm_on_a_kernel_without_bbr2(kafka_broker, tmp_path, monkeypatch):
         pytest.skip("no kernel BTF: the agent cannot load BPF congestion controls")
     monkeypatch.setenv("CCAB_KAFKA_BROKERS", kafka_broker)
     monkeypatch.setenv("CCAB_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.delenv("CCAB_CLICKHOUSE_URL", raising=False)
+    monkeypatch.setenv("CCAB_CLICKHOUSE_URL", f"{warehouse_service}/t_lab_bbr2_{os.getpid()}")  # the session's service
     run_dir = runner.run(spec.expand(FAIRNESS_BBR2), tmp_path / "runs", log=print)
     import json
 
