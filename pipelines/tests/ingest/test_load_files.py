@@ -114,7 +114,7 @@ def test_derived_columns(warehouse, tmp_path):
     p.write_bytes(line(tcp_sample(0)) + b"\n" + line(http_request(0)) + b"\n")
     load_files(warehouse, [p])
     retrans_pct, inflight = warehouse.query("SELECT retrans_pct, inflight_bytes FROM tcp_samples").rows[0]
-    assert retrans_pct == pytest.approx(430056 / 2762784)
+    assert retrans_pct == pytest.approx(100 * 430056 / 2762784)  # a percentage (0019_raw_percent_aliases)
     assert inflight == 292496 - 292496
     goodput = warehouse.query("SELECT goodput_bps FROM http_requests").scalar()
     assert goodput == pytest.approx(4194304 * 8 / 0.912)
