@@ -66,13 +66,12 @@ def _newest(bootstrap: str, rid: str) -> dict[str, dict]:
     return out
 
 
-def test_rollback_during_a_kafka_outage_is_recorded_and_published_when_kafka_is_back(tmp_path, broker):
+def test_rollback_during_a_kafka_outage_is_recorded_and_published_when_kafka_is_back(tmp_path, broker, warehouse_env):
     kenv, bootstrap = broker
     rid = f"outage-{uuid.uuid4().hex[:6]}"
     env = dict(os.environ, CCAB_DATA_DIR=str(tmp_path / "data"), CCAB_KAFKA_BROKERS=bootstrap,
                CCAB_ROLLOUT_KEY=str(VECTORS / "test_ed25519_seed.hex"))
-    for k in ("CCAB_CLICKHOUSE_URL", "CCAB_ALERT_WEBHOOK_URL"):
-        env.pop(k, None)
+    env.pop("CCAB_ALERT_WEBHOOK_URL", None)  # the warehouse: warehouse_env's database on the session's service
     plan = tmp_path / "plan.yaml"
     plan.write_text(yaml.safe_dump(base_plan(rollout_id=rid, stages=[{"name": "s1", "hosts": 2}])))
     _ccab(env, "rollout", "start", str(plan), check=0)
