@@ -29,7 +29,7 @@ test-fuzz:  ## each Go fuzz target for FUZZTIME (default 100000x executions)
 	@scripts/fuzz.sh
 
 test-python:  ## Python unit + engine tests (pure code, chdb on shared worlds); the tiers: README "Tests"
-	@scripts/pytest-tier.sh test-python "not system and not slow and not airflow_scheduler"
+	@scripts/pytest-tier.sh test-python "not system and not slow and not airflow_scheduler" -n $(TEST_WORKERS) --dist loadfile
 
 test-system: setup  ## system tier, run by CI after make test: real Kafka, Go binaries, Alertmanager, e2e, lab
 	@scripts/pytest-tier.sh test-system "system and not slow and not airflow_scheduler"
@@ -43,6 +43,8 @@ test-airflow: setup  ## slower tier (~5 min quiet, ~15 min loaded): a real Airfl
 live-canary:  ## root, ~30 min, not in make test: the controller service rolls back a lossy treatment and promotes a clean one on real sockets
 	scripts/live-canary.sh
 
+#: pytest-xdist workers of the fast tier (auto: one per core); system and slow tiers run one test at a time
+TEST_WORKERS ?= auto
 PROMTOOL ?= promtool
 AMTOOL ?= amtool
 AM_CONFIG := deploy/prometheus/alertmanager.yml

@@ -94,8 +94,10 @@ def fresh_topic(kafka_broker: str) -> Iterator[Callable[..., str]]:
             future.exception(timeout=30)  # best effort: wait, ignore failures
 
 
-#: a test using one of these needs a real outside process: the ``system`` tier
-SYSTEM_FIXTURES = frozenset({"kafka_broker", "collector_bin", "agent_bin", "alertmanager", "alertmanager_factory"})
+#: a test using one of these needs a real outside process: the ``system`` tier (``airflow``: Airflow 3's
+#: own CLI, DAG runs through ``airflow dags test``, pipelines/tests/dags)
+SYSTEM_FIXTURES = frozenset({"kafka_broker", "collector_bin", "agent_bin", "alertmanager", "alertmanager_factory",
+                             "airflow"})
 #: every test in these folders of pipelines/tests is in the ``system`` tier
 SYSTEM_FOLDERS = frozenset({"e2e", "lab", "kafka"})
 TESTS = Path(__file__).resolve().parent
@@ -255,6 +257,19 @@ def tiny_world(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def canary_world(tmp_path_factory) -> Path:
+    """``ccab sim canary-tyo1 --hours 3 --connections 150000`` (2025-11-20 00:00-03:00 UTC, PoP tyo1,
+    rollout tyo1-bbr-canary; the Dropbox/Verizon patterns planted, truth.json beside the records),
+    generated once per test run; read its files, write nothing into it."""
+    from ccab import cli
+
+    out = tmp_path_factory.mktemp("sim-canary")
+    assert cli.main(["sim", "canary-tyo1", "--out", str(out), "--hours", "3", "--connections", "150000",
+                     "--workers", "1", "--no-progress"]) == 0
+    return out
+
+
 # --- Summaries -----------------------------------------------------------------------------------
 
 
@@ -267,6 +282,20 @@ def summary_line(request) -> Callable[[str], None]:
     mode (the adversarial suite's tried/loaded/dead-lettered/lost line in `make test`)."""
     lines = request.config.stash.setdefault(_SUMMARIES, [])
     return lines.append
+
+
+def pytest_sessionfinish(session) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n``), a worker hands its summary lines to the
+    controller, which prints them (``pytest_testnodedown`` below)."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["ccab_summary_lines"] = list(session.config.stash.get(_SUMMARIES, []))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    lines = getattr(node, "workeroutput", {}).get("ccab_summary_lines", [])
+    node.config.stash.setdefault(_SUMMARIES, []).extend(lines)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

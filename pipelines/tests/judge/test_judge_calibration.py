@@ -18,6 +18,9 @@ from ccab.judge.stats import arm_quantile_ci, min_attainable_p
 from judge_synth import experiment, host_values
 from scipy import stats as sps
 
+#: thousands of simulated experiments (minutes): the slow tier (`make test-slow`, README "Tests")
+pytestmark = pytest.mark.slow
+
 ALPHA = 0.05
 STATISTICS = (("rtt_us", "mean"), ("retrans_pct", "ratio"), ("rtt_us", "p50"), ("rtt_us", "p90"), ("rtt_us", "p99"))
 

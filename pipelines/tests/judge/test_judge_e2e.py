@@ -37,8 +37,9 @@ def _sim(tmp_path_factory, scenario: str, connections: int) -> Path:
 
 
 @pytest.fixture(scope="module")
-def canary_sim(tmp_path_factory):
-    return _sim(tmp_path_factory, "canary-tyo1", 150_000)
+def canary_sim(canary_world):
+    assert HOURS == 3  # the session's canary world (conftest) covers 3 hours
+    return canary_world
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,9 @@ END = datetime(2025, 11, 20, HOURS, tzinfo=timezone.utc)
 
 
 @pytest.fixture(scope="module")
-def canary(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("sim-canary-networks")
-    assert cli.main(["sim", "canary-tyo1", "--out", str(out), "--hours", str(HOURS), "--connections", "120000",
-                     "--workers", "1", "--no-progress"]) == 0
-    return out
+def canary(canary_world) -> Path:
+    assert HOURS == 3  # the session's canary world (conftest) covers 3 hours
+    return canary_world
 
 
 def test_mobile_queueing_delay_bbr_vs_cubic_is_flagged(canary, warehouse_env, capsys):

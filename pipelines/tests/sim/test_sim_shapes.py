@@ -24,14 +24,12 @@ from ccab_workshop.sim.truth import build_truth
 from ccab_workshop.sim.world import build_world
 
 MIB = 1 << 20
-N_CANARY = 120_000
+N_CANARY = 150_000
 
 
 @pytest.fixture(scope="module")
-def canary(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("sim-canary")
-    assert main(["sim", "canary-tyo1", "--out", str(out), "--connections", str(N_CANARY),
-                 "--no-progress", "--workers", "2"]) == 0
+def canary(canary_world) -> dict:
+    out = canary_world  # the session's canary-tyo1 world (conftest: 3 h, N_CANARY connections)
     truth = json.loads((out / "truth.json").read_text())
     prefixes = {row[0]: dict(zip(truth["prefixes"]["columns"], row)) for row in truth["prefixes"]["rows"]}
     last: dict[str, dict] = {}
