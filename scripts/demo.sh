@@ -45,7 +45,7 @@ $ccab query "SELECT * FROM (SELECT 'tcp_samples' AS table, count() AS rows FROM 
              UNION ALL SELECT 'dead_letters', count() FROM dead_letters FINAL) ORDER BY table"
 $ccab query "SELECT arm, any(cc) AS cc, uniqExact(host) AS hosts, uniqExact(sock_id) AS connections,
                     count() AS samples,
-                    round(quantileExact(0.5)(retrans_pct) * 100, 2) AS median_retrans_pct_per_sample
+                    round(quantileExact(0.5)(retrans_pct), 2) AS median_retrans_pct_per_sample
              FROM tcp_samples GROUP BY arm ORDER BY arm"
 
 banner "Client networks: the simulation's prefix metadata (CIDR -> ASN, country, access type)"
