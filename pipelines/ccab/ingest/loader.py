@@ -5,6 +5,10 @@ Exactly-once, without transactions:
 - A batch is inserted atomically (one block) into the raw table, each row carrying its source
   ``_topic/_partition/_offset`` (see :mod:`ccab.ingest.batch`).
 - Offsets are committed to Kafka only after the insert succeeded.
+- One batch is written while the next is consumed (a writer thread, one batch in flight): the
+  warehouse's insert (another process: the warehouse service or a server) overlaps the loader's
+  Kafka and Python work. Offsets are committed in order, by the consuming thread, once their
+  batch is in; a rebalance first waits for the batch in flight and commits it.
 - When partitions are assigned, the loader starts each one at
   ``max(committed offset, max(_offset) in the warehouse + 1)``: a batch that was inserted but not
   committed (SIGKILL between the two) is never inserted again, whatever batch boundaries the new
@@ -21,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -237,13 +242,21 @@ class Loader:
         self._assigned = False  # idle time counts only once the group gave us partitions
         self._last_lag_check = 0.0
         self.totals = BatchResult()
+        # the batch being written (by the writer thread) and the offsets to commit once it is in
+        self._inflight: tuple[Future, dict[tuple[str, int], int]] | None = None
+        self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ccab-loader-write")
 
     def stop(self, *_sig) -> None:
         self._stop = True
 
+    def _on_revoke(self, consumer, partitions) -> None:
+        """Partitions leave: the batch in flight goes in and its offsets are committed first."""
+        self._finish_inflight()
+
     def _on_assign(self, consumer, partitions) -> None:
         from confluent_kafka import OFFSET_INVALID
 
+        self._finish_inflight()  # the warehouse positions below must include the batch in flight
         committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(partitions, timeout=30)}
         if self.shards:
             self._assign_sharded(consumer, partitions, committed)
@@ -293,7 +306,7 @@ class Loader:
         group that assigns no partition within ``max(max_idle_s, ASSIGN_TIMEOUT_S)`` seconds
         (the broker went away) raises :class:`NoPartitions` instead of waiting for ever.
         ``progress`` (a :class:`ccab.base.progress.Progress`) advances by the records consumed."""
-        self.consumer.subscribe(list(self.topics), on_assign=self._on_assign)
+        self.consumer.subscribe(list(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
         idle_since = time.monotonic()
         started = idle_since
         consumed = 0
@@ -301,6 +314,7 @@ class Loader:
             while not self._stop:
                 batch = self._collect()
                 if not batch:
+                    self._finish_inflight()  # an idle topic gets its last offsets committed at once
                     if not self._assigned:
                         idle_since = time.monotonic()
                         if max_idle_s is not None and idle_since - started > max(max_idle_s, ASSIGN_TIMEOUT_S):
@@ -312,15 +326,21 @@ class Loader:
                     self._update_lag()
                     continue
                 idle_since = time.monotonic()
-                self._write(batch)
+                self._submit(batch)
                 consumed += len(batch)
                 if progress is not None:
                     progress.advance(len(batch))
                 self._update_lag()
                 if max_records is not None and consumed >= max_records:
                     break
+            self._finish_inflight()
         finally:
-            self.consumer.close()
+            try:
+                if self._inflight is not None:  # leaving on an error: the batch in flight still goes in
+                    self._inflight[0].exception()
+            finally:
+                self._writer_thread.shutdown(wait=True)
+                self.consumer.close()
         return self.totals
 
     def _collect(self) -> list:
@@ -348,10 +368,26 @@ class Loader:
                 break
         return msgs
 
-    def _write(self, msgs: list) -> None:
+    def _submit(self, msgs: list) -> None:
+        """Hand ``msgs`` to the writer thread, once the batch before it is in and committed."""
+        by_topic, next_offsets = self._batches(msgs)
+        self._finish_inflight()
+        self._inflight = (self._writer_thread.submit(self._insert, by_topic), next_offsets)
+
+    def _finish_inflight(self) -> None:
+        """Wait for the batch in flight (re-raising its error) and commit its offsets."""
         from confluent_kafka import TopicPartition
 
-        start = time.monotonic()
+        if self._inflight is None:
+            return
+        future, next_offsets = self._inflight
+        self._inflight = None
+        future.result()
+        self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in next_offsets.items()],
+                             asynchronous=False)
+
+    def _batches(self, msgs: list) -> tuple[dict[str, Batch], dict[tuple[str, int], int]]:
+        """``msgs`` as one batch per topic, and the offsets to commit once they are in."""
         topics = {m.topic() for m in msgs}
         if len(topics) == 1:  # the usual case: one batch, built column by column
             topic = topics.pop()
@@ -366,14 +402,17 @@ class Loader:
                 b.offsets.append(m.offset())
         # Kafka hands out each partition in offset order: the last one seen is the highest.
         next_offsets = {(t, p): o + 1 for t, b in by_topic.items() for p, o in zip(b.partitions, b.offsets)}
+        return by_topic, next_offsets
+
+    def _insert(self, by_topic: dict[str, Batch]) -> None:
+        """The writer thread's job: each topic's batch into the warehouse (retried, split)."""
+        start = time.monotonic()
         for topic, batch in by_topic.items():
             self.metrics.consumed.labels(topic).inc(len(batch))
             schema = self.topics[topic]
             res = self._write_bounded(schema, batch)
             self.metrics.record(topic, schema.table, res)
             self.totals.add(res)
-        self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in next_offsets.items()],
-                             asynchronous=False)
         self.metrics.batch_seconds.observe(time.monotonic() - start)
 
     def _write_bounded(self, schema: Schema, batch: Batch, attempts: int = MAX_BATCH_ATTEMPTS) -> BatchResult:
