@@ -39,23 +39,25 @@ class Strict(BaseModel):
         return data
 
 
-def _range_text(lo: float | None, hi: float | None, lo_open: bool) -> str:
-    return f"{'(' if lo_open else '['}{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+def _range_text(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool = False) -> str:
+    return (f"{'(' if lo_open else '['}{lo if lo is not None else '-inf'}, "
+            f"{hi if hi is not None else 'inf'}{')' if hi_open else ']'}")
 
 
-def number(kind: type, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False) -> Any:
-    """An ``int`` or ``float`` field within [lo, hi] (``(lo, hi]`` with ``lo_open``). A float field
-    takes an int; neither takes a bool or a string."""
+def number(kind: type, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
+           hi_open: bool = False) -> Any:
+    """An ``int`` or ``float`` field within [lo, hi] (``(lo, …`` with ``lo_open``, ``…, hi)`` with
+    ``hi_open``). A float field takes an int; neither takes a bool or a string."""
     ranged = lo is not None or hi is not None
 
     def check(v: Any) -> Any:
         kinds = (int, float) if kind is float else (int,)
         if isinstance(v, bool) or not isinstance(v, kinds):
             what = "a number" if kind is float else "an integer"
-            raise ValueError(f"must be {what}{' in ' + _range_text(lo, hi, lo_open) if ranged else ''}, "
+            raise ValueError(f"must be {what}{' in ' + _range_text(lo, hi, lo_open, hi_open) if ranged else ''}, "
                              f"got {type(v).__name__} {v!r:.40}")
-        if (lo is not None and (v <= lo if lo_open else v < lo)) or (hi is not None and v > hi):
-            raise ValueError(f"must be in {_range_text(lo, hi, lo_open)}, got {v}")
+        if (lo is not None and (v <= lo if lo_open else v < lo)) or (hi is not None and (v >= hi if hi_open else v > hi)):
+            raise ValueError(f"must be in {_range_text(lo, hi, lo_open, hi_open)}, got {v}")
         return float(v) if kind is float else v
 
     return Annotated[kind, BeforeValidator(check)]
