@@ -293,7 +293,7 @@ const (
 // DestroyFilter returns the classic BPF program a destroy listener attaches: drop sockets
 // that never had a peer (destination port 0: listeners, sockets closed before connect),
 // and, with ports, sockets whose local port is not one of them. It cannot apply the
-// sampling hash (see collectors/README.md, "Close-time capture").
+// sampling hash (see docs/collector/close-capture.md).
 func DestroyFilter(ports []uint16) []unix.SockFilter {
 	const accept, drop = 0xffffffff, 0
 	var p []unix.SockFilter

@@ -159,7 +159,7 @@ func totalRTO(t *TCPInfo, num func(int64) *int64) (n, rec, ms *int64) {
 	return num(int64(t.TotalRTO())), num(int64(t.TotalRTORecoveries())), num(int64(t.TotalRTOTimeMs()))
 }
 
-// ConnRecord returns the tcp_conn/1 fields of a destroy event (see collectors/README.md,
+// ConnRecord returns the tcp_conn/1 fields of a destroy event (see docs/collector/close-capture.md,
 // "Close-time capture"): the same units and null rules as Sample, plus the counters only a
 // connection's end makes interesting (delivered_ce, dsack_dups, reord_seen, rcv_ooopack,
 // total_rto*). The caller adds cc, cc_source, sock_id, peer_prefix, the host fields and

@@ -13,7 +13,9 @@
 // the spool, so order is kept: the records the client still holds are delivered first (it
 // retries them without limit, and the idempotent producer drops the broker-side duplicates
 // of those retries), then the spool is replayed from its head, and only when it is empty do
-// records go to Kafka directly again.
+// records go to Kafka directly again. The spools and these modes (live, spool, recover) are
+// the Buffer (buffer.go), tested alone; this loop reports events to it and asks it where a
+// record goes.
 //
 // A record is in exactly one place at a time: in the client, or in the spool. franz-go fails
 // a record of an idempotent producer only when it knows the record was not written, so a
@@ -31,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,8 +113,7 @@ type Sink struct {
 	m    *metrics.Metrics
 	log  *slog.Logger
 	q    *queue
-	sp   *Spool // the spool
-	head *Spool // records that failed in the client: older than all of sp's, replayed first
+	buf  *Buffer[*pmsg] // the disk spools and the mode (live, spool, recover): buffer.go
 	stop chan struct{}
 	done chan struct{}
 
@@ -129,21 +129,15 @@ type Sink struct {
 	spareAcked   []*pbatch //
 
 	// owned by the loop goroutine
-	spooling     bool // new records go to the spool
-	inflight     int  // records handed to the client, not yet resolved
+	inflight     int // records handed to the client, not yet resolved
 	lastProgress time.Time
 	backoffUntil time.Time
 	open         []*pbatch // batches with a record in Kafka's hands, in produce order
-	pendingSync  []*pmsg   // spooled, awaiting fsync
-	toSpool      []*pmsg   // to append to sp at the end of this step
-	toHead       []*pmsg   // to append to head at the end of this step
-	lastSync     time.Time
 	chunk        *replayChunk
 	stateDirty   bool
 	lastState    time.Time
 	unclean      bool // records may be both in Kafka and not accounted as such
 
-	recovered  bool
 	recovering bool
 	recoverRes chan recoverResult
 	recCancel  context.CancelFunc
@@ -170,7 +164,7 @@ const pmsgSlab = 64
 // topicCount holds the counters of one topic, so that the loop does not look the label up
 // for every record.
 type topicCount struct {
-	received, produced, replayed, spooled prometheus.Counter
+	received, produced, replayed prometheus.Counter
 }
 
 func (s *Sink) topic(t string) *topicCount {
@@ -178,7 +172,7 @@ func (s *Sink) topic(t string) *topicCount {
 		return c
 	}
 	c := &topicCount{received: s.m.RecordsReceived.WithLabelValues(t), produced: s.m.RecordsProduced.WithLabelValues(t),
-		replayed: s.m.RecordsReplayed.WithLabelValues(t), spooled: s.m.RecordsSpooled.WithLabelValues(t)}
+		replayed: s.m.RecordsReplayed.WithLabelValues(t)}
 	if s.byTopic == nil {
 		s.byTopic = map[string]*topicCount{}
 	}
@@ -223,7 +217,7 @@ func pmsgOf(r *kgo.Record) *pmsg { return (*pmsg)(unsafe.Pointer(r)) }
 const maxFreeSlabs = 256
 
 type replayChunk struct {
-	sp        *Spool
+	rd        *ReplayRead
 	entries   []Entry
 	state     []byte // 0 pending, 1 done
 	remaining int
@@ -247,29 +241,17 @@ func New(cfg Config, p Producer, rb Readback, m *metrics.Metrics, log *slog.Logg
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	sp, err := OpenSpool(cfg.Spool, m)
-	if err != nil {
-		return nil, err
-	}
-	// Records the client fails are older than everything spooled since the sink left live
-	// mode (the client holds only records produced before that, and replay starts only
-	// when it holds none), so they go to a head spool that replay reads first.
-	hcfg := cfg.Spool
-	hcfg.Dir, hcfg.MaxBytes, hcfg.Full, hcfg.quiet = filepath.Join(cfg.Spool.Dir, "head"), 1<<50, FullBlock, true
-	head, err := OpenSpool(hcfg, m)
-	if err != nil {
-		sp.Close()
-		return nil, err
-	}
-	s := &Sink{cfg: cfg, p: p, rb: rb, m: m, log: log, q: newQueue(cfg.QueueMaxRecords), sp: sp, head: head,
+	s := &Sink{cfg: cfg, p: p, rb: rb, m: m, log: log, q: newQueue(cfg.QueueMaxRecords),
 		stop: make(chan struct{}), done: make(chan struct{}), resReady: make(chan struct{}, 1),
 		recoverRes: make(chan recoverResult, 1)}
+	buf, err := OpenBuffer(BufferConfig{Spool: cfg.Spool, Key: cfg.Key, FsyncInterval: cfg.FsyncInterval}, m, log, s.complete)
+	if err != nil {
+		return nil, err
+	}
+	s.buf = buf
 	now := time.Now()
 	s.safeMs.Store(now.UnixMilli())
-	st := sp.Loaded()
-	if hs := head.Loaded(); !hs.Clean {
-		st.Clean, st.SafeMs = false, min(st.SafeMs, hs.SafeMs)
-	}
+	st := buf.Loaded()
 	need := cfg.SourceUnclean || !st.Clean
 	if need {
 		since := now.UnixMilli()
@@ -282,26 +264,19 @@ func New(cfg Config, p Producer, rb Readback, m *metrics.Metrics, log *slog.Logg
 		s.recSafe = since
 		s.recSince = since - cfg.RecoveryLookback.Milliseconds()
 		s.inSpool = NewPosSet()
-		for _, x := range []*Spool{head, sp} {
-			if err := x.Scan(s.inSpool.Add); err != nil {
-				log.Warn("spool scan after unclean stop failed; records in the unreadable part may be sent twice", "err", err)
-			}
+		if err := buf.Scan(s.inSpool.Add); err != nil {
+			log.Warn("spool scan after unclean stop failed; records in the unreadable part may be sent twice", "err", err)
 		}
+		buf.AwaitRecovery()
 		log.Info("last run stopped uncleanly: reading back what reached Kafka before sending",
 			"since_ms", s.recSince, "spooled_records", s.inSpool.Len())
 	} else {
-		s.recovered = true
 		m.RecoveryDone.Set(1)
 	}
 	// From here on this process may put records in Kafka that no state file accounts for.
-	if err := s.saveStates(false, now.UnixMilli()); err != nil {
-		sp.Close()
-		head.Close()
+	if err := buf.SaveState(false, now.UnixMilli()); err != nil {
+		buf.Close()
 		return nil, err
-	}
-	if !s.spoolEmpty() || !s.recovered {
-		s.spooling = true
-		m.SpoolMode.Set(1)
 	}
 	m.KafkaUp.Set(1)
 	return s, nil
@@ -390,26 +365,16 @@ func (s *Sink) loop() {
 func (s *Sink) step(now time.Time) {
 	s.processResults(now)
 	s.maybeRecover(now)
-	if !(s.cfg.Spool.Full == FullBlock && s.sp.Full(0)) {
+	if s.buf.Accepting() {
 		for _, b := range s.q.take() {
 			s.accept(b, now)
 		}
 	}
 	s.checkStall(now)
-	s.flushSpool(now, false)
+	s.buf.Flush(now, false)
 	s.maybeReplay(now)
 	s.maybeSaveState(now, false)
 	s.publish(now)
-}
-
-func (s *Sink) enterSpool(reason string) {
-	if !s.spooling {
-		s.spooling = true
-		s.m.SpoolMode.Set(1)
-		s.m.SpoolEntries.WithLabelValues(reason).Inc()
-		s.log.Warn("kafka cannot take records now: spooling to disk", "reason", reason,
-			"inflight", s.inflight, "spool_bytes", s.sp.Bytes())
-	}
 }
 
 // accept routes one batch from the queue.
@@ -446,15 +411,15 @@ func (s *Sink) accept(b Batch, now time.Time) {
 			s.complete(pm)
 			continue
 		}
-		if !s.spooling && s.inflight >= s.cfg.MaxInflight {
+		if s.buf.Mode() == ModeLive && s.inflight >= s.cfg.MaxInflight {
 			// Acknowledgements that already arrived make room: only a client that really
 			// holds MaxInflight records sends new ones to the spool.
 			s.processResults(now)
-			if !s.spooling && s.inflight >= s.cfg.MaxInflight {
-				s.enterSpool("backpressure")
+			if s.inflight >= s.cfg.MaxInflight {
+				s.buf.Enter("backpressure")
 			}
 		}
-		if !s.spooling {
+		if s.buf.Mode() == ModeLive {
 			if s.inKafka.Has(pm.msg.Stream, pm.msg.Pos) {
 				s.m.RecordsDuplicate.WithLabelValues("kafka").Inc()
 				s.complete(pm)
@@ -463,7 +428,7 @@ func (s *Sink) accept(b Batch, now time.Time) {
 			s.produce(pm, now)
 			continue
 		}
-		s.toSpool = append(s.toSpool, pm)
+		s.buf.Push(&pm.msg, pm)
 	}
 }
 
@@ -630,9 +595,8 @@ func (s *Sink) processResults(now time.Time) {
 			// Not written (franz-go fails idempotent records only when it knows): spool it.
 			s.m.ProduceErrors.WithLabelValues(reason).Inc()
 			s.m.KafkaUp.Set(0)
-			s.enterSpool("produce_error")
+			s.buf.PushFailed(&pm.msg, pm)
 			s.backoffUntil = now.Add(s.cfg.RetryBackoff)
-			s.toHead = append(s.toHead, pm)
 		}
 	}
 	s.spareResults, s.spareAcked = rs[:0], acked[:0]
@@ -649,7 +613,7 @@ func (s *Sink) commitChunk() {
 		n++
 	}
 	if n > 0 {
-		c.sp.Commit(c.entries[n-1].End)
+		s.buf.Ack(c.rd, n)
 		s.stateDirty = true
 	}
 	if n == len(c.entries) {
@@ -660,71 +624,12 @@ func (s *Sink) commitChunk() {
 func (s *Sink) checkStall(now time.Time) {
 	if s.inflight > 0 && now.Sub(s.lastProgress) > s.cfg.StallTimeout {
 		s.m.KafkaUp.Set(0)
-		s.enterSpool("stall")
+		s.buf.Enter("stall")
 	}
-}
-
-// flushSpool appends the records routed to the spools in this step, then fsyncs if due.
-func (s *Sink) flushSpool(now time.Time, force bool) {
-	s.appendTo(s.head, &s.toHead)
-	s.appendTo(s.sp, &s.toSpool)
-	if len(s.pendingSync) == 0 && !s.sp.Unsynced() && !s.head.Unsynced() {
-		return
-	}
-	if !force && s.cfg.FsyncInterval > 0 && now.Sub(s.lastSync) < s.cfg.FsyncInterval {
-		return
-	}
-	s.lastSync = now
-	err := s.head.Sync()
-	if err2 := s.sp.Sync(); err == nil {
-		err = err2
-	}
-	if err != nil {
-		s.log.Error("spool fsync failed; records may not survive a crash", "err", err)
-		s.m.RecordsDropped.WithLabelValues(metrics.DropSpoolWrite).Add(float64(len(s.pendingSync)))
-	}
-	for _, pm := range s.pendingSync {
-		s.complete(pm)
-	}
-	s.pendingSync = s.pendingSync[:0]
-}
-
-func (s *Sink) appendTo(sp *Spool, pms *[]*pmsg) {
-	if len(*pms) == 0 {
-		return
-	}
-	msgs := make([]*Message, len(*pms))
-	for i, pm := range *pms {
-		msgs[i] = &pm.msg
-	}
-	if _, err := sp.Append(msgs, s.cfg.Key); err != nil {
-		// Lost: count, and let the sources move on rather than stall forever.
-		s.log.Error("spool write failed; records dropped", "records", len(msgs), "err", err)
-		s.m.RecordsDropped.WithLabelValues(metrics.DropSpoolWrite).Add(float64(len(msgs)))
-		for _, pm := range *pms {
-			s.complete(pm)
-		}
-	} else {
-		for _, pm := range *pms {
-			s.topic(pm.msg.Topic).spooled.Inc()
-		}
-		s.pendingSync = append(s.pendingSync, *pms...)
-	}
-	*pms = (*pms)[:0]
-}
-
-func (s *Sink) spoolEmpty() bool { return s.head.Empty() && s.sp.Empty() }
-
-func (s *Sink) saveStates(clean bool, safe int64) error {
-	err := s.head.SaveState(clean, safe)
-	if err2 := s.sp.SaveState(clean, safe); err == nil {
-		err = err2
-	}
-	return err
 }
 
 func (s *Sink) maybeReplay(now time.Time) {
-	if !s.spooling || !s.recovered || now.Before(s.backoffUntil) {
+	if s.buf.Mode() != ModeSpool || now.Before(s.backoffUntil) {
 		return
 	}
 	if c := s.chunk; c != nil {
@@ -740,30 +645,19 @@ func (s *Sink) maybeReplay(now time.Time) {
 	if s.inflight > 0 {
 		return // records the client still holds go first
 	}
-	from := s.head
-	entries, err := from.Read(s.cfg.ReplayChunk)
-	if err == nil && len(entries) == 0 && from.Empty() {
-		from = s.sp
-		entries, err = from.Read(s.cfg.ReplayChunk)
-	}
+	rd, err := s.buf.Replay(now, s.cfg.ReplayChunk)
 	if err != nil {
 		s.log.Error("spool read failed", "err", err)
 		s.backoffUntil = now.Add(s.cfg.RetryBackoff)
 	}
-	if len(entries) == 0 {
-		if len(s.pendingSync) > 0 || s.sp.Unsynced() || s.head.Unsynced() {
-			s.flushSpool(now, true) // readable next step
-			return
-		}
-		if s.spoolEmpty() {
-			s.spooling = false
-			s.m.SpoolMode.Set(0)
-			s.stateDirty = true
-			s.log.Info("spool drained: records go to kafka directly again")
+	if rd == nil {
+		if s.buf.Mode() == ModeLive {
+			s.stateDirty = true // drained
 		}
 		return
 	}
-	c := &replayChunk{sp: from, entries: entries, state: make([]byte, len(entries)), remaining: len(entries)}
+	entries := rd.Entries
+	c := &replayChunk{rd: rd, entries: entries, state: make([]byte, len(entries)), remaining: len(entries)}
 	s.chunk = c
 	for i := range entries {
 		e := &entries[i]
@@ -781,7 +675,7 @@ func (s *Sink) maybeReplay(now time.Time) {
 }
 
 func (s *Sink) maybeRecover(now time.Time) {
-	if s.recovered || s.recovering || now.Before(s.backoffUntil) || s.rb == nil {
+	if s.buf.Mode() != ModeRecover || s.recovering || now.Before(s.backoffUntil) || s.rb == nil {
 		return
 	}
 	s.recovering = true
@@ -804,7 +698,7 @@ func (s *Sink) onRecovered(r recoverResult) {
 		return
 	}
 	s.inKafka = r.set
-	s.recovered = true
+	s.buf.Recovered()
 	s.m.RecoveryDone.Set(1)
 	s.log.Info("read back what reached kafka", "records", r.set.Len())
 }
@@ -838,7 +732,7 @@ func (s *Sink) maybeSaveState(now time.Time, force bool) {
 	}
 	s.lastState = now
 	s.stateDirty = false
-	if err := s.saveStates(false, s.safe(now)); err != nil {
+	if err := s.buf.SaveState(false, s.safe(now)); err != nil {
 		s.log.Error("saving spool state failed", "err", err)
 	}
 }
@@ -877,7 +771,7 @@ func (s *Sink) shutdown() {
 	}
 	now = time.Now()
 	s.processResults(now)
-	s.flushSpool(now, true)
+	s.buf.Flush(now, true)
 	if s.chunk != nil {
 		s.commitChunk()
 		if s.chunk != nil {
@@ -892,20 +786,17 @@ func (s *Sink) shutdown() {
 	if safeAtAbort > 0 {
 		safe = min(safe, safeAtAbort)
 	}
-	if !s.recovered {
+	if s.buf.Mode() == ModeRecover {
 		// Never learnt what the previous run left in Kafka: the next start must still look.
 		clean = false
 		safe = min(safe, s.recSafe)
 	}
-	if err := s.saveStates(clean, safe); err != nil {
+	if err := s.buf.SaveState(clean, safe); err != nil {
 		s.log.Error("saving spool state failed", "err", err)
 	}
-	for _, x := range []*Spool{s.head, s.sp} {
-		if err := x.Close(); err != nil {
-			s.log.Error("closing spool failed", "err", err)
-		}
+	if err := s.buf.Close(); err != nil {
+		s.log.Error("closing spool failed", "err", err)
 	}
 	s.p.Close()
 	s.publish(now)
-	s.m.SpoolMode.Set(0)
 }

@@ -591,6 +591,10 @@ func (s *Spool) Commit(p Position) {
 	s.removeConsumed()
 }
 
+// CommitRead commits everything read so far. Only when every entry Read returned has been
+// committed: what lies between is damaged lines Read skipped (and counted).
+func (s *Spool) CommitRead() { s.Commit(s.cursor) }
+
 func (s *Spool) removeConsumed() {
 	for len(s.segs) > 0 {
 		seg := s.segs[0]

@@ -92,13 +92,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         start = arm_of = None
         if getattr(args, "start", None):
-            from datetime import datetime, timezone
+            from ccab.cli.common import parse_time
 
             try:
-                start = datetime.fromisoformat(args.start.replace("Z", "+00:00"))
-            except ValueError:
-                raise ScenarioError([f"--start: {args.start!r} is not an ISO date-time"]) from None
-            start = (start if start.tzinfo else start.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+                start = parse_time(args.start, "--start")
+            except ValueError as exc:
+                raise ScenarioError([str(exc)]) from None
         if getattr(args, "arm_map", None):
             try:
                 arm_of = json.loads(args.arm_map.read_text())

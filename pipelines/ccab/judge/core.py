@@ -492,7 +492,7 @@ def breaker_trip(minutes: list[tuple[str, str, float, float, int]], b: Breaker, 
     run: list[tuple[str, float, float, float]] = []
     prev_ts = None
     for m in sorted(by_min):
-        ts = datetime.fromisoformat(m)
+        ts = parse_sql_time(m)
         t, c = by_min[m].get(arm), by_min[m].get(control_arm)
         ok = (t and c and t[2] >= b.min_samples and c[2] >= b.min_samples and t[1] > 0 and c[1] > 0)
         contiguous = prev_ts is not None and (ts - prev_ts).total_seconds() == 60

@@ -40,6 +40,7 @@ from typing import Literal
 import numpy as np
 from ccab.base.bins import FINE_PER_OCTAVE, bin_mid
 from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
 
 Alternative = Literal["two-sided", "greater", "less"]
 #: enumerate every relabelling up to this many; beyond, sample ``MC_PERMUTATIONS`` of them
@@ -596,13 +597,14 @@ def adjusted_effect(y: np.ndarray, x: np.ndarray, treated: np.ndarray, statistic
 # --------------------------------------------------------------------------------------------------
 
 def bh_adjust(p_values: list[float]) -> list[float]:
-    """Benjamini–Hochberg adjusted p-values (q-values); NaN stays NaN."""
+    """Benjamini–Hochberg adjusted p-values (q-values), by statsmodels' ``multipletests``
+    (``fdr_bh``); NaN stays NaN and is not counted among the tests."""
     p = np.asarray(p_values, dtype=np.float64)
     out = np.full(p.shape, np.nan)
     ok = np.isfinite(p)
-    m = int(ok.sum())
-    if m == 0:
-        return out.tolist()
+    if ok.any():
+        out[ok] = multipletests(p[ok], method="fdr_bh")[1]
+    return out.tolist()
     pv = p[ok]
     order = np.argsort(pv)
     ranked = pv[order] * m / np.arange(1, m + 1)

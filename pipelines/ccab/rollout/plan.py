@@ -1,7 +1,9 @@
 """A rollout plan: YAML -> typed, validated dataclasses.
 
-Every problem of a file is reported at once, each naming the field path
-(``stages[1].fraction: must be in (0, 1], got 1.5``). The plan is refused at plan time for
+The file is read by pydantic models (``_PlanIn`` and one per section, built on
+``ccab.base.yamlschema.Strict``); what needs several fields (PoPs, arm names, the inventory,
+stage sizes) is checked after them. Every problem of a file is reported at once, each naming the
+field path (``stages[1].fraction: must be in (0, 1], got 1.5``). The plan is refused at plan time for
 anything the controller could only discover by flipping a host: unknown congestion-control
 names, arms that do not exist, stages whose treatment would leave a PoP without control hosts.
 
@@ -16,12 +18,14 @@ import random
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 import yaml
 from ccab.base.contracts import rollout_id_problem
+from ccab.base.yamlschema import Strict, ValidationError, field_error, number, one_of, problems
 from ccab.base.vocabulary import JUDGED_METRICS, SEVERITIES, statistics_of
 from ccab.judge.model import BREAKER_METRICS, Breaker, Guardrail
+from pydantic import AfterValidator, ValidationInfo, field_validator, model_validator
 
 # Kernel congestion-control modules the controller may assign. An agent still checks what its
 # kernel offers (tcp_available_congestion_control) and refuses what it does not have; this list
@@ -171,69 +175,158 @@ def share_rank(seed: int, pops: tuple[str, ...] | list[str]) -> dict[str, int]:
 # ------------------------------------------------------------------------------------- loading
 
 
-class _Reader:
-    """Typed access to a YAML mapping that records problems instead of raising."""
+def _rollout_id(v: str) -> str:
+    if problem := rollout_id_problem(v):
+        raise ValueError(problem)
+    return v
 
-    def __init__(self, errors: list[str]):
-        self.errors = errors
 
-    def mapping(self, raw: Any, path: str) -> dict:
-        if raw is None:
-            return {}
-        if not isinstance(raw, dict):
-            self.errors.append(f"{path}: must be a mapping, got {type(raw).__name__}")
-            return {}
-        return raw
+class _ArmIn(Strict):
+    name: str
+    cc: one_of(KNOWN_CC, "congestion control")
+    bbr_version: number(int, 1, 3) | None = None
+    qdisc: one_of(KNOWN_QDISC, "qdisc") | None = None
 
-    def unknown(self, raw: dict, allowed: tuple[str, ...], path: str) -> None:
-        for k in raw:
-            if k not in allowed:
-                self.errors.append(f"{_join(path, str(k))}: unknown field (allowed: {', '.join(allowed)})")
+    @model_validator(mode="after")
+    def _bbr_version_only_for_bbr(self):
+        if self.bbr_version is not None and not self.cc.startswith("bbr"):
+            raise field_error("bbr_version", f"only for a bbr cc, not {self.cc!r}")
+        return self
 
-    def get(self, raw: dict, key: str, path: str, kind: type | tuple, default: Any = ..., *,
-            lo: float | None = None, hi: float | None = None, lo_open: bool = False,
-            choices: tuple | None = None) -> Any:
-        p = _join(path, key)
-        if key not in raw or raw[key] is None:
-            if default is ...:
-                self.errors.append(f"{p}: required")
-                return None
-            return default
-        v = raw[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if float in kinds and isinstance(v, int) and not isinstance(v, bool):
-            v = float(v)
-        if isinstance(v, bool) and bool not in kinds or not isinstance(v, kinds):
-            names = "/".join(k.__name__ for k in kinds)
-            self.errors.append(f"{p}: must be {names}, got {type(v).__name__} {v!r:.40}")
-            return None if default is ... else default
-        if choices is not None and v not in choices:
-            self.errors.append(f"{p}: unknown value {v!r}; one of: {', '.join(map(str, choices))}")
-            return None if default is ... else default
-        if lo is not None or hi is not None:
-            bad = (lo is not None and (v <= lo if lo_open else v < lo)) or (hi is not None and v > hi)
-            if bad:
-                lo_b = "(" if lo_open else "["
-                rng = f"{lo_b}{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
-                self.errors.append(f"{p}: must be in {rng}, got {v}")
-                return None if default is ... else default
+
+class _SwitchbackIn(Strict):
+    period_minutes: number(int, 1)
+    periods: number(int, 2)
+    arms: list[str]
+
+
+class _DesignIn(Strict):
+    seed: number(int, 0)
+    pairing: bool = False
+    switchback: _SwitchbackIn | None = None
+    stratify_by: str = "pop"
+
+    @field_validator("stratify_by")
+    @classmethod
+    def _only_pop(cls, v: str) -> str:
+        if v != "pop":
+            raise ValueError(f"only 'pop' is supported, got {v!r}")
         return v
 
-    def seq(self, raw: dict, key: str, path: str, required: bool = True) -> list:
-        p = _join(path, key)
-        v = raw.get(key)
+
+class _StageIn(Strict):
+    name: str | None = None
+    fraction: number(float, 0, 1, lo_open=True) | None = None
+    fractions: list[number(float, 0, 1, lo_open=True)] | None = None
+    hosts: number(int, 1) | None = None
+    min_duration_minutes: number(int, 0) = 60
+    looks: number(int, 1, 100) = 1
+    min_applied: number(float, 0, 1, lo_open=True) = 1.0
+    segment: Any = None  # one segment or a list: checked by _segment (its own messages)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_size(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            given = [k for k in ("fraction", "fractions", "hosts") if data.get(k) is not None]
+            if len(given) > 1:
+                raise field_error("", f"give one of fraction, fractions or hosts, not {' and '.join(given)}")
+        return data
+
+    @field_validator("fractions")
+    @classmethod
+    def _spread(cls, v: list[float] | None, info: ValidationInfo) -> list[float] | None:
+        n_pops = (info.context or {}).get("n_pops", 0)
         if v is None:
-            if required:
-                self.errors.append(f"{p}: required")
-            return []
-        if not isinstance(v, list):
-            self.errors.append(f"{p}: must be a list, got {type(v).__name__}")
-            return []
+            return v
+        if len(set(v)) < 2:
+            raise ValueError(f"give at least two different fractions (one fraction for every PoP is "
+                             f"fraction), got {v!r:.60}")
+        if len(v) > n_pops > 0:
+            raise ValueError(f"{len(v)} fractions but {n_pops} PoP(s): each PoP gets one, so some would go "
+                             f"unused; give at most {n_pops} (the 'effect vs treated share' panel needs at least "
+                             f"3 PoPs)")
         return v
 
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
+class _LimitsIn(Strict):
+    max_hosts_per_pop_per_step: number(int, 1) | None = None
+    max_fraction_per_pop_per_step: number(float, 0, 1, lo_open=True) | None = None
+    min_control_hosts: number(int, 0) = 2
+
+
+class _GuardrailIn(Strict):
+    metric: one_of(lambda: JUDGED_METRICS)
+    statistic: str
+    margin: number(float, 0, lo_open=True)
+    severity: one_of(lambda: SEVERITIES) = "page"
+    segment: str = "all"
+
+    @model_validator(mode="after")
+    def _computable(self):
+        if self.statistic not in statistics_of(self.metric):
+            raise field_error("statistic", f"the judge cannot compute {self.statistic!r} for {self.metric}; "
+                                           f"one of: {', '.join(statistics_of(self.metric))}")
+        return self
+
+
+class _BreakerIn(Strict):
+    metric: one_of(lambda: BREAKER_METRICS) = "retrans_pct"
+    ratio: number(float, 1, lo_open=True) = 3.0
+    minutes: number(int, 1) = 10
+
+
+class _PolicyIn(Strict):
+    rollback: one_of(ACTIONS) = "rollback_arm"
+    halt: one_of(ACTIONS) = "halt_arm"
+    no_decision: one_of(ACTIONS) = "hold"
+    inconclusive_by_design: one_of(ACTIONS) = "hold"
+    promote_on_pass: bool = True
+
+
+class _InventoryIn(Strict):
+    hosts: dict[str, list[Any]] | None = None  # hosts: checked by _inventory against pops
+    file: str | None = None
+    from_heartbeats: bool = False
+
+
+class _PlanIn(Strict):
+    """The top level: scalar fields here; each section is read on its own (_read), so a problem in
+    one section does not hide the problems of the others."""
+
+    rollout_id: Annotated[str, AfterValidator(_rollout_id)]
+    description: str = ""
+    pops: list[Any]
+    inventory: dict[str, Any] = {}
+    arms: list[Any]
+    control_arm: str
+    design: dict[str, Any]
+    stages: list[Any]
+    limits: dict[str, Any] = {}
+    guardrails: list[Any] = []
+    breakers: list[Any] = []
+    policy: dict[str, Any] = {}
+    pre_period_hours: number(int, 24) = 168
+
+
+_M = TypeVar("_M", bound=Strict)
+
+
+def _read(model: type[_M], raw: Any, path: str, errors: list[str], **context: Any) -> _M | None:
+    """``raw`` as ``model`` (None and its problems added to ``errors`` when it is not one)."""
+    try:
+        return model.model_validate({} if raw is None else raw, context=context)
+    except ValidationError as exc:
+        errors.extend(problems(exc, model, path))
+        return None
+
+
+def _items(model: type[_M], raw: Any, path: str, errors: list[str], **context: Any) -> list[tuple[int, _M]]:
+    """Each item of the list ``raw`` read as ``model`` (the top level reports a non-list)."""
+    if not isinstance(raw, list):
+        return []
+    return [(i, x) for i, item in enumerate(raw)
+            if (x := _read(model, item, f"{path}[{i}]", errors, **context)) is not None]
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -253,20 +346,19 @@ def load_plan(path: str | Path) -> Plan:
 
 
 def plan_from_dict(raw: Any, source: str = "plan", base_dir: Path | None = None) -> Plan:
+    """Validate a parsed plan: the shape and every field's type, bounds and choices by the pydantic
+    models above, then what needs more than one field (PoPs, arm names, inventory, stage sizes)."""
     errors: list[str] = []
-    r = _Reader(errors)
     if not isinstance(raw, dict):
         raise PlanError([f"(top level): must be a mapping, got {type(raw).__name__}"], source)
-    top = ("rollout_id", "description", "pops", "inventory", "arms", "control_arm", "design", "stages",
-           "limits", "guardrails", "breakers", "policy", "pre_period_hours")
-    r.unknown(raw, top, "")
-    pre_period_hours = r.get(raw, "pre_period_hours", "", int, 168, lo=24)
-    rollout_id = r.get(raw, "rollout_id", "", str)
-    if isinstance(rollout_id, str) and rollout_id_problem(rollout_id):
-        errors.append(f"rollout_id: {rollout_id_problem(rollout_id)}")
-    description = r.get(raw, "description", "", str, "")
-    pops_raw = r.seq(raw, "pops", "")
-    pops = []
+    raw = {k: v for k, v in raw.items() if v is not None}
+    top = _read(_PlanIn, raw, "", errors)
+    if "design" not in raw:
+        errors[:] = [e for e in errors if e != "design: required"]
+        errors.append("design: required (at least design.seed, recorded for reproducibility)")
+
+    pops: list[str] = []
+    pops_raw = raw.get("pops") if isinstance(raw.get("pops"), list) else []
     for i, p in enumerate(pops_raw):
         if not isinstance(p, str) or not p:
             errors.append(f"pops[{i}]: must be a non-empty string, got {p!r}")
@@ -274,141 +366,69 @@ def plan_from_dict(raw: Any, source: str = "plan", base_dir: Path | None = None)
             errors.append(f"pops[{i}]: duplicate PoP {p!r}")
         else:
             pops.append(p)
-    if pops_raw == [] and "pops" in raw:
+    if "pops" in raw and pops_raw == [] and isinstance(raw["pops"], list):
         errors.append("pops: at least one PoP is required")
 
-    inventory = _inventory(r, r.mapping(raw.get("inventory"), "inventory"), pops, base_dir)
+    inv = _read(_InventoryIn, raw.get("inventory") if isinstance(raw.get("inventory"), dict) else None,
+                "inventory", errors)
+    # an inventory section with problems of its own (reported) lends no hosts to the checks below
+    inventory = _inventory(inv, pops, base_dir, errors) if inv else Inventory(hosts={p: () for p in pops})
 
     arms: list[Arm] = []
-    arm_list = r.seq(raw, "arms", "")
-    for i, a in enumerate(arm_list):
-        p = f"arms[{i}]"
-        a = r.mapping(a, p)
-        if not a:
-            continue
-        r.unknown(a, ("name", "cc", "bbr_version", "qdisc"), p)
-        name = r.get(a, "name", p, str)
-        cc = r.get(a, "cc", p, str)
-        if cc is not None and cc not in KNOWN_CC:
-            errors.append(f"{p}.cc: unknown congestion control {cc!r}; known: {', '.join(KNOWN_CC)}")
-        ver = r.get(a, "bbr_version", p, int, None, lo=1, hi=3)
-        if ver is not None and cc is not None and not cc.startswith("bbr"):
-            errors.append(f"{p}.bbr_version: only for a bbr cc, not {cc!r}")
-        qdisc = r.get(a, "qdisc", p, str, None)
-        if qdisc is not None and qdisc not in KNOWN_QDISC:
-            errors.append(f"{p}.qdisc: unknown qdisc {qdisc!r}; known: {', '.join(KNOWN_QDISC)}")
-        if name is not None and any(x.name == name for x in arms):
-            errors.append(f"{p}.name: duplicate arm {name!r}")
-        if name is not None and cc is not None:
-            arms.append(Arm(name, cc, ver, qdisc))
-    if "arms" in raw and len(arm_list) < 2:
+    for i, a in _items(_ArmIn, raw.get("arms"), "arms", errors):
+        if any(x.name == a.name for x in arms):
+            errors.append(f"arms[{i}].name: duplicate arm {a.name!r}")
+        arms.append(Arm(a.name, a.cc, a.bbr_version, a.qdisc))
+    if isinstance(raw.get("arms"), list) and len(raw["arms"]) < 2:
         errors.append("arms: at least two arms (a control and a treatment) are required")
-    control = r.get(raw, "control_arm", "", str)
     names = [a.name for a in arms]
+    control = top.control_arm if top else raw.get("control_arm") if isinstance(raw.get("control_arm"), str) else None
     if control is not None and arms and control not in names:
         errors.append(f"control_arm: {control!r} is not an arm ({', '.join(names)})")
 
-    d = r.mapping(raw.get("design"), "design")
-    if "design" not in raw:
-        errors.append("design: required (at least design.seed, recorded for reproducibility)")
-    r.unknown(d, ("seed", "pairing", "switchback", "stratify_by"), "design")
-    if d.get("stratify_by", "pop") != "pop":
-        errors.append(f"design.stratify_by: only 'pop' is supported, got {d.get('stratify_by')!r}")
-    seed = r.get(d, "seed", "design", int, 0 if "design" not in raw else ..., lo=0)
-    pairing = r.get(d, "pairing", "design", bool, False)
+    d = _read(_DesignIn, raw["design"], "design", errors) if isinstance(raw.get("design"), dict) else None
     sb = None
-    if d.get("switchback") is not None:
-        s = r.mapping(d["switchback"], "design.switchback")
-        r.unknown(s, ("period_minutes", "periods", "arms"), "design.switchback")
-        pm = r.get(s, "period_minutes", "design.switchback", int, lo=1)
-        periods = r.get(s, "periods", "design.switchback", int, lo=2)
-        sb_arms = r.seq(s, "arms", "design.switchback")
-        for i, a in enumerate(sb_arms):
+    if d is not None and d.switchback is not None:
+        s = d.switchback
+        for i, a in enumerate(s.arms):
             if a not in names:
                 errors.append(f"design.switchback.arms[{i}]: {a!r} is not an arm ({', '.join(names)})")
-        if s and len(sb_arms) < 2:
+        if len(s.arms) < 2:
             errors.append("design.switchback.arms: at least two arms alternate")
-        if pm is not None and periods is not None:
-            sb = Switchback(pm, periods, tuple(sb_arms))
-    design = Design(seed=seed if seed is not None else 0, pairing=bool(pairing), switchback=sb)
+        sb = Switchback(s.period_minutes, s.periods, tuple(s.arms))
+    design = Design(seed=d.seed if d else 0, pairing=d.pairing if d else False, switchback=sb)
 
     stages: list[Stage] = []
-    stage_list = r.seq(raw, "stages", "")
-    if "stages" in raw and not stage_list:
+    if isinstance(raw.get("stages"), list) and not raw["stages"]:
         errors.append("stages: at least one stage is required")
-    for i, s in enumerate(stage_list):
+    for i, s in _items(_StageIn, raw.get("stages"), "stages", errors, n_pops=len(pops)):
         p = f"stages[{i}]"
-        s = r.mapping(s, p)
-        if not s:
-            continue
-        r.unknown(s, ("name", "fraction", "fractions", "hosts", "min_duration_minutes", "looks", "min_applied",
-                      "segment"), p)
-        name = r.get(s, "name", p, str, f"stage{i + 1}")
-        frac = r.get(s, "fraction", p, float, None, lo=0, hi=1, lo_open=True)
-        nh = r.get(s, "hosts", p, int, None, lo=1)
-        fracs = _fractions(r, s, p, len(pops))
-        given = [k for k in ("fraction", "fractions", "hosts") if k in s]
-        if len(given) > 1:
-            errors.append(f"{p}: give one of fraction, fractions or hosts, not {' and '.join(given)}")
-        elif not given:
+        if s.fraction is None and s.fractions is None and s.hosts is None:
             errors.append(f"{p}.fraction: required (or {p}.hosts, or {p}.fractions to vary it across PoPs)")
-        dur = r.get(s, "min_duration_minutes", p, int, 60, lo=0)
-        looks = r.get(s, "looks", p, int, 1, lo=1, hi=100)
-        ma = r.get(s, "min_applied", p, float, 1.0, lo=0, hi=1, lo_open=True)
-        stages.append(Stage(name, frac, nh, dur, looks, ma, fracs, _segment(s.get("segment"), f"{p}.segment", errors)))
+        stages.append(Stage(s.name if s.name is not None else f"stage{i + 1}", s.fraction, s.hosts,
+                            s.min_duration_minutes, s.looks, s.min_applied,
+                            tuple(s.fractions) if s.fractions is not None else None,
+                            _segment(s.segment, f"{p}.segment", errors)))
 
-    lim = r.mapping(raw.get("limits"), "limits")
-    r.unknown(lim, ("max_hosts_per_pop_per_step", "max_fraction_per_pop_per_step", "min_control_hosts"), "limits")
-    limits = Limits(
-        max_hosts_per_pop_per_step=r.get(lim, "max_hosts_per_pop_per_step", "limits", int, None, lo=1),
-        max_fraction_per_pop_per_step=r.get(lim, "max_fraction_per_pop_per_step", "limits", float, None,
-                                            lo=0, hi=1, lo_open=True),
-        min_control_hosts=r.get(lim, "min_control_hosts", "limits", int, 2, lo=0),
-    )
+    lim = _read(_LimitsIn, raw.get("limits") if isinstance(raw.get("limits"), dict) else None, "limits", errors)
+    limits = Limits(**lim.model_dump()) if lim else Limits()
 
     guardrails = []
-    for i, g in enumerate(r.seq(raw, "guardrails", "", required=False)):
-        p = f"guardrails[{i}]"
-        g = r.mapping(g, p)
-        r.unknown(g, ("metric", "statistic", "margin", "severity", "segment"), p)
-        metric = r.get(g, "metric", p, str, choices=JUDGED_METRICS)
-        stat = r.get(g, "statistic", p, str)
-        if metric is not None and stat is not None and stat not in statistics_of(metric):
-            errors.append(f"{p}.statistic: the judge cannot compute {stat!r} for {metric}; "
-                          f"one of: {', '.join(statistics_of(metric))}")
-            stat = None
-        margin = r.get(g, "margin", p, float, lo=0, lo_open=True)
-        sev = r.get(g, "severity", p, str, "page", choices=SEVERITIES)
-        seg = r.get(g, "segment", p, str, "all")
-        if None not in (metric, stat, margin, sev, seg):
-            try:
-                guardrails.append(Guardrail(metric, stat, margin, sev, seg))
-            except ValueError as exc:
-                errors.append(f"{p}.{'segment' if 'segment must' in str(exc) else 'margin'}: {exc}")
-    breakers = []
-    for i, b in enumerate(r.seq(raw, "breakers", "", required=False)):
-        p = f"breakers[{i}]"
-        b = r.mapping(b, p)
-        r.unknown(b, ("metric", "ratio", "minutes"), p)
-        values = (r.get(b, "metric", p, str, "retrans_pct", choices=BREAKER_METRICS),
-                  r.get(b, "ratio", p, float, 3.0, lo=1, lo_open=True), r.get(b, "minutes", p, int, 10, lo=1))
-        if None not in values:
-            breakers.append(Breaker(*values))
+    for i, g in _items(_GuardrailIn, raw.get("guardrails"), "guardrails", errors):
+        try:
+            guardrails.append(Guardrail(g.metric, g.statistic, g.margin, g.severity, g.segment))
+        except ValueError as exc:
+            errors.append(f"guardrails[{i}].{'segment' if 'segment must' in str(exc) else 'margin'}: {exc}")
+    breakers = [Breaker(b.metric, b.ratio, b.minutes) for _, b in _items(_BreakerIn, raw.get("breakers"), "breakers", errors)]
 
-    pol = r.mapping(raw.get("policy"), "policy")
-    r.unknown(pol, ("rollback", "halt", "no_decision", "inconclusive_by_design", "promote_on_pass"), "policy")
-    policy = Policy(
-        rollback=r.get(pol, "rollback", "policy", str, "rollback_arm", choices=ACTIONS),
-        halt=r.get(pol, "halt", "policy", str, "halt_arm", choices=ACTIONS),
-        no_decision=r.get(pol, "no_decision", "policy", str, "hold", choices=ACTIONS),
-        inconclusive_by_design=r.get(pol, "inconclusive_by_design", "policy", str, "hold", choices=ACTIONS),
-        promote_on_pass=r.get(pol, "promote_on_pass", "policy", bool, True),
-    )
+    pol = _read(_PolicyIn, raw.get("policy") if isinstance(raw.get("policy"), dict) else None, "policy", errors)
+    policy = Policy(**pol.model_dump()) if pol else Policy()
 
-    plan = Plan(rollout_id=rollout_id or "", pops=tuple(pops), inventory=inventory, arms=tuple(arms),
-                control_arm=control or "", design=design, stages=tuple(stages), limits=limits,
-                guardrails=tuple(guardrails), breakers=tuple(breakers), policy=policy,
-                description=description or "", source=source, pre_period_hours=pre_period_hours or 168)
+    plan = Plan(rollout_id=top.rollout_id if top else str(raw.get("rollout_id") or ""), pops=tuple(pops),
+                inventory=inventory, arms=tuple(arms), control_arm=control or "", design=design,
+                stages=tuple(stages), limits=limits, guardrails=tuple(guardrails), breakers=tuple(breakers),
+                policy=policy, description=top.description if top else "", source=source,
+                pre_period_hours=top.pre_period_hours if top else 168)
     if not errors:
         errors.extend(_cross_checks(plan))
     if errors:
@@ -439,32 +459,9 @@ def _segment(raw: Any, p: str, errors: list[str]) -> tuple[str, ...] | None:
     return tuple(items)
 
 
-def _fractions(r: _Reader, s: dict, p: str, n_pops: int) -> tuple[float, ...] | None:
-    """``stages[i].fractions``: at least two different values in (0, 1], no more than PoPs."""
-    raw = r.seq(s, "fractions", p, required=False)
-    if "fractions" not in s or not isinstance(s.get("fractions"), list):
-        return None
-    out = []
-    for j, v in enumerate(raw):
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            r.errors.append(f"{p}.fractions[{j}]: must be a number in (0, 1], got {v!r:.40}")
-        elif not 0 < v <= 1:
-            r.errors.append(f"{p}.fractions[{j}]: must be in (0, 1], got {v}")
-        else:
-            out.append(float(v))
-    if len(set(out)) < 2:
-        r.errors.append(f"{p}.fractions: give at least two different fractions (one fraction for every PoP is "
-                        f"{p}.fraction), got {raw!r:.60}")
-    elif len(out) > n_pops > 0:
-        r.errors.append(f"{p}.fractions: {len(out)} fractions but {n_pops} PoP(s): each PoP gets one, so some "
-                        f"would go unused; give at most {n_pops} (the 'effect vs treated share' panel needs "
-                        f"at least 3 PoPs)")
-    return tuple(out) if len(out) == len(raw) else None
-
-
-def _inventory(r: _Reader, inv: dict, pops: list[str], base_dir: Path | None) -> Inventory:
-    errors = r.errors
-    r.unknown(inv, ("hosts", "file", "from_heartbeats"), "inventory")
+def _inventory(inv: _InventoryIn, pops: list[str], base_dir: Path | None, errors: list[str]) -> Inventory:
+    """The hosts of each PoP, from ``inventory.hosts`` and ``inventory.file``: each host once, in a
+    PoP the plan lists."""
     hosts: dict[str, list[str]] = {p: [] for p in pops}
     seen: dict[str, str] = {}
 
@@ -479,20 +476,11 @@ def _inventory(r: _Reader, inv: dict, pops: list[str], base_dir: Path | None) ->
             seen[host] = where
             hosts[pop].append(host)
 
-    h = inv.get("hosts")
-    if h is not None:
-        if not isinstance(h, dict):
-            errors.append(f"inventory.hosts: must be a mapping pop -> list of hosts, got {type(h).__name__}")
-        else:
-            for pop, lst in h.items():
-                if not isinstance(lst, list):
-                    errors.append(f"inventory.hosts.{pop}: must be a list of hosts")
-                    continue
-                for i, host in enumerate(lst):
-                    add(pop, host, f"inventory.hosts.{pop}[{i}]")
-    file = r.get(inv, "file", "inventory", str, None)
-    if file is not None:
-        fp = Path(file)
+    for pop, lst in (inv.hosts or {}).items():
+        for i, host in enumerate(lst):
+            add(pop, host, f"inventory.hosts.{pop}[{i}]")
+    if inv.file is not None:
+        fp = Path(inv.file)
         if not fp.is_absolute() and base_dir is not None:
             fp = base_dir / fp
         try:
@@ -511,10 +499,10 @@ def _inventory(r: _Reader, inv: dict, pops: list[str], base_dir: Path | None) ->
                 errors.append(f"inventory.file: {fp.name} line {n}: expected 'POP HOST', got {line!r}")
                 continue
             add(parts[0], parts[1], f"inventory.file {fp.name} line {n}")
-    hb = r.get(inv, "from_heartbeats", "inventory", bool, False)
-    if h is None and file is None and not hb:
+    if inv.hosts is None and inv.file is None and not inv.from_heartbeats:
         errors.append("inventory: give hosts, file or from_heartbeats: true")
-    return Inventory(hosts={p: tuple(v) for p, v in hosts.items()}, file=file, from_heartbeats=bool(hb))
+    return Inventory(hosts={p: tuple(v) for p, v in hosts.items()}, file=inv.file,
+                     from_heartbeats=inv.from_heartbeats)
 
 
 def _cross_checks(plan: Plan) -> list[str]:

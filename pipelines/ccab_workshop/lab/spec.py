@@ -13,9 +13,11 @@ import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
+from ccab.base.yamlschema import Strict, ValidationError, field_error, number, one_of, problems
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 BOTTLENECK_KEYS = ("rate_mbit", "buffer_bdp", "rtt_ms", "loss_pct", "burst_bytes", "path", "trace", "loss_model",
                    "ge_p", "ge_r", "ge_loss_bad", "ge_loss_good")
@@ -26,18 +28,129 @@ SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)i?[bB]?\s*$")
 
 
 class SpecError(ValueError):
-    """The experiment file is invalid; the message names the field."""
+    """The experiment file is invalid; ``problems`` lists every reason, each naming its field."""
+
+    def __init__(self, problems: list[str] | str, origin: str = "<yaml>"):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.origin = origin
+        if len(self.problems) == 1:
+            super().__init__(f"{origin}: {self.problems[0]}")
+        else:
+            super().__init__(f"{origin}: {len(self.problems)} problem(s):\n" + "\n".join(f"  {x}" for x in self.problems))
 
 
 def parse_size(v: Any) -> int:
     """``10K`` → 10240, ``1M`` → 1048576, ``1500`` → 1500."""
-    if isinstance(v, int):
+    if isinstance(v, int) and not isinstance(v, bool):
         return v
-    m = SIZE_RE.match(str(v))
+    m = SIZE_RE.match(str(v)) if isinstance(v, str) and not isinstance(v, bool) else None
     if not m:
-        raise SpecError(f"size {v!r}: expected a number with an optional K/M/G suffix")
+        raise ValueError(f"size {v!r}: expected a number with an optional K/M/G suffix")
     mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
     return int(float(m.group(1)) * mult)
+
+
+# ----------------------------------------------------------------------------- the file's schema
+# pydantic models (ccab.base.yamlschema): every field's type, bounds and choices; a case is checked
+# after the sweep's values are substituted into it.
+
+
+class _BottleneckIn(Strict):
+    rate_mbit: number(float, 0.1, 1000) = DEFAULT_BOTTLENECK["rate_mbit"]
+    buffer_bdp: number(float, 0, lo_open=True) = DEFAULT_BOTTLENECK["buffer_bdp"]
+    rtt_ms: number(float, 0) = DEFAULT_BOTTLENECK["rtt_ms"]
+    loss_pct: number(float, 0, 100, hi_open=True) = DEFAULT_BOTTLENECK["loss_pct"]
+    burst_bytes: Annotated[int, BeforeValidator(parse_size)] = DEFAULT_BOTTLENECK["burst_bytes"]
+    path: one_of(PATHS) | None = None  # link: ccab-link; tbf: tbf + nftables, no delay
+    trace: str | dict[str, Any] | None = None  # a Mahimahi file, or `ccab-link gen-trace` options
+    loss_model: one_of(LOSS_MODELS) = "random"
+    ge_p: number(float, 0, 1, lo_open=True) | None = None
+    ge_r: number(float, 0, 1, lo_open=True) | None = None
+    ge_loss_bad: number(float, 0, 1) | None = None
+    ge_loss_good: number(float, 0, 1) | None = None
+
+    @model_validator(mode="after")
+    def _link_only(self):
+        link = self.path == "link" or (self.path is None and self.rtt_ms > 0)
+        for k in ("trace", "ge_p", "ge_r"):
+            if getattr(self, k) is not None and not link:
+                raise field_error(k, f"{k} needs path: link (tbf has no traces or bursty loss)")
+        if self.loss_model == "gilbert-elliott":
+            if not link:
+                raise field_error("loss_model", "loss_model gilbert-elliott needs path: link")
+            for k in ("ge_p", "ge_r"):
+                if getattr(self, k) is None:
+                    raise field_error(k, f"loss_model gilbert-elliott needs {k} in (0, 1] "
+                                         "(good→bad and bad→good probability per packet)")
+        return self
+
+
+class _FlowIn(Strict):
+    cc: str
+    id: str | None = None
+    host: str | None = None
+    kind: one_of(("stream", "requests")) = "stream"
+    start_s: number(float, 0) = 0.0
+    duration_s: number(float, 0, lo_open=True) = 30.0
+    size: Annotated[int, BeforeValidator(parse_size)] = 0
+    rate_per_s: number(float, 0) | list[number(float, 0)] = []
+
+    @model_validator(mode="after")
+    def _requests_need_a_size_and_a_rate(self):
+        if self.kind == "requests" and (not self.rate_per_s or self.size <= 0):
+            raise field_error("", "requests need size and rate_per_s")
+        return self
+
+
+class _CaseIn(Strict):
+    name: str | None = None
+    bottleneck: dict[str, Any] = {}  # merged with the file's and the sweep's, then read as _BottleneckIn
+    flows: Annotated[list[_FlowIn], Field(min_length=1)]
+
+
+class _QuickIn(Strict):
+    scale: number(float, 0, lo_open=True) = 1.0
+    sweep: dict[str, list[Any]] = {}
+    cases: list[str] | None = None
+
+
+class _CollapseIn(Strict):
+    share_of_fair: number(float, 0, 1) = 0.10
+    min_s: number(float, 0) = 3.0
+
+
+def _experiment_name(v: str) -> str:
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,40}", v):
+        raise ValueError(f"{v!r}: lower-case letters, digits and '-' only (at most 41)")
+    return v
+
+
+class _ExperimentIn(Strict):
+    name: Annotated[str, AfterValidator(_experiment_name)]
+    kind: str | None = None
+    description: str = ""
+    seed: number(int, 0) = 1
+    sample_interval_ms: number(int, 1) = 1000
+    collapse: _CollapseIn = _CollapseIn()
+    bottleneck: dict[str, Any] = {}
+    sweep: dict[str, list[Any]] = {}
+    quick: _QuickIn | None = None
+    cases: Annotated[list[dict[str, Any]], Field(min_length=1)]  # templates: read as _CaseIn per sweep value
+
+
+_M = TypeVar("_M", bound=Strict)
+
+
+def _read(model: type[_M], raw: Any, path: str) -> _M:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise _Problems(problems(exc, model, path)) from None
+
+
+class _Problems(Exception):
+    def __init__(self, problems: list[str]):
+        self.problems = problems
 
 
 @dataclass
@@ -127,9 +240,12 @@ def load(path: str | Path, quick: bool = False, scale: float | None = None,
     """Read and expand an experiment file. ``quick`` applies its ``quick:`` block; ``scale``
     multiplies every start and duration (after ``quick``'s own scale); ``rtt_ms`` / ``path_kind``
     override every case's base RTT / path."""
-    src = yaml.safe_load(Path(path).read_text())
+    try:
+        src = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError(f"not valid YAML: {exc}", str(path)) from None
     if not isinstance(src, dict):
-        raise SpecError(f"{path}: expected a mapping at the top level")
+        raise SpecError("expected a mapping at the top level", str(path))
     exp = expand(src, quick=quick, scale=scale, only_algorithms=only_algorithms, origin=str(path), rtt_ms=rtt_ms,
                  path_kind=path_kind)
     exp.base_dir = str(Path(path).resolve().parent)
@@ -139,124 +255,72 @@ def load(path: str | Path, quick: bool = False, scale: float | None = None,
 def expand(src: dict, quick: bool = False, scale: float | None = None,
            only_algorithms: list[str] | None = None, origin: str = "<yaml>", rtt_ms: float | None = None,
            path_kind: str | None = None) -> Experiment:
-    src = copy.deepcopy(src)
-    for key in ("name", "cases"):
-        if key not in src:
-            raise SpecError(f"{origin}: missing required key {key!r}")
-    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,40}", str(src["name"])):
-        raise SpecError(f"{origin}: name {src['name']!r}: lower-case letters, digits and '-' only")
-    sweep = dict(src.get("sweep") or {})
+    """The experiment's cases, every sweep combination of every case template, each validated;
+    raises :class:`SpecError` naming each problem's field (``cases[1] (bbr-2).flows[0].kind: ...``)."""
+    try:
+        return _expand(copy.deepcopy(src), quick, scale, only_algorithms, rtt_ms, path_kind)
+    except _Problems as exc:
+        raise SpecError(exc.problems, origin) from None
+
+
+def _expand(src: dict, quick: bool, scale: float | None, only_algorithms: list[str] | None,
+            rtt_ms: float | None, path_kind: str | None) -> Experiment:
+    top = _read(_ExperimentIn, src, "")
+    sweep = dict(top.sweep)
     factor = 1.0
     case_filter = None
-    if quick and src.get("quick"):
-        q = src["quick"]
-        factor *= float(q.get("scale", 1.0))
-        sweep.update(q.get("sweep") or {})
-        case_filter = q.get("cases")
+    if quick and top.quick:
+        factor *= top.quick.scale
+        sweep.update(top.quick.sweep)
+        case_filter = top.quick.cases
     if scale:
         factor *= scale
-    base_bn = {**DEFAULT_BOTTLENECK, **(src.get("bottleneck") or {})}
-    _check_bottleneck(base_bn, origin)
+    _read(_BottleneckIn, top.bottleneck, "bottleneck")
 
     combos = [dict(zip(sweep, vals)) for vals in itertools.product(*sweep.values())] if sweep else [{}]
     cases: list[Case] = []
+    errors: list[str] = []
     for env in combos:
-        for ci, tmpl in enumerate(src["cases"]):
+        for ci, tmpl in enumerate(top.cases):
             t = _subst(tmpl, env)
-            name = str(t.get("name") or f"case{ci + 1}")
-            if case_filter and tmpl.get("name") not in case_filter and name not in case_filter:
+            label = f"cases[{ci}]" + (f" ({t.get('name')})" if env and t.get("name") else "")
+            try:
+                c = _read(_CaseIn, t, label)
+                name = c.name or f"case{ci + 1}"
+                if case_filter and tmpl.get("name") not in case_filter and name not in case_filter:
+                    continue
+                bn = {**top.bottleneck, **c.bottleneck, **{k: v for k, v in env.items() if k in BOTTLENECK_KEYS}}
+                if rtt_ms is not None:
+                    bn["rtt_ms"] = float(rtt_ms)
+                if path_kind is not None:
+                    bn["path"] = path_kind
+                b = _read(_BottleneckIn, bn, f"{label}.bottleneck")
+            except _Problems as exc:
+                errors.extend(x for x in exc.problems if x not in errors)
                 continue
-            bn = {**base_bn, **(t.get("bottleneck") or {}), **{k: v for k, v in env.items() if k in BOTTLENECK_KEYS}}
-            if rtt_ms is not None:
-                bn["rtt_ms"] = float(rtt_ms)
-            if path_kind is not None:
-                bn["path"] = path_kind
-            _check_bottleneck(bn, f"{origin} case {name}")
-            _fill_path(bn)
-            flows = []
-            for fi, fsrc in enumerate(t.get("flows") or []):
-                flows.append(_flow(fsrc, fi, factor, f"{origin} case {name} flow {fi + 1}"))
-            if not flows:
-                raise SpecError(f"{origin} case {name}: no flows")
+            bottleneck = b.model_dump(exclude_none=True)
+            bottleneck["path"] = b.path or ("link" if b.rtt_ms > 0 else "tbf")
+            flows = [Flow(id=f.id or f"f{fi + 1}", cc=f.cc, host=f.host or f"h{fi + 1}", kind=f.kind,
+                          start_s=f.start_s * factor, duration_s=f.duration_s * factor, size_bytes=f.size,
+                          rate_per_s=list(f.rate_per_s) if isinstance(f.rate_per_s, list) else [f.rate_per_s])
+                     for fi, f in enumerate(c.flows)]
             hosts: dict[str, str] = {}
             for f in flows:
                 if hosts.setdefault(f.host, f.cc) != f.cc:
-                    raise SpecError(f"{origin} case {name}: host {f.host!r} has flows with {hosts[f.host]} "
-                                    f"and {f.cc} (one congestion control per host)")
+                    errors.append(f"{label}.flows: host {f.host!r} has flows with {hosts[f.host]} and {f.cc} "
+                                  "(one congestion control per host)")
+                    break
             if only_algorithms and not set(hosts.values()) <= set(only_algorithms):
                 continue
-            cases.append(Case(name=name, bottleneck=bn, flows=flows, vars=env))
+            cases.append(Case(name=name, bottleneck=bottleneck, flows=flows, vars=env))
     names = [c.name for c in cases]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise SpecError(f"{origin}: case names repeat after the sweep: {dupes} (put the sweep vars in the name)")
-    collapse = src.get("collapse") or {}
+        errors.append(f"cases: case names repeat after the sweep: {dupes} (put the sweep vars in the name)")
+    if errors:
+        raise _Problems(errors)
     return Experiment(
-        name=src["name"], kind=str(src.get("kind", src["name"])), description=str(src.get("description", "")).strip(),
-        cases=cases, sample_interval_ms=int(src.get("sample_interval_ms", 1000)),
-        collapse_share=float(collapse.get("share_of_fair", 0.10)), collapse_min_s=float(collapse.get("min_s", 3)),
-        seed=int(src.get("seed", 1)), source=src,
-    )
-
-
-def _check_bottleneck(bn: dict, where: str) -> None:
-    unknown = set(bn) - set(BOTTLENECK_KEYS)
-    if unknown:
-        raise SpecError(f"{where}: unknown bottleneck keys {sorted(unknown)} (known: {', '.join(BOTTLENECK_KEYS)})")
-    if not 0.1 <= float(bn["rate_mbit"]) <= 1000:
-        raise SpecError(f"{where}: rate_mbit {bn['rate_mbit']} outside 0.1..1000")
-    if float(bn["buffer_bdp"]) <= 0:
-        raise SpecError(f"{where}: buffer_bdp must be > 0")
-    if not 0 <= float(bn["loss_pct"]) < 100:
-        raise SpecError(f"{where}: loss_pct must be in [0, 100)")
-    if float(bn["rtt_ms"]) < 0:
-        raise SpecError(f"{where}: rtt_ms must be >= 0")
-    path = bn.get("path")
-    if path is not None and path not in PATHS:
-        raise SpecError(f"{where}: path {path!r}: link (ccab-link) or tbf (tbf + nftables, no delay)")
-    link = path == "link" or (path is None and float(bn["rtt_ms"]) > 0)
-    model = bn.get("loss_model", "random")
-    if model not in LOSS_MODELS:
-        raise SpecError(f"{where}: loss_model {model!r}: random or gilbert-elliott")
-    for k in ("trace", "ge_p", "ge_r"):
-        if bn.get(k) is not None and not link:
-            raise SpecError(f"{where}: {k} needs path: link (tbf has no traces or bursty loss)")
-    if model == "gilbert-elliott":
-        if not link:
-            raise SpecError(f"{where}: loss_model gilbert-elliott needs path: link")
-        for k in ("ge_p", "ge_r"):
-            if bn.get(k) is None or not 0 < float(bn[k]) <= 1:
-                raise SpecError(f"{where}: loss_model gilbert-elliott needs {k} in (0, 1] "
-                                "(good→bad and bad→good probability per packet)")
-        for k in ("ge_loss_bad", "ge_loss_good"):
-            if bn.get(k) is not None and not 0 <= float(bn[k]) <= 1:
-                raise SpecError(f"{where}: {k} must be a probability in [0, 1]")
-    trace = bn.get("trace")
-    if trace is not None and not isinstance(trace, (str, dict)):
-        raise SpecError(f"{where}: trace: a Mahimahi trace file, or a mapping of `ccab-link gen-trace` options "
-                        "(seed, duration_s, rates_mbps, ...)")
-
-
-def _fill_path(bn: dict) -> None:
-    """The default path: ccab-link when there is a base RTT to emulate, tbf for rtt_ms 0."""
-    if bn.get("path") is None:
-        bn["path"] = "link" if float(bn["rtt_ms"]) > 0 else "tbf"
-    bn.setdefault("loss_model", "random")
-
-
-def _flow(f: dict, index: int, factor: float, where: str) -> Flow:
-    if not isinstance(f, dict) or "cc" not in f:
-        raise SpecError(f"{where}: a flow needs at least cc")
-    kind = f.get("kind", "stream")
-    if kind not in ("stream", "requests"):
-        raise SpecError(f"{where}: kind {kind!r}: stream or requests")
-    rates = f.get("rate_per_s", [])
-    rates = [float(r) for r in (rates if isinstance(rates, list) else [rates])]
-    size = parse_size(f["size"]) if "size" in f else 0
-    if kind == "requests" and (not rates or size <= 0):
-        raise SpecError(f"{where}: requests need size and rate_per_s")
-    return Flow(
-        id=str(f.get("id", f"f{index + 1}")), cc=str(f["cc"]), host=str(f.get("host", f"h{index + 1}")),
-        kind=kind, start_s=float(f.get("start_s", 0)) * factor, duration_s=float(f.get("duration_s", 30)) * factor,
-        size_bytes=size, rate_per_s=rates,
+        name=top.name, kind=top.kind or top.name, description=top.description.strip(), cases=cases,
+        sample_interval_ms=top.sample_interval_ms, collapse_share=top.collapse.share_of_fair,
+        collapse_min_s=top.collapse.min_s, seed=top.seed, source=src,
     )

@@ -1,7 +1,8 @@
 """Scenario files: typed, validated description of a simulated PoP.
 
-A scenario is YAML. :func:`load_scenario` turns it into frozen dataclasses, rejecting unknown
-keys, wrong types and out-of-range numbers with messages that name the offending field
+A scenario is YAML. :func:`load_scenario` turns it into frozen dataclasses, validated by pydantic
+(each dataclass carries its pydantic config; bounds are the fields' metadata): unknown keys,
+wrong types and out-of-range numbers are refused with messages that name the offending field
 (``arms[1].hosts: must be >= 1, got -2``). All problems of a file are reported at once.
 
 Units are in the key names (``_ms``, ``_mbps``, ``_kib``, ``_mib``, ``_pct``, ``_bdp``, ``_s``,
@@ -17,14 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import types
+import functools
 import typing
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
+from ccab.base.yamlschema import path_of
+from pydantic import BeforeValidator, ConfigDict, TypeAdapter, ValidationError
 
 # --------------------------------------------------------------------------------------------
 # errors and field helpers
@@ -41,15 +44,29 @@ class ScenarioError(ValueError):
 
 def _num(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: float | None = None,
          le: float | None = None, lt: float | None = None, doc: str = "") -> Any:
-    """A dataclass field with numeric bounds checked by the loader."""
-    meta = {"ge": ge, "gt": gt, "le": le, "lt": lt, "doc": doc}
+    """A numeric dataclass field: its bounds (and strictness: no "5", no true) are pydantic's field
+    arguments, carried as the field's metadata."""
+    meta = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)) if v is not None}
+    meta.update(strict=True, description=doc)
     if isinstance(default, (list, dict)):
         raise TypeError("use _opt for mutable defaults")
     return field(default=default, metadata=meta)
 
 
 def _opt(factory: Any, doc: str = "") -> Any:
-    return field(default_factory=factory, metadata={"doc": doc})
+    return field(default_factory=factory, metadata={"description": doc})
+
+
+def _utc_time(value: Any) -> Any:
+    """``start``: an ISO-8601 time (or YAML's own timestamp); without a zone it is UTC."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"expected ISO-8601 time like 2025-11-20T00:00:00Z, got {value!r}") from None
+    if not isinstance(value, datetime):
+        raise ValueError(f"expected ISO-8601 time string, got {type(value).__name__} {value!r}")
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 # --------------------------------------------------------------------------------------------
@@ -393,7 +410,7 @@ class Expectation:
 class Scenario:
     name: str
     pop: str
-    start: datetime
+    start: Annotated[datetime, BeforeValidator(_utc_time)]
     duration_h: float = _num(gt=0, le=24 * 31)
     arms: tuple[Arm, ...] = ()
     description: str = ""
@@ -479,135 +496,93 @@ def _coerce_model(d: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# generic typed loader
+# loading: pydantic validates the dataclasses; its errors in this module's words
+
+_SCHEMA = ConfigDict(extra="forbid")
+for _cls in (Dist, RandomLoss, ClientClass, WithinPrefix, Clients, Diurnal, Traffic, Sampling, HostEffectSD,
+             HostOverride, SharedBottleneck, Hosts, CCModel, Segment, Effect, Arm, Expectation, Scenario):
+    _cls.__pydantic_config__ = _SCHEMA  # type: ignore[attr-defined]
 
 
-def _type_name(tp: Any) -> str:
-    if tp is float:
-        return "number"
-    if tp is int:
-        return "integer"
-    if tp is str:
-        return "string"
-    if tp is bool:
-        return "boolean"
-    if dataclasses.is_dataclass(tp):
-        return "mapping"
-    origin = typing.get_origin(tp)
-    if origin in (tuple, list):
-        return "list"
-    if origin is dict:
-        return "mapping"
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    return str(tp)
+@functools.cache
+def _adapter(cls: type) -> TypeAdapter:
+    return TypeAdapter(cls)
+
+
+_EXPECTED = {"float_type": "number", "float_parsing": "number", "int_type": "integer", "int_parsing": "integer",
+             "int_from_float": "integer", "string_type": "string", "bool_type": "boolean",
+             "bool_parsing": "boolean", "list_type": "list", "tuple_type": "list", "dict_type": "mapping",
+             "dataclass_type": "mapping", "dataclass_exact_type": "mapping"}
+_BOUND = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("<=", "le"),
+          "less_than": ("<", "lt")}
 
 
 def _got(value: Any) -> str:
     return f"{type(value).__name__} {value!r}" if not isinstance(value, (dict, list)) else type(value).__name__
 
 
-def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
+def _dataclass_at(cls: Any, loc: tuple) -> Any:
+    """The dataclass that holds the field at ``loc`` (for the keys allowed next to an unknown one)."""
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not dataclasses.is_dataclass(cls):
             return None
-        inner = [a for a in args if a is not type(None)]
-        return _convert(inner[0], value, path, errors)
-    if tp is Any:
-        return value
-    if origin is Literal:
-        if value not in args:
-            errors.append(f"{path}: expected {_type_name(tp)}, got {value!r}")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            errors.append(f"{path}: expected boolean, got {_got(value)}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            errors.append(f"{path}: expected integer, got {_got(value)}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            errors.append(f"{path}: expected number, got {_got(value)}")
-            return value
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            errors.append(f"{path}: expected string, got {_got(value)}")
-        return value
-    if tp is datetime:
-        if isinstance(value, datetime):
-            return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        if isinstance(value, str):
-            try:
-                dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-            except ValueError:
-                errors.append(f"{path}: expected ISO-8601 time like 2025-11-20T00:00:00Z, got {value!r}")
-                return None
-            return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
-        errors.append(f"{path}: expected ISO-8601 time string, got {_got(value)}")
-        return None
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            errors.append(f"{path}: expected list, got {_got(value)}")
-            return ()
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_convert(args[0], v, f"{path}[{i}]", errors) for i, v in enumerate(value))
-        if len(value) != len(args):
-            errors.append(f"{path}: expected a list of {len(args)} values, got {len(value)}")
-            return tuple(value)
-        return tuple(_convert(a, v, f"{path}[{i}]", errors) for i, (a, v) in enumerate(zip(args, value)))
-    if origin is dict:
-        if not isinstance(value, dict):
-            errors.append(f"{path}: expected mapping, got {_got(value)}")
-            return {}
-        return {str(k): _convert(args[1], v, f"{path}.{k}", errors) for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, path, errors)
-    raise TypeError(f"unsupported type {tp!r} at {path}")
+        cls = typing.get_type_hints(cls).get(str(part))
+        for _ in range(4):  # to the dataclass inside Optional[...], tuple[...], dict[..., ...]
+            if dataclasses.is_dataclass(cls):
+                break
+            args = [a for a in typing.get_args(cls) if a is not type(None) and a is not Ellipsis]
+            cls = args[-1] if args else None
+    return cls if dataclasses.is_dataclass(cls) else None
+
+
+def _problems(exc: ValidationError, cls: type, prefix: str = "") -> list[str]:
+    out = []
+    for e in exc.errors(include_url=False):
+        loc, kind, value = tuple(e["loc"]), e["type"], e.get("input")
+        path = path_of(loc, prefix) or "<top>"
+        if kind == "missing" and len(loc) > 1 and isinstance(loc[-1], int):  # a fixed-size tuple too short
+            holder = _dataclass_at(cls, loc[:-2])
+            hint = typing.get_type_hints(holder).get(str(loc[-2])) if holder else None
+            n = len([a for a in typing.get_args(hint) if a is not type(None)]) if hint else loc[-1] + 1
+            got = f", got {len(value)}" if isinstance(value, (list, tuple)) else ""
+            out.append(f"{path_of(loc[:-1], prefix)}: expected a list of {n} values{got}")
+        elif kind in ("missing", "missing_argument"):
+            out.append(f"{path}: missing required key")
+        elif kind in ("unexpected_keyword_argument", "extra_forbidden"):
+            holder = _dataclass_at(cls, loc[:-1])
+            known = [f.name for f in fields(holder)] if holder else []
+            hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            out.append(f"{path}: unknown key{f' (did you mean {hint[0]!r}?)' if hint else ''}"
+                       f"; allowed: {', '.join(known)}")
+        elif kind in _BOUND:
+            sym, key = _BOUND[kind]
+            out.append(f"{path}: must be {sym} {e['ctx'][key]:g}, got {value:g}")
+        elif kind in _EXPECTED:
+            out.append(f"{path}: expected {_EXPECTED[kind]}, got {_got(value)}")
+        elif kind == "literal_error":
+            out.append(f"{path}: expected one of {e['ctx']['expected']}, got {value!r}")
+        elif kind == "too_long" and isinstance(value, (list, tuple)):
+            out.append(f"{path}: expected a list of {e['ctx']['max_length']} values, got {len(value)}")
+        elif kind == "value_error":
+            out.append(f"{path}: {e['ctx']['error']}")
+        else:
+            out.append(f"{path}: {e['msg']}")
+    return out
 
 
 def _build(cls: type, raw: Any, path: str, errors: list[str]) -> Any:
+    """``raw`` validated as the dataclass ``cls`` (None, and its problems added to ``errors``, when
+    it is not one)."""
     if not isinstance(raw, dict):
         errors.append(f"{path or '<top>'}: expected mapping, got {_got(raw)}")
         return None
-    hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in fields(cls)}
-    kwargs: dict[str, Any] = {}
-    prefix = f"{path}." if path else ""
-    for key in raw:
-        if key not in known:
-            hint = difflib.get_close_matches(str(key), list(known), n=1)
-            suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
-            errors.append(f"{prefix}{key}: unknown key{suggestion}; allowed: {', '.join(known)}")
-    n_before = len(errors)
-    for name, f in known.items():
-        p = f"{prefix}{name}"
-        if name not in raw:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                errors.append(f"{p}: missing required key")
-            continue
-        value = _convert(hints[name], raw[name], p, errors)
-        meta = f.metadata
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and meta:
-            for op, bound, ok in (("ge", meta.get("ge"), lambda v, b: v >= b),
-                                  ("gt", meta.get("gt"), lambda v, b: v > b),
-                                  ("le", meta.get("le"), lambda v, b: v <= b),
-                                  ("lt", meta.get("lt"), lambda v, b: v < b)):
-                if bound is not None and not ok(value, bound):
-                    sym = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}[op]
-                    errors.append(f"{p}: must be {sym} {bound:g}, got {value:g}")
-        kwargs[name] = value
-    if len(errors) > n_before:
+    try:
+        return _adapter(cls).validate_python(raw)
+    except ValidationError as exc:
+        errors.extend(_problems(exc, cls, path))
         return None
-    obj = cls(**kwargs)
-    check = getattr(obj, "_check", None)
-    if check is not None:
-        errors.extend(check(path or "<top>"))
-    return obj
 
 
 def _walk(obj: Any, path: str):
@@ -627,8 +602,8 @@ def _walk(obj: Any, path: str):
 def _cross_checks(sc: Scenario) -> list[str]:
     out: list[str] = []
     for p, obj in _walk(sc, ""):
-        if isinstance(obj, Dist):
-            out.extend(obj._check(p))
+        if hasattr(obj, "_check"):  # Dist, ClientClass, CCModel: checks across their own fields
+            out.extend(obj._check(p or "<top>"))
     if not sc.arms:
         out.append("arms: at least one arm is required")
     names = [a.name for a in sc.arms]
@@ -689,7 +664,8 @@ def _cross_checks(sc: Scenario) -> list[str]:
 def _check_model_dict(d: dict[str, Any], path: str) -> list[str]:
     errors: list[str] = []
     model = _build(CCModel, d, path, errors)
-    del model
+    if model is not None:
+        errors.extend(model._check(path))
     return errors
 
 

@@ -61,7 +61,8 @@ def test_readme_lists_every_variable_config_reads():
 
 # import name -> distribution name where they differ
 DISTRIBUTION = {"yaml": "pyyaml", "prometheus_client": "prometheus-client", "clickhouse_connect": "clickhouse-connect",
-                "confluent_kafka": "confluent-kafka", "airflow": "apache-airflow", "PIL": "pillow"}
+                "confluent_kafka": "confluent-kafka", "airflow": "apache-airflow", "PIL": "pillow",
+                "pydantic_core": "pydantic"}  # pydantic's documented home of PydanticCustomError, pinned by it
 
 
 def _third_party_imports(*roots) -> set[str]:
@@ -89,3 +90,60 @@ def test_every_imported_package_is_declared():
     extras = {d for deps in project["optional-dependencies"].values() for d in deps}
     assert _third_party_imports("pipelines/ccab", "pipelines/ccab_workshop", "dags") <= runtime
     assert _third_party_imports("pipelines/tests", "bench") <= runtime | extras
+
+
+# ----------------------------------------------------------------- the READMEs stay readable
+
+LINK_RE = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(md: str) -> set[str]:
+    out, fenced = set(), False
+    for line in md.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (m := re.match(r"^#+\s+(.*)$", line)):
+            out.add(_anchor(m.group(1)))
+    return out
+
+
+def broken_links(path) -> list[str]:
+    """Relative links of a Markdown file whose file, or heading anchor, does not exist."""
+    bad = []
+    text = path.read_text()
+    for target in LINK_RE.findall(text):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        if not dest.exists():
+            bad.append(target)
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest.read_text()):
+            bad.append(target)
+    return bad
+
+
+DOCS_WITH_LIMITS = {"collectors/README.md": 300, "bench/README.md": 300}
+
+
+def test_readmes_stay_short_and_their_links_resolve():
+    """collectors/README.md is an overview (details in docs/collector/), bench/README.md the latest
+    figures per benchmark (history in git): both stay short, and every relative link they and
+    docs/collector/ hold reaches a file and heading that exist."""
+    for rel, limit in DOCS_WITH_LIMITS.items():
+        n = len((REPO / rel).read_text().splitlines())
+        assert n <= limit, f"{rel} has {n} lines (at most {limit}: move details to docs/)"
+    files = [REPO / rel for rel in DOCS_WITH_LIMITS] + sorted((REPO / "docs" / "collector").glob("*.md"))
+    bad = {f.relative_to(REPO).as_posix(): b for f in files if (b := broken_links(f))}
+    assert not bad, f"links that lead nowhere: {bad}"
+
+
+def test_the_link_checker_sees_a_broken_link(tmp_path):
+    (tmp_path / "a.md").write_text("# Title here\n\n```\n# not a heading\n```\n")
+    (tmp_path / "b.md").write_text("[ok](a.md#title-here) [gone](nope.md) [bad anchor](a.md#not-a-heading) [web](https://x)\n")
+    assert broken_links(tmp_path / "b.md") == ["nope.md", "a.md#not-a-heading"]

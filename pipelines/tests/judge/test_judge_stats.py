@@ -132,6 +132,19 @@ def test_benjamini_hochberg_matches_statsmodels():
     assert math.isnan(ours[4])
 
 
+def test_benjamini_hochberg_reproduces_the_papers_example():
+    # Benjamini & Hochberg (1995), section 4.1: 15 p-values; at q = 0.05 the procedure rejects the
+    # four smallest. Adjusted values by hand: q_(i) = min over j >= i of p_(j) * 15 / j.
+    p = [0.0001, 0.0004, 0.0019, 0.0095, 0.0201, 0.0278, 0.0298, 0.0344, 0.0459, 0.3240, 0.4262,
+         0.5719, 0.6528, 0.7590, 1.0000]
+    q = bh_adjust(list(reversed(p)))[::-1]  # order does not matter
+    assert [x <= 0.05 for x in q] == [True] * 4 + [False] * 11
+    hand = [0.0015, 0.003, 0.0095, 0.035625, 0.0603, 0.0298 * 15 / 7, 0.0298 * 15 / 7, 0.0645, 0.0765,
+            0.486, 0.4262 * 15 / 11, 0.5719 * 15 / 12, 0.6528 * 15 / 13, 0.7590 * 15 / 14, 1.0]
+    assert q == pytest.approx(hand)
+    assert math.isnan(bh_adjust([float("nan"), 0.01])[0]) and bh_adjust([float("nan"), 0.01])[1] == 0.01
+
+
 def test_group_sequential_boundaries_match_published_lan_demets_obrien_fleming():
     # one-sided alpha 0.025, 5 equally spaced looks, Lan-DeMets O'Brien-Fleming spending; from R:
     #   gsDesign::gsDesign(k = 5, test.type = 1, alpha = 0.025, sfu = sfLDOF)$upper$bound

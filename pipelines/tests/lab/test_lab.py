@@ -42,10 +42,23 @@ def test_spec_errors_name_the_field():
     with pytest.raises(spec.SpecError, match="one congestion control per host"):
         spec.expand({"name": "x", "cases": [{"name": "a", "flows": [{"cc": "bbr", "host": "e"},
                                                                     {"cc": "cubic", "host": "e"}]}]})
-    with pytest.raises(spec.SpecError, match="unknown bottleneck keys"):
+    with pytest.raises(spec.SpecError, match=r"bottleneck\.delay: unknown field"):
         spec.expand({"name": "x", "bottleneck": {"delay": 3}, "cases": [{"flows": [{"cc": "bbr"}]}]})
-    with pytest.raises(spec.SpecError, match="requests need size"):
+    with pytest.raises(spec.SpecError, match=r"cases\[0\]\.flows\[0\]: requests need size"):
         spec.expand({"name": "x", "cases": [{"flows": [{"cc": "bbr", "kind": "requests"}]}]})
+    # every problem at once, each naming its field; a sweep's value is named by the case it made
+    with pytest.raises(spec.SpecError) as exc:
+        spec.expand({"name": "x", "sweep": {"buffer_bdp": [0.5, -1]},
+                     "cases": [{"name": "c-{buffer_bdp}", "flows": [{"cc": "bbr", "start_s": "soon"}]}]})
+    assert exc.value.problems == [
+        "cases[0] (c-0.5).flows[0].start_s: must be a number in [0, inf], got str 'soon'",
+        "cases[0] (c--1).flows[0].start_s: must be a number in [0, inf], got str 'soon'",
+    ], exc.value.problems
+    with pytest.raises(spec.SpecError) as exc:
+        spec.expand({"name": "x", "cases": [{"flows": [{"cc": "bbr", "size": "12Q", "typo": 1}]}]})
+    assert exc.value.problems == [
+        "cases[0].flows[0].size: size '12Q': expected a number with an optional K/M/G suffix",
+        "cases[0].flows[0].typo: unknown field (allowed: cc, id, host, kind, start_s, duration_s, size, rate_per_s)"]
     assert spec.parse_size("10K") == 10240 and spec.parse_size("1M") == 1 << 20
 
 

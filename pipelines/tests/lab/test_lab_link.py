@@ -39,7 +39,7 @@ def test_path_defaults_to_link_when_there_is_a_base_rtt():
 
 
 def test_link_keys_are_checked():
-    with pytest.raises(spec.SpecError, match="path 'netem'"):
+    with pytest.raises(spec.SpecError, match=r"bottleneck\.path: unknown value 'netem'"):
         _exp({"path": "netem"})
     with pytest.raises(spec.SpecError, match="needs ge_p"):
         _exp({"loss_model": "gilbert-elliott", "ge_r": 0.2})
@@ -47,7 +47,7 @@ def test_link_keys_are_checked():
         _exp({"path": "tbf", "loss_model": "gilbert-elliott", "ge_p": 0.01, "ge_r": 0.2})
     with pytest.raises(spec.SpecError, match="trace needs path: link"):
         _exp({"rtt_ms": 0, "trace": "x.trace"})
-    with pytest.raises(spec.SpecError, match="loss_model 'bursty'"):
+    with pytest.raises(spec.SpecError, match=r"bottleneck\.loss_model: unknown value 'bursty'"):
         _exp({"loss_model": "bursty"})
 
 

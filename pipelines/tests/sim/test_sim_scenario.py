@@ -71,6 +71,21 @@ def test_wrong_type_is_named():
     assert any(p.startswith("traffic.diurnal.trough_ratio: expected number") for p in problems(raw))
 
 
+def test_more_kinds_of_problem_are_named():
+    """Read by pydantic (issue 27): a time, a choice, a fixed-size list, a bound, a strict integer."""
+    raw = yaml.safe_load(yaml.safe_dump(MINIMAL))
+    raw.update(start="yesterday", seed="1", hosts={"assignment": "random"})
+    raw["expect"] = [{"stat": "retrans_pct_p50", "arm": "control", "range": [1]}]
+    raw["arms"][1]["cc_version"] = 7
+    assert problems(raw) == [
+        "start: expected ISO-8601 time like 2025-11-20T00:00:00Z, got 'yesterday'",
+        "arms[1].cc_version: must be <= 3, got 7",
+        "seed: expected integer, got str '1'",
+        "hosts.assignment: expected one of 'shuffled' or 'blocks', got 'random'",
+        "expect[0].range: expected a list of 2 values, got 1",
+    ]
+
+
 def test_negative_hosts_is_named():
     raw = yaml.safe_load(yaml.safe_dump(MINIMAL))
     raw["arms"][0]["hosts"] = -2
