@@ -237,6 +237,30 @@ static __always_inline s64 vv_rtt_slope_q16(const struct vv_mi *mi)
 	return num < 0 ? -(s64)g : (s64)g;
 }
 
+/* One RTT sample (rtt_us > 0) of an MI, at now_us: the least-squares sums. */
+static __always_inline void vv_mi_add_rtt(struct vv_mi *mi, u64 now_us, s64 rtt_us)
+{
+	if (!mi->t_first_us) {
+		mi->t_first_us = now_us;
+		mi->rtt_first_us = (u32)rtt_us;
+	}
+	mi->t_last_us = now_us;
+	mi->rtt_last_us = (u32)rtt_us;
+	if (mi->reg_n < VV_REG_MAX) {
+		u64 t = (now_us - mi->t_first_us) >> VV_REG_TICK_SHIFT;
+		s64 r = rtt_us - (s64)mi->rtt_first_us;
+
+		t = t < 0xffff ? t : 0xffff;
+		r = r > (1 << 18) ? (1 << 18) : r < -(1 << 18) ? -(1 << 18) : r;
+		mi->reg_n++;
+		mi->reg_t += t;
+		mi->reg_tt += t * t;
+		mi->reg_r += r;
+		mi->reg_tr += (s64)t * r;
+		mi->reg_rr += (u64)(r * r);
+	}
+}
+
 static __always_inline s64 vv_utility(const struct vv_mi *mi, u64 loss_q16)
 {
 	u64 x = vv_mbps_q16(mi->rate_bps);
@@ -425,25 +449,7 @@ static __always_inline void vivace_on_ack(struct vivace_state *s, const struct v
 	mi = &s->mi[s->meas & (VV_MI_SLOTS - 1)];
 	if (mi->used && s->meas != s->cur && in->now_us >= mi->start_us + mi->lag_us) {
 		if (in->rtt_us > 0) {
-			if (!mi->t_first_us) {
-				mi->t_first_us = in->now_us;
-				mi->rtt_first_us = (u32)in->rtt_us;
-			}
-			mi->t_last_us = in->now_us;
-			mi->rtt_last_us = (u32)in->rtt_us;
-			if (mi->reg_n < VV_REG_MAX) {
-				u64 t = (in->now_us - mi->t_first_us) >> VV_REG_TICK_SHIFT;
-				s64 r = (s64)in->rtt_us - (s64)mi->rtt_first_us;
-
-				t = t < 0xffff ? t : 0xffff;
-				r = r > (1 << 18) ? (1 << 18) : r < -(1 << 18) ? -(1 << 18) : r;
-				mi->reg_n++;
-				mi->reg_t += t;
-				mi->reg_tt += t * t;
-				mi->reg_r += r;
-				mi->reg_tr += (s64)t * r;
-				mi->reg_rr += (u64)(r * r);
-			}
+			vv_mi_add_rtt(mi, in->now_us, in->rtt_us);
 		}
 		mi->delivered += in->acked_sacked;
 		mi->lost += in->losses;
