@@ -21,13 +21,18 @@
 #                                          buffer; Jain's index of two vivace flows (2 s apart)
 #   bpfcc detail ...                                absolute figures behind the ratios
 #
-#   CCAB_BENCH_SECONDS (20), CCAB_BENCH_RATE_MBIT (20),
-#   CCAB_BENCH_CASES (default "shallow deep rtt100 loss share probertt")
+#   Every figure is the median over CCAB_BENCH_REPEATS (3) repeats of its case (a ratio is taken
+#   within a repeat, then the median); "bpfcc detail ... repeats" lines list each repeat's value.
+#
+#   CCAB_BENCH_SECONDS (20), CCAB_BENCH_RATE_MBIT (20), CCAB_BENCH_REPEATS (3),
+#   CCAB_BENCH_CASES (default "shallow deep rtt100 loss share probertt vivace"),
+#   CCAB_BENCH_TRACE_DIR (if set, each flow's tcp_info samples and model go to a .trace file there)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${CCAB_BENCH_SECONDS:-20}
 rate=${CCAB_BENCH_RATE_MBIT:-20}
 cases=${CCAB_BENCH_CASES:-"shallow deep rtt100 loss share probertt vivace"}
+reps=${CCAB_BENCH_REPEATS:-3}
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || [ ! -e /dev/net/tun ]; then
   echo "bpfcc bench: skipped (needs root, ip and /dev/net/tun)"
   exit 0
@@ -63,7 +68,7 @@ for ns in "$a" "$b" "$v"; do
   ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_rmem="4096 131072 67108864" net.ipv4.tcp_wmem="4096 16384 67108864"
 done
 
-echo "bench/bpfcc: $(date -u +%FT%TZ), $(nproc) cores, kernel $(uname -r), ${rate} Mbit/s bottleneck (ccab-link), ${secs}s runs"
+echo "bench/bpfcc: $(date -u +%FT%TZ), $(nproc) cores, kernel $(uname -r), ${rate} Mbit/s bottleneck (ccab-link), ${secs}s runs, ${reps} repeats; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 agent_applied=1
 st=$(apply bbr2 "$a") || { echo "$st"; echo "bpfcc bench: the agent did not apply bbr2" >&2; exit 1; }
 echo "agent: $st"
@@ -90,33 +95,53 @@ start_sink() {
 }
 # flows OUT FLOWS STARTS [SECONDS]
 flows() {
-  "$tmp/ccflow" send -netns "$a" -dst 10.231.9.2:5301 -flows "$2" -starts "$3" -seconds "${4:-$secs}" -skip 5 >"$tmp/$1.json"
+  local tr=()
+  [ -n "${CCAB_BENCH_TRACE_DIR:-}" ] && tr=(-trace "$CCAB_BENCH_TRACE_DIR/$1.trace")
+  "$tmp/ccflow" send -netns "$a" -dst 10.231.9.2:5301 -flows "$2" -starts "$3" -seconds "${4:-$secs}" -skip 5 "${tr[@]}" >"$tmp/$1.json"
 }
-
-py() { python3 - "$tmp" "$@"; }
+# every case runs $reps times (the algorithms alternate within a repeat, so each ratio compares
+# runs a few seconds apart); a bpfcc line prints the median over the repeats of each figure
+# (ratios taken within a repeat first), a "bpfcc detail ... repeats" line every repeat's value
+py() { python3 - "$tmp" "$reps" "$@"; }
+pyhead='
+import json, sys, os, statistics
+tmp, reps = sys.argv[1], int(sys.argv[2])
+args = sys.argv[3:]
+ld = lambda n: json.load(open(os.path.join(tmp, n + ".json")))["flows"]
+med = statistics.median
+def jain(x):
+    return sum(x) ** 2 / (len(x) * sum(v * v for v in x)) if sum(x) else float("nan")
+def each(v):
+    return " ".join("%.3f" % x for x in v)
+'
 
 pair_case() { # LABEL DELAY BUFFER: two flows of each algorithm, then the bbr2/bbr line
   local label=$1
   link "$label" "$2" "$3" 0
   start_sink
-  for cc in bbr2 bbr cubic; do flows "$label-$cc" "$cc,$cc" "0,2"; done
-  py "$label" <<'EOF'
-import json, sys, os
-tmp, label = sys.argv[1], sys.argv[2]
-r = {}
-for cc in ("bbr2", "bbr", "cubic"):
-    fl = json.load(open(os.path.join(tmp, f"{label}-{cc}.json")))["flows"]
-    sent = sum(f["bytes_sent"] for f in fl); re = sum(f["bytes_retrans"] for f in fl)
-    r[cc] = {"goodput": sum(f["goodput_bps"] for f in fl), "retrans": re / sent if sent else 0.0,
-             "rtt": sorted(f["rtt_p50_ms"] for f in fl)[0], "model": [f.get("model", "") for f in fl]}
-    print("bpfcc detail %s %s goodput %.2f Mbit/s retrans %.3f %% rtt_p50 %.1f ms%s" % (
-        label, cc, r[cc]["goodput"] / 1e6, r[cc]["retrans"] * 100, r[cc]["rtt"],
-        ("  model: " + "; ".join(m for m in r[cc]["model"] if m)) if any(r[cc]["model"]) else ""))
-R = r["bbr2"]["retrans"] / r["bbr"]["retrans"] if r["bbr"]["retrans"] > 0 else float("inf")
-G = r["bbr2"]["goodput"] / r["bbr"]["goodput"] if r["bbr"]["goodput"] > 0 else float("nan")
+  for r in $(seq "$reps"); do
+    for cc in bbr2 bbr cubic; do flows "$label-$cc-$r" "$cc,$cc" "0,2"; done
+  done
+  py "$label" <<PYEOF
+$pyhead
+label = args[0]
+R, G = [], []
+for rep in range(1, reps + 1):
+    r = {}
+    for cc in ("bbr2", "bbr", "cubic"):
+        fl = ld(f"{label}-{cc}-{rep}")
+        sent = sum(f["bytes_sent"] for f in fl); re = sum(f["bytes_retrans"] for f in fl)
+        r[cc] = {"goodput": sum(f["goodput_bps"] for f in fl), "retrans": re / sent if sent else 0.0,
+                 "rtt": sorted(f["rtt_p50_ms"] for f in fl)[0], "model": [f.get("model", "") for f in fl]}
+        print("bpfcc detail %s #%d %s goodput %.2f Mbit/s retrans %.3f %% rtt_p50 %.1f ms%s" % (
+            label, rep, cc, r[cc]["goodput"] / 1e6, r[cc]["retrans"] * 100, r[cc]["rtt"],
+            ("  model: " + "; ".join(m for m in r[cc]["model"] if m)) if any(r[cc]["model"]) else ""))
+    R.append(r["bbr2"]["retrans"] / r["bbr"]["retrans"] if r["bbr"]["retrans"] > 0 else float("inf"))
+    G.append(r["bbr2"]["goodput"] / r["bbr"]["goodput"] if r["bbr"]["goodput"] > 0 else float("nan"))
+print("bpfcc detail %s repeats retrans %s goodput %s" % (label, each(R), each(G)))
 name = "bpfcc bbr2/bbr" if label == "1bdp-20ms" else "bpfcc bbr2/bbr %s" % label
-print("%s retrans %.3f goodput %.3f" % (name, R, G))
-EOF
+print("%s retrans %.3f goodput %.3f" % (name, med(R), med(G)))
+PYEOF
 }
 
 for c in $cases; do
@@ -127,71 +152,88 @@ for c in $cases; do
     loss)
       for p in 0.005 0.01 0.02 0.05; do
         link "loss$p" 10 2 "$p"; start_sink
-        for cc in bbr2 bbr cubic; do flows "loss$p-$cc" "$cc" "0"; done
-        py "$p" "$rate" <<'EOF'
-import json, sys, os
-tmp, p, rate = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]) * 1e6
-u = {cc: json.load(open(os.path.join(tmp, f"loss{sys.argv[2]}-{cc}.json")))["flows"][0]["goodput_bps"] / rate for cc in ("bbr2", "bbr", "cubic")}
-print("bpfcc loss %g%% util bbr2 %.3f bbr %.3f cubic %.3f" % (p * 100, u["bbr2"], u["bbr"], u["cubic"]))
-EOF
+        for r in $(seq "$reps"); do
+          for cc in bbr2 bbr cubic; do flows "loss$p-$cc-$r" "$cc" "0"; done
+        done
+        py "$p" "$rate" <<PYEOF
+$pyhead
+p, rate = args[0], float(args[1]) * 1e6
+u = {cc: [ld(f"loss{p}-{cc}-{rep}")[0]["goodput_bps"] / rate for rep in range(1, reps + 1)] for cc in ("bbr2", "bbr", "cubic")}
+print("bpfcc detail loss %g%% repeats %s" % (float(p) * 100, "  ".join("%s %s" % (cc, each(v)) for cc, v in u.items())))
+print("bpfcc loss %g%% util bbr2 %.3f bbr %.3f cubic %.3f" % (float(p) * 100, med(u["bbr2"]), med(u["bbr"]), med(u["cubic"])))
+PYEOF
       done ;;
     share)
       link share 10 2 0; start_sink
-      for cc in bbr2 bbr; do flows "share-$cc" "cubic,$cc" "0,0"; done
-      py <<'EOF'
-import json, sys, os
-tmp = sys.argv[1]
+      for r in $(seq "$reps"); do
+        for cc in bbr2 bbr; do flows "share-$cc-$r" "cubic,$cc" "0,0"; done
+      done
+      py <<PYEOF
+$pyhead
 out = []
 for cc in ("bbr2", "bbr"):
-    fl = json.load(open(os.path.join(tmp, f"share-{cc}.json")))["flows"]
-    x = [f["goodput_bps"] for f in fl]
-    j = sum(x) ** 2 / (len(x) * sum(v * v for v in x)) if sum(x) else float("nan")
-    print("bpfcc detail share cubic %.2f Mbit/s %s %.2f Mbit/s" % (x[0] / 1e6, cc, x[1] / 1e6))
-    out.append("cubic+%s %.3f" % (cc, j))
+    js = []
+    for rep in range(1, reps + 1):
+        x = [f["goodput_bps"] for f in ld(f"share-{cc}-{rep}")]
+        js.append(jain(x))
+        print("bpfcc detail share #%d cubic %.2f Mbit/s %s %.2f Mbit/s" % (rep, x[0] / 1e6, cc, x[1] / 1e6))
+    out.append("cubic+%s %.3f" % (cc, med(js)))
 print("bpfcc jain " + " ".join(out))
-EOF
+PYEOF
       ;;
     probertt)
       link probertt 10 1 0; start_sink
-      for cc in bbr2 bbr; do flows "prt-$cc" "$cc" "0" 32; done
-      py <<'EOF'
-import json, sys, os
-tmp = sys.argv[1]
+      for r in $(seq "$reps"); do
+        for cc in bbr2 bbr; do flows "prt-$cc-$r" "$cc" "0" 32; done
+      done
+      py <<PYEOF
+$pyhead
 out = []
 for cc in ("bbr2", "bbr"):
-    f = json.load(open(os.path.join(tmp, f"prt-{cc}.json")))["flows"][0]
-    s = f["probe_rtt_starts_s"]
-    per = "%.1f s" % ((s[-1] - s[0]) / (len(s) - 1)) if len(s) > 1 else "n/a"
-    print("bpfcc detail probe_rtt %s starts %s (from %s)" % (cc, " ".join("%.1f" % v for v in s), f["probe_rtt_from"]))
-    out.append("%s period %s" % (cc, per))
+    gaps = []
+    for rep in range(1, reps + 1):
+        f = ld(f"prt-{cc}-{rep}")[0]
+        s = f["probe_rtt_starts_s"]
+        gaps += [b - a for a, b in zip(s, s[1:])]
+        print("bpfcc detail probe_rtt #%d %s starts %s (from %s)" % (rep, cc, " ".join("%.1f" % v for v in s), f["probe_rtt_from"]))
+    out.append("%s period %s" % (cc, "%.1f s" % med(gaps) if gaps else "n/a"))
 print("bpfcc probe_rtt " + " ".join(out))
-EOF
+PYEOF
       ;;
     vivace)
       grep -q '"cc_effective":"vivace"' <<<"${vst:-}" || continue
       link vloss 10 2 0.01; start_sink
-      for cc in vivace cubic; do flows "vloss-$cc" "$cc" "0"; done
+      for r in $(seq "$reps"); do
+        for cc in vivace cubic; do flows "vloss-$cc-$r" "$cc" "0"; done
+      done
       link vdeep 10 8 0; start_sink
-      for cc in vivace cubic; do flows "vdeep-$cc" "$cc" "0"; done
+      for r in $(seq "$reps"); do
+        for cc in vivace cubic; do flows "vdeep-$cc-$r" "$cc" "0"; done
+      done
       link vfair 10 2 0; start_sink
-      flows vfair "vivace,vivace" "0,2"
-      py "$rate" <<'EOF'
-import json, sys, os
-tmp, rate = sys.argv[1], float(sys.argv[2]) * 1e6
-ld = lambda n: json.load(open(os.path.join(tmp, n + ".json")))["flows"]
-u = {cc: ld("vloss-" + cc)[0]["goodput_bps"] / rate for cc in ("vivace", "cubic")}
-q = {cc: ld("vdeep-" + cc)[0]["rtt_p50_ms"] - 20 for cc in ("vivace", "cubic")}
-x = [f["goodput_bps"] for f in ld("vfair")]
-j = sum(x) ** 2 / (len(x) * sum(v * v for v in x)) if sum(x) else float("nan")
-for cc in ("vivace", "cubic"):
-    f = ld("vdeep-" + cc)[0]
-    print("bpfcc detail vivace-case deep8bdp %s goodput %.2f Mbit/s rtt_p50 %.1f ms retrans %.3f %%%s" % (
-        cc, f["goodput_bps"] / 1e6, f["rtt_p50_ms"], f["retrans_share"] * 100, ("  model: " + f["model"]) if f.get("model") else ""))
-print("bpfcc detail vivace-case fair %s" % " ".join("%.2f Mbit/s" % (v / 1e6) for v in x))
-print("bpfcc vivace loss1%% util %.3f cubic %.3f queue_ms %.1f cubic %.1f jain2 %.3f" % (u["vivace"], u["cubic"], q["vivace"], q["cubic"], j))
-EOF
+      for r in $(seq "$reps"); do flows "vfair-$r" "vivace,vivace" "0,2"; done
+      py "$rate" <<PYEOF
+$pyhead
+rate = float(args[0]) * 1e6
+R = range(1, reps + 1)
+u = {cc: [ld(f"vloss-{cc}-{r}")[0]["goodput_bps"] / rate for r in R] for cc in ("vivace", "cubic")}
+q = {cc: [ld(f"vdeep-{cc}-{r}")[0]["rtt_p50_ms"] - 20 for r in R] for cc in ("vivace", "cubic")}
+js = []
+for r in R:
+    for cc in ("vivace", "cubic"):
+        f = ld(f"vdeep-{cc}-{r}")[0]
+        print("bpfcc detail vivace-case #%d deep8bdp %s goodput %.2f Mbit/s rtt_p50 %.1f ms retrans %.3f %%%s" % (
+            r, cc, f["goodput_bps"] / 1e6, f["rtt_p50_ms"], f["retrans_share"] * 100, ("  model: " + f["model"]) if f.get("model") else ""))
+    x = [f["goodput_bps"] for f in ld(f"vfair-{r}")]
+    js.append(jain(x))
+    print("bpfcc detail vivace-case #%d fair %s" % (r, " ".join("%.2f Mbit/s" % (v / 1e6) for v in x)))
+print("bpfcc detail vivace-case repeats util %s cubic %s jain2 %s" % (each(u["vivace"]), each(u["cubic"]), each(js)))
+print("bpfcc vivace loss1%% util %.3f cubic %.3f queue_ms %.1f cubic %.1f jain2 %.3f" % (
+    med(u["vivace"]), med(u["cubic"]), med(q["vivace"]), med(q["cubic"]), med(js)))
+PYEOF
       ;;
     *) echo "unknown case $c" >&2; exit 2 ;;
   esac
 done
+echo "bpfcc detail load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 if ! grep -q '"cc_effective":"vivace"' <<<"${vst:-}"; then echo "bpfcc vivace not run: $(echo "${vst:-}" | tail -1 | cut -c1-200)"; fi

@@ -95,7 +95,7 @@ type Capture struct {
 	cfg    Config
 	sel    sampler.Selection
 	spaces []*space
-	impl   *implCache
+	impl   *ImplCache
 	Stats  Stats
 }
 
@@ -140,7 +140,7 @@ func New(cfg Config) (*Capture, error) {
 	if cfg.BPFCCDir == "" {
 		cfg.BPFCCDir = "/sys/fs/bpf/ccab-cc"
 	}
-	c := &Capture{cfg: cfg, sel: sampler.NewSelection(cfg.Salt, cfg.SampleRate), impl: &implCache{dir: cfg.BPFCCDir}}
+	c := &Capture{cfg: cfg, sel: sampler.NewSelection(cfg.Salt, cfg.SampleRate), impl: NewImplCache(cfg.BPFCCDir)}
 	names := cfg.Namespaces
 	if len(names) == 0 {
 		names = []string{""}
@@ -429,7 +429,7 @@ func (c *Capture) event(sp *space, msg []byte, now int64) (record.TCPConn, bool)
 	if seen && e.firstMs > 0 && now >= e.firstMs {
 		r.SeenDurationMs = record.Int(now - e.firstMs)
 	}
-	r.CCImpl = c.impl.of(r.CC, now)
+	r.CCImpl = c.impl.Of(r.CC, now)
 	if c.cfg.Policy != nil {
 		if gen, set, found := c.cfg.Policy(h.Cookie); found && set {
 			r.PolicyGeneration = record.Int(int64(gen))
@@ -441,10 +441,11 @@ func (c *Capture) event(sp *space, msg []byte, now int64) (record.TCPConn, bool)
 	return r, true
 }
 
-// implCache tells which implementation runs a congestion control: "ccab-bpf" when rollout/bpfcc
+// ImplCache tells which implementation runs a congestion control: "ccab-bpf" when rollout/bpfcc
 // pinned it under dir (<dir>/<cc>/link), "kernel" otherwise ("" for an unknown cc). Answers are
-// kept for a second (a stat per closed connection would be wasted work).
-type implCache struct {
+// kept for a second (a stat per closed connection would be wasted work). The close capture
+// (tcp_conn/1) and the poller (tcp_sample/1, collectors/ccmodel) both ask it.
+type ImplCache struct {
 	dir string
 	mu  sync.Mutex
 	m   map[string]implEntry
@@ -455,7 +456,16 @@ type implEntry struct {
 	atMs int64
 }
 
-func (c *implCache) of(cc string, nowMs int64) string {
+// NewImplCache answers from the pins under dir ("": /sys/fs/bpf/ccab-cc, rollout/bpfcc's default).
+func NewImplCache(dir string) *ImplCache {
+	if dir == "" {
+		dir = "/sys/fs/bpf/ccab-cc"
+	}
+	return &ImplCache{dir: dir}
+}
+
+// Of is cc's implementation at nowMs (unix ms).
+func (c *ImplCache) Of(cc string, nowMs int64) string {
 	if cc == "" || c == nil {
 		return ""
 	}

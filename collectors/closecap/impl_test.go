@@ -13,8 +13,8 @@ import (
 // answers are re-read after a second (an algorithm loaded or unloaded meanwhile).
 func TestImplCache(t *testing.T) {
 	dir := t.TempDir()
-	c := &implCache{dir: dir}
-	if got := c.of("bbr2", 1000); got != record.CCImplKernel {
+	c := NewImplCache(dir)
+	if got := c.Of("bbr2", 1000); got != record.CCImplKernel {
 		t.Fatalf("bbr2 not pinned: %q", got)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "bbr2"), 0o755); err != nil {
@@ -23,16 +23,16 @@ func TestImplCache(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "bbr2", "link"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got := c.of("bbr2", 1500); got != record.CCImplKernel {
+	if got := c.Of("bbr2", 1500); got != record.CCImplKernel {
 		t.Errorf("cached answer within the second: %q", got)
 	}
-	if got := c.of("bbr2", 2001); got != record.CCImplBPF {
+	if got := c.Of("bbr2", 2001); got != record.CCImplBPF {
 		t.Errorf("bbr2 pinned: %q", got)
 	}
-	if got := c.of("cubic", 2001); got != record.CCImplKernel {
+	if got := c.Of("cubic", 2001); got != record.CCImplKernel {
 		t.Errorf("cubic: %q", got)
 	}
-	if got := c.of("", 2001); got != "" {
+	if got := c.Of("", 2001); got != "" {
 		t.Errorf("unknown cc: %q", got)
 	}
 	b, err := record.AppendConn(nil, &record.TCPConn{Schema: "tcp_conn/1", CC: "bbr2", CCImpl: record.CCImplBPF, SampleRate: 1})

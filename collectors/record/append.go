@@ -217,6 +217,9 @@ func AppendTCP(dst []byte, s *TCPSample) ([]byte, error) {
 	b = append(b, `,"cc":`...)
 	b = appendString(b, s.CC)
 	b = appendOptInt(append(b, `,"cc_version":`...), s.CCVersion)
+	if s.CCImpl != "" { // optional: absent when the collector cannot tell
+		b = appendString(append(b, `,"cc_impl":`...), s.CCImpl)
+	}
 	b = append(b, `,"sock_id":`...)
 	b = appendString(b, s.SockID)
 	b = append(b, `,"peer_prefix":`...)
@@ -294,6 +297,9 @@ func AppendTCP(dst []byte, s *TCPSample) ([]byte, error) {
 	b = append(b, `,"sample_rate":`...)
 	if b, err = appendFloatField(b, float64(s.SampleRate), "sample_rate"); err != nil {
 		return dst, err
+	}
+	if s.PolicyGeneration != nil { // optional: absent unless a socket policy decided the connection
+		b = appendOptInt(append(b, `,"policy_generation":`...), s.PolicyGeneration)
 	}
 	return append(b, '}'), nil
 }

@@ -29,8 +29,11 @@ type TCPSample struct {
 	Arm       string `json:"arm"`
 	RolloutID string `json:"rollout_id"`
 
-	CC         string `json:"cc"`
-	CCVersion  *int64 `json:"cc_version"`
+	CC        string `json:"cc"`
+	CCVersion *int64 `json:"cc_version"`
+	// CCImpl is which implementation of cc runs: CCImplKernel or CCImplBPF (optional, added
+	// after tcp_sample/1 was first published: absent when the collector cannot tell).
+	CCImpl     string `json:"cc_impl,omitempty"`
 	SockID     string `json:"sock_id"`
 	PeerPrefix string `json:"peer_prefix"`
 	LocalPort  int64  `json:"local_port"`
@@ -92,6 +95,10 @@ type TCPSample struct {
 	TotalRTOTimeMs     *int64 `json:"total_rto_time_ms"`
 
 	SampleRate Float `json:"sample_rate"`
+
+	// PolicyGeneration is the generation of the assignment/2 socket policy that set this
+	// connection's congestion control (optional, as in tcp_conn/1: absent unless a policy did).
+	PolicyGeneration *int64 `json:"policy_generation,omitempty"`
 }
 
 // TCPConn is one TCP connection at its end (tcp_conn/1): the final counters the kernel

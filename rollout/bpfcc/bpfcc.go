@@ -77,14 +77,14 @@ type Loader struct {
 	BTFPath  string // kernel BTF (default /sys/kernel/btf/vmlinux)
 	ProcFS   string // default /proc
 
-	// as registers an algorithm under another name (tests: a unique name, so that they never
+	// As registers an algorithm under another name (tests: a unique name, so that they never
 	// touch a "bbr2" someone else registered).
-	as map[string]string
+	As map[string]string
 }
 
 // kname is the name name is registered under.
 func (l Loader) kname(name string) string {
-	if n, ok := l.as[name]; ok {
+	if n, ok := l.As[name]; ok {
 		return n
 	}
 	return name

@@ -20,9 +20,9 @@ func testLoader(t *testing.T) (Loader, string) {
 		t.Skip("needs root (bpf, network namespaces)")
 	}
 	tag := netnstest.Tag()
-	l := Loader{Dir: "/sys/fs/bpf/ccab-cc-test-" + tag, UsersDir: t.TempDir(), as: map[string]string{}}
+	l := Loader{Dir: "/sys/fs/bpf/ccab-cc-test-" + tag, UsersDir: t.TempDir(), As: map[string]string{}}
 	for _, n := range Names() {
-		l.as[n] = n + "t" + tag
+		l.As[n] = n + "t" + tag
 	}
 	if err := l.Check(); err != nil {
 		t.Fatalf("this kernel should run BPF congestion controls: %v", err)
@@ -165,7 +165,7 @@ func TestLoadRunUnload(t *testing.T) {
 
 func TestEnsureRefusesKernelName(t *testing.T) {
 	l, _ := testLoader(t)
-	l.as["bbr2"] = "reno" // the kernel's own: never loaded over
+	l.As["bbr2"] = "reno" // the kernel's own: never loaded over
 	if _, err := l.Ensure("bbr2"); err == nil || !strings.Contains(err.Error(), "kernel offers its own reno") {
 		t.Fatalf("want a refusal, got %v", err)
 	}

@@ -51,6 +51,7 @@ func main() {
 	skip := fs.Float64("skip", 5, "send: goodput is counted from this second")
 	sampleMs := fs.Int("sample-ms", 10, "send: tcp_info sampling period")
 	bpfDir := fs.String("bpf-dir", bpfcc.DefaultDir, "send: where ccab's BPF algorithms are pinned")
+	trace := fs.String("trace", "", "send: write one line per tcp_info sample (t, flow, cwnd, rtt, retransmitted bytes, model) to this file")
 	nsName := fs.String("netns", "", "send: open the connections in this network namespace (run ccflow itself outside: `ip netns exec` hides /sys/fs/bpf)")
 	seed := fs.String("seed", "", "sign: hex Ed25519 seed file")
 	host := fs.String("host", "", "sign: host")
@@ -62,7 +63,7 @@ func main() {
 	case "sink":
 		err = sink(*listen)
 	case "send":
-		err = send(*dst, strings.Split(*flows, ","), *starts, *secs, *skip, *sampleMs, *bpfDir, netns.Path(*nsName))
+		err = send(*dst, strings.Split(*flows, ","), *starts, *secs, *skip, *sampleMs, *bpfDir, netns.Path(*nsName), *trace)
 	case "sign":
 		err = sign(*seed, *host, *cc, *gen)
 	default:
@@ -108,10 +109,12 @@ func sign(seedFile, host, cc string, gen int64) error {
 }
 
 type sample struct {
-	tS    float64
-	rttUs uint32
-	cwnd  uint32
-	acked uint64
+	tS      float64
+	rttUs   uint32
+	cwnd    uint32
+	acked   uint64
+	retrans uint64
+	mode    string
 }
 
 type flowResult struct {
@@ -120,6 +123,7 @@ type flowResult struct {
 	GoodputBps     float64   `json:"goodput_bps"`
 	BytesSent      uint64    `json:"bytes_sent"`
 	BytesRetrans   uint64    `json:"bytes_retrans"`
+	RetransCounted uint64    `json:"bytes_retrans_counted"` // from the goodput window's start on
 	RetransShare   float64   `json:"retrans_share"`
 	RTTP50Ms       float64   `json:"rtt_p50_ms"`
 	RTTP95Ms       float64   `json:"rtt_p95_ms"`
@@ -144,7 +148,7 @@ type flow struct {
 	model   string
 }
 
-func send(dst string, ccs []string, startsArg string, secs, skip float64, sampleMs int, bpfDir, nsPath string) error {
+func send(dst string, ccs []string, startsArg string, secs, skip float64, sampleMs int, bpfDir, nsPath, trace string) error {
 	starts := make([]float64, len(ccs))
 	if startsArg != "" {
 		parts := strings.Split(startsArg, ",")
@@ -203,6 +207,11 @@ loop:
 	}{Seconds: secs, SkipS: skip}
 	for _, f := range fl {
 		out.Flows = append(out.Flows, f.result(secs, skip))
+	}
+	if trace != "" {
+		if err := writeTrace(trace, fl); err != nil {
+			return err
+		}
 	}
 	return json.NewEncoder(os.Stdout).Encode(out)
 }
@@ -271,9 +280,10 @@ func (f *flow) sample(now float64) {
 	if ti == nil {
 		return
 	}
-	f.samples = append(f.samples, sample{tS: now, rttUs: ti.Rtt, cwnd: ti.Snd_cwnd, acked: ti.Bytes_acked})
+	smp := sample{tS: now, rttUs: ti.Rtt, cwnd: ti.Snd_cwnd, acked: ti.Bytes_acked, retrans: ti.Bytes_retrans}
 	if f.state != nil {
 		if st, ok, _ := f.state.Lookup(f.cookie); ok {
+			smp.mode = fmt.Sprintf("%s bw=%.2f hi=%s lo=%s", st.ModeName(), float64(st.BwBps)*8/1e6, bound(st.InflightHi), bound(st.InflightLo))
 			f.model = fmt.Sprintf("%s bw %.1f Mbit/s min_rtt %d us inflight_hi %s", st.ModeName(), float64(st.BwBps)*8/1e6, st.MinRTTUs, bound(st.InflightHi))
 			if st.ProbeRTTCount > f.lastCnt {
 				f.probes = append(f.probes, now)
@@ -281,7 +291,20 @@ func (f *flow) sample(now float64) {
 			}
 		}
 	}
+	f.samples = append(f.samples, smp)
 	f.lastTI = ti
+}
+
+// writeTrace writes every sample of every flow: seconds, flow index, cc, cwnd, RTT ms,
+// retransmitted bytes so far, the BPF model's mode and bounds (if any).
+func writeTrace(path string, fl []*flow) error {
+	var b strings.Builder
+	for i, f := range fl {
+		for _, x := range f.samples {
+			fmt.Fprintf(&b, "%.3f %d %s cwnd=%d rtt=%.1f retrans=%d %s\n", x.tS, i, f.cc, x.cwnd, float64(x.rttUs)/1000, x.retrans, x.mode)
+		}
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 func (f *flow) result(secs, skip float64) flowResult {
@@ -302,6 +325,9 @@ func (f *flow) result(secs, skip float64) flowResult {
 	}
 	r.BytesSent = f.lastTI.Bytes_sent
 	r.BytesRetrans = f.lastTI.Bytes_retrans
+	if i < len(s) {
+		r.RetransCounted = r.BytesRetrans - s[i].retrans
+	}
 	if r.BytesSent > 0 {
 		r.RetransShare = float64(r.BytesRetrans) / float64(r.BytesSent)
 	}

@@ -8,12 +8,14 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ccab-dev/ccab/collectors/ccmodel"
 	"github.com/ccab-dev/ccab/collectors/closecap"
 	"github.com/ccab-dev/ccab/collectors/config"
 	"github.com/ccab-dev/ccab/collectors/metrics"
 	"github.com/ccab-dev/ccab/collectors/record"
 	"github.com/ccab-dev/ccab/collectors/sampler"
 	"github.com/ccab-dev/ccab/collectors/sink"
+	"github.com/ccab-dev/ccab/rollout/bpfcc"
 )
 
 // tcpInfo is the netlink sampler as a source of the sink (tcp_info.enabled).
@@ -21,6 +23,7 @@ type tcpInfo struct {
 	s      *sampler.Sampler
 	ports  []uint16
 	book   *closecap.Book // what the close-time capture learns from the poller (cc, first seen)
+	enrich *ccmodel.Enricher
 	topic  string
 	stream string // one per process: positions count this process's records
 	pos    int64
@@ -41,11 +44,18 @@ func newTCPInfo(cfg config.Config, m *metrics.Metrics, log *slog.Logger) (*tcpIn
 		ports = append(ports, uint16(n))
 	}
 	book := closecap.NewBook(0)
+	// cc_impl, ccab's BPF bbr2/bbr3 model in the bbr_* fields, and policy_generation (the
+	// socket policy's records: close_capture.sockpolicy_pin_dir, shared with tcp_conn/1)
+	enrich := &ccmodel.Enricher{Impl: closecap.NewImplCache(bpfcc.DefaultDir),
+		Policy: policyLookup(cfg.CloseCapture.SockPolicyPinDir, log)}
 	sc := sampler.Config{
 		Interval: cfg.TCPInfo.Interval.Std(), SampleRate: cfg.TCPInfo.SampleRate, Salt: cfg.TCPInfo.Salt,
 		LocalPorts: ports, MinBytesAcked: uint64(max(cfg.TCPInfo.MinBytesAcked, 0)),
 		MaxPerTick: cfg.TCPInfo.MaxPerTick, Namespaces: cfg.TCPInfo.Namespaces,
-		Observe: book.Observe,
+		Observe: func(netns, cookie uint64, r *record.TCPSample) {
+			enrich.Sample(cookie, r, time.Now())
+			book.Observe(netns, cookie, r)
+		},
 		OnTick: func(st sampler.TickStats, err error) {
 			m.SocketsSeen.Add(float64(st.Sockets))
 			m.SocketsSampled.Add(float64(st.Sampled))
@@ -59,7 +69,7 @@ func newTCPInfo(cfg config.Config, m *metrics.Metrics, log *slog.Logger) (*tcpIn
 	if err != nil {
 		return nil, fmt.Errorf("tcp_info sampler: %w", err)
 	}
-	return &tcpInfo{s: s, ports: ports, book: book, topic: cfg.Kafka.TopicTCP, m: m, log: log,
+	return &tcpInfo{s: s, ports: ports, book: book, enrich: enrich, topic: cfg.Kafka.TopicTCP, m: m, log: log,
 		stream: fmt.Sprintf("t:%d:%d", os.Getpid(), time.Now().UnixNano())}, nil
 }
 
@@ -95,4 +105,7 @@ func (t *tcpInfo) run(ctx context.Context, reps int, host *config.Host, sk *sink
 	return err
 }
 
-func (t *tcpInfo) close() { _ = t.s.Close() }
+func (t *tcpInfo) close() {
+	_ = t.s.Close()
+	t.enrich.Close()
+}

@@ -142,6 +142,7 @@ TCP_SAMPLE = Schema(
         rollout_id string
         cc string
         cc_version uint8?
+        cc_impl string?
         sock_id string
         peer_prefix string
         local_port uint16
@@ -190,6 +191,7 @@ TCP_SAMPLE = Schema(
         total_rto_recoveries uint32?
         total_rto_time_ms uint?
         sample_rate float (0,1]
+        policy_generation uint?
         """
     ),
     key=("host", "sock_id", "ts_ms"),

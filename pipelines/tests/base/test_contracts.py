@@ -30,6 +30,18 @@ def test_ss_vectors_are_valid_tcp_samples_once_the_sampler_adds_host_fields(name
         assert contracts.validate({**rec, **SAMPLER_FIELDS}) == []
 
 
+def test_tcp_sample_optional_cc_impl_and_policy_generation():
+    """The poller writes cc_impl and policy_generation where it can tell (collectors/ccmodel); the
+    ss text never carries them, and a record without them stays valid (optional fields)."""
+    rec = {**_jsonl("ss_tinHOe_iproute2-6.1.expected.jsonl")[0], **SAMPLER_FIELDS}
+    assert "cc_impl" not in rec and "policy_generation" not in rec
+    assert contracts.validate(rec) == []
+    assert contracts.validate({**rec, "cc_impl": "ccab-bpf", "policy_generation": 7}) == []
+    assert contracts.validate({**rec, "cc_impl": 2}) != []
+    assert contracts.validate({**rec, "policy_generation": -1}) != []
+    assert contracts.validate({**rec, "policy_generation": "7"}) != []
+
+
 def test_ss_vectors_alone_lack_exactly_the_sampler_fields():
     rec = _jsonl("ss_tinHOe_iproute2-6.1.expected.jsonl")[0]
     missing = {e.removeprefix("missing required field ") for e in contracts.validate({**rec, "schema": "tcp_sample/1"})}

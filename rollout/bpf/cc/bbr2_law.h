@@ -62,6 +62,7 @@ enum { ACKS_INIT = 0, ACKS_REFILLING, ACKS_PROBE_STARTING, ACKS_PROBE_FEEDBACK, 
 #define BBR_STARTUP_LOSS_EVENTS 8
 #endif
 #define BBR_UP_PACING_GAIN 320       /* 1.25 */
+#define BBR_UP_PIF_GAIN 320          /* v2: UP ends once a min_rtt has passed and inflight >= 1.25 BDP */
 #define BBR_CWND_GAIN 512            /* 2.0 */
 #define BBR_PROBE_RTT_CWND_GAIN 128  /* 0.5 BDP */
 #define BBR_FULL_BW_THRESH 320       /* 1.25: STARTUP/UP growth that counts */
@@ -113,6 +114,8 @@ struct bbr2_state {
 	u32 pacing_gain;
 	u32 cwnd_gain;
 	u32 probe_rtt_count;
+	u32 inflight_round_max; /* max prior_in_flight this round ... */
+	u32 inflight_prev_round_max; /* ... and in the previous one (0: none yet): see bbr_tx_in_flight */
 	u8 mode;
 	u8 phase;
 	u8 ack_phase;
@@ -127,6 +130,8 @@ struct bbr2_state {
 	u8 bw_probe_samples;
 	u8 idle_restart;
 	u8 restore_cwnd;
+	u8 prev_probe_too_high;  /* the last probe ended in "inflight too high" */
+	u8 stopped_risky_probe;  /* this probe stopped at inflight_hi because the last one was too high */
 	u8 initialized;
 };
 
@@ -262,6 +267,7 @@ static __always_inline void bbr_start_refill(struct bbr2_state *s, const struct 
 	bbr_reset_lower_bounds(s);
 	s->probe_up_rounds = 0;
 	s->probe_up_acks = 0;
+	s->stopped_risky_probe = 0;
 	s->ack_phase = ACKS_REFILLING;
 	bbr_start_round(s, in);
 	s->phase = B2_REFILL;
@@ -272,6 +278,7 @@ static __always_inline void bbr_start_up(struct bbr2_state *s, const struct bbr2
 	s->ack_phase = ACKS_PROBE_STARTING;
 	bbr_start_round(s, in);
 	bbr_reset_full_bw(s, sample_bw);
+	s->cycle_stamp_us = in->now_us;
 	s->phase = B2_UP;
 	bbr_raise_inflight_hi_slope(s, in);
 }
@@ -298,14 +305,28 @@ static __always_inline u32 bbr_inflight_with_headroom(const struct bbr2_state *s
 	return bbr_max32(s->inflight_hi - headroom, BBR_CWND_MIN);
 }
 
+/* v2's rs->tx_in_flight (packets in flight when the ACKed packet was sent) is not in mainline's
+ * rate_sample. The packets ACKed in this round were sent during the previous one, so the largest
+ * inflight seen then bounds it from above; the inflight before this ACK does too. Without the
+ * bound (the current inflight alone), a window that grew while the loss was still unseen set
+ * inflight_hi a round's growth above the level that lost. */
+static __always_inline u32 bbr_tx_in_flight(const struct bbr2_state *s, const struct bbr2_in *in)
+{
+	u32 x = in->prior_in_flight;
+
+	if (s->inflight_prev_round_max)
+		x = bbr_min32(x, s->inflight_prev_round_max);
+	return bbr_max32(x, 1);
+}
+
 /* v2's rs->lost > rs->tx_in_flight * 2 %, with mainline's fields: packets lost since the round
- * began (tp->lost now minus at the round start) over the inflight before this ACK. */
+ * began (tp->lost now minus at the round start) over the estimated tx_in_flight. */
 static __always_inline int bbr_inflight_too_high(const struct bbr2_state *s, const struct bbr2_in *in)
 {
 	u32 lost = in->tp_lost - s->lost_round_start;
 	u32 delivered = in->tp_delivered - s->delivered_round_start;
 	u32 ce = in->tp_delivered_ce - s->ce_round_start;
-	u32 tx_in_flight = bbr_max32(in->prior_in_flight, 1);
+	u32 tx_in_flight = bbr_tx_in_flight(s, in);
 
 	if (lost > 0 && (u64)lost * 100 > (u64)tx_in_flight * BBR_LOSS_THRESH_PCT)
 		return 1;
@@ -319,9 +340,10 @@ static __always_inline void bbr_handle_inflight_too_high(struct bbr2_state *s, c
 	u32 target = bbr_bdp(s, s->bw, BBR_UNIT);
 	u32 beta_target = (u32)(((u64)target * BBR_BETA) >> BBR_SCALE);
 
+	s->prev_probe_too_high = 1;
 	s->bw_probe_samples = 0;
 	if (!in->is_app_limited)
-		s->inflight_hi = bbr_max32(bbr_max32(in->prior_in_flight, beta_target), BBR_CWND_MIN);
+		s->inflight_hi = bbr_max32(bbr_max32(bbr_tx_in_flight(s, in), beta_target), BBR_CWND_MIN);
 	if (s->mode == B2_PROBE_BW && s->phase == B2_UP)
 		bbr_start_down(s, in);
 }
@@ -356,6 +378,12 @@ static __always_inline void bbr_adapt_upper_bounds(struct bbr2_state *s, const s
 			s->bw_hi[0] = s->bw_hi[1];
 			s->bw_hi[1] = 0;
 		}
+		/* the probe stopped at inflight_hi (the one before had been too high) and a round of
+		 * its ACKs showed no excess loss: probe again, this time growing past inflight_hi */
+		if (s->mode == B2_PROBE_BW && s->stopped_risky_probe && !s->prev_probe_too_high) {
+			bbr_start_refill(s, in);
+			return;
+		}
 	}
 	if (s->bw_probe_samples && bbr_inflight_too_high(s, in)) {
 		bbr_handle_inflight_too_high(s, in);
@@ -363,8 +391,8 @@ static __always_inline void bbr_adapt_upper_bounds(struct bbr2_state *s, const s
 	}
 	if (s->inflight_hi == U32_INF)
 		return;
-	if (in->prior_in_flight > s->inflight_hi)
-		s->inflight_hi = bbr_min32(in->prior_in_flight, BBR_CWND_MAX);
+	if (bbr_tx_in_flight(s, in) > s->inflight_hi)
+		s->inflight_hi = bbr_min32(bbr_tx_in_flight(s, in), BBR_CWND_MAX);
 	if (s->mode == B2_PROBE_BW && s->phase == B2_UP)
 		bbr_probe_inflight_hi_upward(s, in);
 }
@@ -482,7 +510,10 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 		s->rounds_since_probe++;
 		s->round_start = 1;
 		s->packet_conservation = 0;
+		s->inflight_prev_round_max = s->inflight_round_max;
+		s->inflight_round_max = 0;
 	}
+	s->inflight_round_max = bbr_max32(s->inflight_round_max, in->prior_in_flight);
 	if (valid) {
 		u64 iv = (u64)in->interval_us;
 
@@ -539,11 +570,27 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 	if (s->mode == B2_PROBE_BW) {
 		bbr_adapt_upper_bounds(s, in);
 		if (s->mode == B2_PROBE_BW && s->phase == B2_UP) {
+			int done = 0;
+
 			bbr_check_full_bw(s, in, sample_bw);
-			if (in->prior_in_flight + 2 >= in->cwnd && in->cwnd >= s->inflight_hi)
+			if (s->prev_probe_too_high && in->inflight >= s->inflight_hi) {
+				/* the last probe lost at inflight_hi: stop there this time */
+				s->stopped_risky_probe = 1;
+				done = 1;
+			} else if (BBR_V == 2) {
+				/* v2: a min_rtt into the probe, 1.25 BDP in flight is enough to measure
+				 * more bandwidth if there is any; more only builds a queue */
+				done = in->now_us - s->cycle_stamp_us > s->min_rtt_us &&
+				       in->inflight >= bbr_inflight(s, in, max_bw, BBR_UP_PIF_GAIN);
+			} else if (in->prior_in_flight + 2 >= in->cwnd && in->cwnd >= s->inflight_hi) {
 				bbr_reset_full_bw(s, sample_bw); /* still cwnd-limited at inflight_hi: keep probing */
-			else if (s->full_bw_now)
+			} else {
+				done = s->full_bw_now; /* v3 (the draft): the bandwidth stopped growing */
+			}
+			if (done) {
+				s->prev_probe_too_high = 0; /* no excess loss (yet) */
 				bbr_start_down(s, in);
+			}
 		} else if (s->phase == B2_DOWN) {
 			if (!bbr_time_to_probe(s, in) && in->inflight <= bbr_inflight_with_headroom(s) &&
 			    in->inflight <= bbr_inflight(s, in, max_bw, BBR_UNIT))

@@ -30,6 +30,8 @@ struct law_vv_in {
 	s64 rtt_us;
 	u32 mss, srtt_us, cwnd, cwnd_clamp, acked_sacked, losses, rand;
 };
+/* vivace's dRTT/dt (Q16, 0 when not significant) of these RTT samples as one MI's */
+s64 law_vv_rtt_slope(u32 n, const u64 *now_us, const s64 *rtt_us);
 struct law_vv_view {
 	u32 cwnd;
 	u64 pacing_bps, rate_bps;

@@ -116,3 +116,18 @@ func (v *Vivace) OnAck(in VivaceIn) VivaceView {
 	return VivaceView{Cwnd: uint32(o.cwnd), PacingBps: uint64(o.pacing_bps), RateBps: uint64(o.rate_bps),
 		Rounds: uint32(o.rounds), Phase: uint8(o.phase)}
 }
+
+// VivaceRTTSlope is vivace's dRTT/dt (Q16: 65536 = 1 us per us) of these RTT samples taken as
+// one monitor interval's, 0 when the slope is not significant.
+func VivaceRTTSlope(nowUs []uint64, rttUs []int64) int64 {
+	if len(nowUs) == 0 || len(nowUs) != len(rttUs) {
+		return 0
+	}
+	t := C.malloc(C.size_t(8 * len(nowUs)))
+	r := C.malloc(C.size_t(8 * len(rttUs)))
+	defer C.free(t)
+	defer C.free(r)
+	copy(unsafe.Slice((*uint64)(t), len(nowUs)), nowUs)
+	copy(unsafe.Slice((*int64)(r), len(rttUs)), rttUs)
+	return int64(C.law_vv_rtt_slope(C.u32(len(nowUs)), (*C.u64)(t), (*C.s64)(r)))
+}

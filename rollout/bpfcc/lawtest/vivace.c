@@ -20,3 +20,13 @@ void law_vv_on_ack(void *state, const struct law_vv_in *i, struct law_vv_view *v
 	v->rounds = s->rounds;
 	v->phase = s->phase;
 }
+
+s64 law_vv_rtt_slope(u32 n, const u64 *now_us, const s64 *rtt_us)
+{
+	struct vv_mi mi = {0};
+	u32 i;
+
+	for (i = 0; i < n; i++)
+		vv_mi_add_rtt(&mi, now_us[i], rtt_us[i]);
+	return vv_rtt_slope_q16(&mi);
+}
