@@ -207,3 +207,74 @@ def test_a_batch_that_keeps_failing_while_the_warehouse_answers_is_split_not_ret
     assert warehouse.query("SELECT count() FROM http_requests WHERE method = 'POISON'").scalar() == 0
     # bounded: 3 tries of the whole batch, then one write per half on the way down to the record
     assert len(calls) <= 3 + 2 * 10, calls
+
+
+class _HoldFirstInsert:
+    """The real warehouse, except that the first insert into ``table`` waits for ``release``."""
+
+    def __init__(self, wh, table: str):
+        self.wh, self.table = wh, table
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self.held = False
+
+    def _hold(self, sql: str) -> None:
+        if not self.held and self.table in sql:
+            self.held = True
+            self.holding.set()
+            assert self.release.wait(120), "the test never released the first insert"
+
+    def insert_raw(self, table, data, fmt="JSONEachRow", settings=None):
+        self._hold(table)
+        return self.wh.insert_raw(table, data, fmt, settings)
+
+    def command_input(self, sql, data, fmt, structure, params=None, settings=None):
+        self._hold(sql)
+        return self.wh.command_input(sql, data, fmt, structure, params=params, settings=settings)
+
+    def command(self, sql, params=None, settings=None):
+        if sql.lstrip().upper().startswith("INSERT"):
+            self._hold(sql)
+        return self.wh.command(sql, params=params, settings=settings)
+
+    def __getattr__(self, name):
+        return getattr(self.wh, name)
+
+
+def test_the_next_batch_is_consumed_while_one_is_written_and_offsets_follow_the_inserts(
+        kafka_broker, fresh_topic, warehouse):
+    """One batch in flight: while the first batch's insert is held, the loader has already consumed
+    the second batch, and nothing is committed; once released, every record is in once and the
+    group's committed offsets are the end of the topic."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = fresh_topic("tcp", partitions=1)
+    _produce(kafka_broker, topic, [line(tcp_sample(i)) for i in range(3000)])
+    group = f"g-{topic}"
+    wh = _HoldFirstInsert(warehouse, "tcp_samples")
+    loader = Loader(wh, kafka_broker, {topic: SCHEMAS["tcp_sample/1"]}, group=group, batch_rows=1000,
+                    batch_wait_s=0.2)
+    result: dict = {}
+    runner = threading.Thread(target=lambda: result.setdefault("totals", loader.run(max_idle_s=3)), daemon=True)
+    runner.start()
+    assert wh.holding.wait(120), "the loader never inserted"
+
+    def position() -> int:  # the next offset the loader's consumer hands out: what it has consumed
+        return loader.consumer.position([TopicPartition(topic, 0)])[0].offset
+
+    probe = Consumer({"bootstrap.servers": kafka_broker, "group.id": group, "enable.auto.commit": False})
+    try:
+        deadline = time.monotonic() + 120  # waiting for an event, not timing it
+        while position() < 2000:  # the second batch (offsets 1000-1999) taken while the first is held
+            assert time.monotonic() < deadline, "the loader did not consume the next batch while one was written"
+            time.sleep(0.05)
+        assert [tp.offset for tp in probe.committed([TopicPartition(topic, 0)], timeout=30)] == [-1001]  # nothing yet
+        wh.release.set()
+        runner.join(120)
+        assert not runner.is_alive()
+        assert result["totals"].inserted == 3000
+        assert warehouse.query("SELECT count(), uniqExact(_offset) FROM tcp_samples").rows[0] == (3000, 3000)
+        assert [tp.offset for tp in probe.committed([TopicPartition(topic, 0)], timeout=30)] == [3000]
+    finally:
+        wh.release.set()
+        probe.close()
