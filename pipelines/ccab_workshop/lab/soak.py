@@ -91,7 +91,7 @@ class Proc:
             self.p.wait()
             self.kills += 1
 
-    def stop(self, timeout_s: float = 30) -> None:
+    def stop(self, timeout_s: float = 10) -> None:
         if self.p is not None and self.p.poll() is None:
             self.p.terminate()
             try:
@@ -124,11 +124,15 @@ def wait_warehouse(timeout_s: float = 90) -> None:
     raise LabError("the warehouse service did not answer")
 
 
-def kafka_up() -> str:
-    res = run_ccab("kafka", "up", "--timeout", "120", timeout_s=180)
-    if res.returncode != 0:
-        raise LabError(f"ccab kafka up failed: {res.stderr.strip()[-600:]}")
-    return broker.local_bootstrap()
+def kafka_up(attempts: int = 3) -> str:
+    """``ccab kafka up``, again when it timed out (a broker recovering its logs after a SIGKILL on a
+    busy machine can take minutes)."""
+    for i in range(attempts):
+        res = run_ccab("kafka", "up", "--timeout", "300", timeout_s=400)
+        if res.returncode == 0:
+            return broker.local_bootstrap()
+        _say(f"ccab kafka up failed (attempt {i + 1}/{attempts}): {res.stderr.strip()[-300:]}")
+    raise LabError(f"ccab kafka up failed {attempts} times: {res.stderr.strip()[-300:]}")
 
 
 def kafka_kill() -> bool:
@@ -302,6 +306,7 @@ class Soak:
         self.back_at: float | None = None
         self.stop_evt = threading.Event()
         self.outcomes: dict[str, tuple[bool, str]] = {}
+        self.stale_put_at = 0
         self.agents: dict[str, Proc] = {}
         self.collectors: dict[str, Collector] = {}
 
@@ -358,7 +363,7 @@ class Soak:
             ng.start()
             self.session.stack.callback(ng.stop)
             col = Collector(ns, self.host_name[label], hdir / "collector", ng.access_log,
-                            hdir / "agent-state.json", self.bootstrap, "ccab.tcp.v1", "ccab.http.v1", 1000,
+                            hdir / "agent-state.json", self.bootstrap, "ccab.tcp.v1", "ccab.http.v1", 2000,
                             self.session.registry)
             col.start()
             self.collectors[label] = col
@@ -437,8 +442,8 @@ class Soak:
                 t = st.get("breaker_checked_ms")
                 if t and (not self.checks[rid] or self.checks[rid][-1] != t):
                     self.checks[rid].append(t)
-                if st.get("status") == "running":
-                    self.running_until[rid] = _ms()
+                if st.get("status") == "running" and not (rid == self.rid["faulty"] and self.stale_put_at):
+                    self.running_until[rid] = _ms()  # (a stale state put back is refused, not run)
             if self.fault_at and self.back_at is None:
                 if all(self.cc(label) == "cubic" for label in self.treated):
                     self.back_at = time.time()
@@ -495,14 +500,17 @@ class Soak:
                 p.start()
                 if what == "warehouse":
                     wait_warehouse()
-            elif what == "hourly":
+            elif what == "hourly":  # mid-run: wait for its next run when it is between two
+                deadline = time.time() + self.args.hourly_every + 120
+                while not self.hourly.alive() and time.time() < deadline and not self.stop_evt.is_set():
+                    time.sleep(0.5)
+                time.sleep(rng.uniform(0.5, 3.0))
                 if self.hourly.alive():
+                    pid = self.hourly.p.pid
                     self.hourly.kill()
-                    self.event(f"SIGKILL the hourly job mid-run (pid {self.hourly.p.pid}); the next run is on "
-                               "schedule")
+                    self.event(f"SIGKILL the hourly job mid-run (pid {pid}); its next run is on schedule")
                 else:
-                    self.event("hourly job not running at its kill time: SIGKILL skipped, retried in 20 s")
-                    threading.Timer(20, self.chaos, (action, rng)).start()
+                    self.event("SIGKILL the hourly job: it was not running (skipped)")
             elif what == "collector":
                 label = rng.choice(self.all_labels)
                 col = self.collectors[label]
@@ -534,6 +542,21 @@ class Soak:
         elif action == "second-deployment":
             self.second_deployment()
 
+    def chaos_loop(self, schedule: list[tuple[float, str]], t0: float, end: float) -> None:
+        """The chaos actions in order, each at its time (or as soon as the previous one is done)."""
+        rng = random.Random(self.args.seed + 1)
+        for at, action in schedule:
+            while time.time() < t0 + at:
+                if self.stop_evt.wait(0.5):
+                    return
+            if time.time() >= end:
+                self.event(f"{action}: not run (the soak ended first)")
+                continue
+            try:
+                self.chaos(action, rng)
+            except Exception as exc:  # noqa: BLE001 - a chaos step that fails is reported, the soak goes on
+                self.event(f"{action} FAILED: {type(exc).__name__}: {str(exc)[-300:]}")
+
     def hostile(self) -> None:
         from confluent_kafka import Producer
         p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "message.timeout.ms": 30000})
@@ -558,12 +581,40 @@ class Soak:
                    f"host, and a signed assignment for {host} with generation 2^53-1)")
 
     def stale_state(self) -> None:
+        """The faulty rollout's state file from its start put back (a restored backup): the
+        controller service must refuse to act on it; the operator then does what its message says
+        (``ccab rollout rollback``, which takes the hosts' newest records from the topic)."""
         rid = self.rid["faulty"]
         before = self.state(rid)
-        self.state_path(rid).write_bytes(self.stale[rid])
-        self.event(f"stale state file of {rid} put back (from its start: status running, generations of the "
-                   f"start; the live one was {before.get('status')}, arms {before.get('arms')})")
+        log = self.work / "logs/controller.log"
+        seen = log.stat().st_size if log.exists() else 0
         self.stale_put_at = _ms()
+        self.state_path(rid).write_bytes(self.stale[rid])
+        self.event(f"stale state file of {rid} put back (from its start: status running; the live one was "
+                   f"{before.get('status')}, arms {before.get('arms')})")
+        deadline = time.time() + 4 * self.args.interval + 60
+        refusal = ""
+        while time.time() < deadline and not refusal:
+            time.sleep(2)
+            with open(log, "rb") as f:
+                f.seek(seen)
+                new = f.read().decode(errors="replace")
+            refusal = next((line for line in new.splitlines() if "older than" in line and rid in line), "")
+        if refusal:
+            self.event(f"controller service refused the stale state: {' '.join(refusal.split())[:300]}")
+        else:
+            self.event("controller service did NOT refuse the stale state within "
+                       f"{4 * self.args.interval + 60:.0f} s")
+        res = run_ccab("rollout", "rollback", rid, "--reason", "soak: a stale state.json was restored",
+                       "--lock-wait", "30", timeout_s=180)
+        adopted = any(e.get("event") == "state_adopted" and e.get("ts_ms", 0) >= self.stale_put_at
+                      for e in self.audit(rid))
+        self.event(f"operator: ccab rollout rollback {rid}: exit {res.returncode}: "
+                   f"{' '.join((res.stdout + res.stderr).split())[-300:]}; state adopted from the topic: {adopted}")
+        ok = bool(refusal) and res.returncode in (0, 3) and (adopted or res.returncode == 3)
+        self.outcomes["stale"] = (ok, ("refused by the controller service" if refusal else "NOT refused")
+                                  + f"; operator rollback exit {res.returncode}, hosts adopted from the topic: "
+                                  f"{'yes' if adopted else 'no'}")
 
     def second_deployment(self) -> None:
         """Another deployment (own data dir, same Kafka and key) starts a rollout naming a host of
@@ -579,10 +630,15 @@ class Soak:
         p["limits"] = {"max_hosts_per_pop_per_step": 1, "min_control_hosts": 1}
         f.write_text(yaml.safe_dump(p))
         env = dict(os.environ, CCAB_DATA_DIR=str(d))
-        res = run_ccab("rollout", "start", str(f), "--reason", "second deployment", timeout_s=120, env=env)
-        msg = (res.stderr.strip().splitlines() or [""])[-1]
-        refused = res.returncode != 0
-        self.outcomes["second"] = (refused, f"exit {res.returncode}: {msg[:200]}")
+        deadline = time.time() + 300
+        while True:  # a refusal because Kafka is down (another chaos step) says nothing: again when it is back
+            res = run_ccab("rollout", "start", str(f), "--reason", "second deployment", timeout_s=120, env=env)
+            if "belongs" in res.stderr or res.returncode == 0 or time.time() > deadline or self.stop_evt.is_set():
+                break
+            time.sleep(10)
+        msg = " ".join(res.stderr.split())
+        refused = res.returncode != 0 and "belongs" in res.stderr  # refused for the host it does not own
+        self.outcomes["second"] = (refused, f"exit {res.returncode}: {msg[:150]}")
         self.event(f"second deployment (data dir {d.name}) tried {target}: "
                    f"{'REFUSED' if refused else 'ACCEPTED'} (exit {res.returncode}): {msg[:300]}")
 
@@ -611,8 +667,9 @@ class Soak:
         _say(f"traffic from {len(self.all_labels)} hosts for {a.minutes} min; fault on the faulty rollout's "
              f"treatment hosts ({', '.join(self.treated)}) at {a.baseline_minutes} min; chaos (seed {a.seed}): "
              + ", ".join(f"{t:.0f}s {act}" for t, act in schedule))
-        rng = random.Random(a.seed + 1)
-        pending = list(schedule)
+        chaos = threading.Thread(target=self.chaos_loop, args=(schedule, t0, t0 + total_s), daemon=True,
+                                 name="chaos")
+        chaos.start()
         while time.time() < t0 + total_s:
             now = time.time() - t0
             if self.fault_at is None and now >= fault_s:
@@ -623,20 +680,12 @@ class Soak:
                     f"policy accept;\n  ip saddr {{ {ips} }} numgen random mod 10000 < {n} counter drop\n }}\n}}\n"))
                 self.fault_at = time.time()
                 self.event(f"FAULT: {a.loss_pct}% of the faulty rollout's treatment hosts' packets dropped")
-            if pending and now >= pending[0][0]:
-                _, action = pending.pop(0)
-                try:
-                    self.chaos(action, rng)
-                except Exception as exc:  # noqa: BLE001 - a chaos step that fails is reported, the soak goes on
-                    self.event(f"{action} FAILED: {type(exc).__name__}: {exc}")
             time.sleep(1.0)
         self.stop_evt.set()
+        chaos.join(timeout=400)
         _say("soak time over: stopping traffic, draining the collectors, waiting for the loader")
         client.terminate()
-        for col in self.collectors.values():
-            col.drain(30)
-            col.stop()
-        if not kafka_alive():
+        if not kafka_alive():  # every service up again before the collectors drain into Kafka
             kafka_up()
         if not self.warehouse.alive():
             self.warehouse.start()
@@ -644,6 +693,11 @@ class Soak:
         for p in (self.loader, self.controller):
             if not p.alive():
                 p.start()
+        drains = [threading.Thread(target=lambda c=col: (c.drain(60), c.stop())) for col in self.collectors.values()]
+        for t in drains:
+            t.start()
+        for t in drains:
+            t.join()
         recs = self.wait_loaded()
         for t in threads:
             t.join(timeout=150)
@@ -701,15 +755,15 @@ class Soak:
     def table(self, recs: list[T.Records]) -> list[T.Row]:
         a = self.args
         end = _ms()
-        due = on_time = skipped = 0
+        due = on_time = skipped = failed_n = 0
         limit_s = 60 + 2 * a.interval
         for rid in self.rid.values():
             st = self.state(rid)
             aud = self.audit(rid)
             failed = [e["ts_ms"] for e in aud if e.get("event") == "breaker_failed"]
-            d, o, s = T.breaker_slots(self.checks[rid], failed, st.get("started_ms") or end,
-                                      self.running_until.get(rid, end), limit_s)
-            due, on_time, skipped = due + d, on_time + o, skipped + s
+            d, o, s, f = T.breaker_slots(self.checks[rid], failed, st.get("started_ms") or end,
+                                         self.running_until.get(rid, end), limit_s)
+            due, on_time, skipped, failed_n = due + d, on_time + o, skipped + s, failed_n + f
         look_due = look_done = 0
         for case, rid in self.rid.items():
             st = self.state(rid)
@@ -729,7 +783,7 @@ class Soak:
                 read[label] = self.cc(label)
         clean = self.state(self.rid["clean"])
         minutes = (self.back_at - self.fault_at) / 60 if self.back_at and self.fault_at else None
-        rows = [T.records_row(recs), T.breakers_row(due, on_time, skipped), T.looks_row(look_due, look_done),
+        rows = [T.records_row(recs), T.breakers_row(due, on_time, skipped, failed_n), T.looks_row(look_due, look_done),
                 T.analyst_row(self.analyst), T.hosts_row(read, believed),
                 T.rollback_row(minutes, a.breaker_minutes),
                 T.page_row(self.receiver.page_states(self.rid["faulty"])),
@@ -743,6 +797,9 @@ class Soak:
                                 ">= 2 each", all(v >= 2 for v in kills.values())))
         second = self.outcomes.get("second", (False, "not run"))
         rows.append(T.check_row("chaos: second deployment takes a host", second[1], "refused", second[0]))
+        stale = self.outcomes.get("stale", (False, "not run"))
+        rows.append(T.check_row("chaos: stale state file put back", stale[1], "refused; rollback adopts the topic",
+                                stale[0]))
         for r in recs:
             _say(f"records {r.topic}: produced {r.produced}, stored {r.stored_distinct} (+{r.duplicated} dup), "
                  f"dead letters {r.dead_letters}, lost {r.lost}")
@@ -766,7 +823,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-minutes", type=float, default=3.0, help="traffic before the fault (default: 3)")
     ap.add_argument("--loss-pct", type=float, default=10.0, help="faulty treatment packets dropped (default: 10)")
     ap.add_argument("--base-loss-pct", type=float, default=0.2, help="every host's packets dropped (default: 0.2)")
-    ap.add_argument("--rate-mbit", type=float, default=10.0, help="each host's uplink rate (default: 10)")
+    ap.add_argument("--rate-mbit", type=float, default=8.0, help="each host's uplink rate (default: 8)")
     ap.add_argument("--interval", type=float, default=15.0, help="controller loop interval, s (default: 15)")
     ap.add_argument("--analyst-every", type=float, default=4.0, help="seconds between analyst commands (default: 4)")
     ap.add_argument("--hourly-every", type=float, default=180.0,

@@ -44,37 +44,35 @@ def records_row(recs: list[Records]) -> Row:
 
 
 def breaker_slots(checks_ms: list[int], failed_ms: list[int], start_ms: int, end_ms: int,
-                  limit_s: float) -> tuple[int, int, int]:
+                  limit_s: float) -> tuple[int, int, int, int]:
     """Circuit-breaker evaluations of one rollout while it ran, [start_ms, end_ms]: (due, on time,
-    skipped). The controller evaluates the breakers at most once a minute; an evaluation is due
-    ``limit_s`` (one minute plus the loop's slack) after the previous one at the latest. Each gap
-    longer than that (from the start, between evaluations, to the end) misses
-    ``ceil(gap / limit) - 1`` evaluations; a failed evaluation (``breaker_failed``) is skipped too.
-    ``due`` = evaluations that ran + missed ones; ``on time`` = successful ones whose gap was within
-    the limit."""
+    skipped, failed attempts). The controller evaluates the breakers at most once a minute; one is
+    due ``limit_s`` (a minute plus the loop's slack) after the previous successful one at the
+    latest. Each gap between successful evaluations (and from the start, and to the end) longer
+    than the limit skips ``ceil(gap / limit) - 1`` of them; an evaluation is on time when its gap
+    was within the limit. A failed attempt (``breaker_failed``: the warehouse did not answer)
+    decides nothing: it is counted, and only a successful evaluation in time fills the slot."""
     limit_ms = limit_s * 1000
-    events = sorted([(t, True) for t in checks_ms if start_ms <= t <= end_ms]
-                    + [(t, False) for t in failed_ms if start_ms <= t <= end_ms])
+    ok = sorted(t for t in checks_ms if start_ms <= t <= end_ms)
+    failed = sum(1 for t in failed_ms if start_ms <= t <= end_ms)
     due = on_time = skipped = 0
     prev = start_ms
-    for t, ok in events:
+    for t in ok:
         gap = t - prev
         missed = max(0, math.ceil(gap / limit_ms) - 1)
         due += 1 + missed
-        skipped += missed + (0 if ok else 1)
-        if ok and gap <= limit_ms:
-            on_time += 1
+        skipped += missed
+        on_time += gap <= limit_ms
         prev = t
-    missed = max(0, math.ceil((end_ms - prev) / limit_ms) - 1)
-    due += missed
-    skipped += missed
-    return due, on_time, skipped
+    tail = max(0, math.ceil((end_ms - prev) / limit_ms) - 1)  # still running after the last one
+    return due + tail, on_time, skipped + tail, failed
 
 
-def breakers_row(due: int, on_time: int, skipped: int) -> Row:
+def breakers_row(due: int, on_time: int, skipped: int, failed: int = 0) -> Row:
     pct = 100.0 * on_time / due if due else 0.0
     return ("breaker evaluations due vs done on time", f"{due} due, {on_time} on time ({pct:.1f} %), "
-            f"{skipped} skipped", "100 %, none skipped", due > 0 and on_time == due and skipped == 0)
+            f"{skipped} skipped; {failed} failed attempt(s)", "100 %, none skipped",
+            due > 0 and on_time == due and skipped == 0)
 
 
 def look_slots(applied_ms: int | None, look_ms: list[int], failed_ms: list[int], end_ms: int,

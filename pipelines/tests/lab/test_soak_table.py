@@ -21,18 +21,19 @@ def test_records_lost_and_duplicated_per_topic():
 
 def test_breakers_every_minute_on_time():
     checks = [10_000 + i * 70_000 for i in range(10)]  # every 70 s: within 60 s + 2 x 15 s
-    assert T.breaker_slots(checks, [], 0, checks[-1] + 30_000, 90) == (10, 10, 0)
+    assert T.breaker_slots(checks, [], 0, checks[-1] + 30_000, 90) == (10, 10, 0, 0)
     assert T.breakers_row(10, 10, 0)[3]
 
 
-def test_a_gap_misses_evaluations_and_a_failed_one_is_skipped():
-    checks = [60_000, 120_000, 420_000]  # 300 s without an evaluation: 3 missed at a 90 s limit
-    due, on_time, skipped = T.breaker_slots(checks, [], 0, 430_000, 90)
-    assert (due, on_time, skipped) == (6, 2, 3)
-    due, on_time, skipped = T.breaker_slots([60_000, 180_000], [120_000], 0, 200_000, 90)
-    assert (due, on_time, skipped) == (3, 2, 1)
-    assert not T.breakers_row(3, 2, 1)[3]
-    # a silent tail after the last evaluation while the rollout still ran is missed too
+def test_a_gap_skips_evaluations_and_a_failed_attempt_fills_no_slot():
+    checks = [60_000, 120_000, 420_000]  # 300 s without an evaluation: 3 skipped at a 90 s limit
+    assert T.breaker_slots(checks, [], 0, 430_000, 90) == (6, 2, 3, 0)
+    # failed at 120 s, the next successful one only at 180 s (the once-a-minute clock): one skipped
+    assert T.breaker_slots([60_000, 180_000], [120_000], 0, 200_000, 90) == (3, 1, 1, 1)
+    # failed, retried at the next loop and in time: on time, the failed attempt counted
+    assert T.breaker_slots([60_000, 135_000], [120_000], 0, 150_000, 90) == (2, 2, 0, 1)
+    assert not T.breakers_row(3, 1, 1, 1)[3]
+    # a silent tail after the last evaluation while the rollout still ran is skipped too
     assert T.breaker_slots([60_000], [], 0, 400_000, 90)[2] == 3
 
 
