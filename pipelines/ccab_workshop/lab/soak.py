@@ -307,6 +307,9 @@ class Soak:
         self.stop_evt = threading.Event()
         self.outcomes: dict[str, tuple[bool, str]] = {}
         self.stale_put_at = 0
+        self.proc_lock = threading.Lock()
+        self.exit_seen: set[int] = set()
+        self.exits: dict[str, int] = {}
         self.agents: dict[str, Proc] = {}
         self.collectors: dict[str, Collector] = {}
 
@@ -433,10 +436,31 @@ class Soak:
         return in_ns(self.topo.hosts[label], "sysctl", "-n", "net.ipv4.tcp_congestion_control", check=False).strip()
 
     # ---- loops
+    def supervise(self) -> None:
+        """The central services restarted when they exit on their own, 5 s later (as systemd's
+        ``Restart=always``, ``RestartSec=5`` would): each exit is in the chaos log with its code."""
+        for p in (self.warehouse, self.loader, self.controller):
+            with self.proc_lock:
+                if p.p is not None and p.p.poll() is not None and not self.stop_evt.is_set():
+                    code = p.p.returncode
+                    if p.p.pid in self.exit_seen:
+                        continue
+                    self.exit_seen.add(p.p.pid)
+                    self.exits[p.name] = self.exits.get(p.name, 0) + 1
+                    tail = ""
+                    try:
+                        tail = " ".join(p.log.read_text(errors="replace").strip().splitlines()[-1].split())[:240]
+                    except (OSError, IndexError):
+                        pass
+                    self.event(f"{p.name} exited by itself (code {code}): {tail}; restarted in 5 s")
+                    time.sleep(5)
+                    p.start()
+
     def watch(self) -> None:
-        """Every 3 s: each rollout's breaker evaluations (state.json), the faulty treatment hosts'
-        algorithm after the fault."""
+        """Every 3 s: the services supervised, each rollout's breaker evaluations (state.json), the
+        faulty treatment hosts' algorithm after the fault."""
         while not self.stop_evt.wait(3.0):
+            self.supervise()
             for rid in self.rid.values():
                 st = self.state(rid)
                 t = st.get("breaker_checked_ms")
@@ -495,9 +519,12 @@ class Soak:
                 kafka_up()
             elif what in ("loader", "controller", "warehouse"):
                 p = getattr(self, what)
-                p.kill()
-                self.event(f"SIGKILL {what} (pid {p.p.pid}); restarted")
-                p.start()
+                with self.proc_lock:
+                    was = p.alive()
+                    p.kill()
+                    self.exit_seen.add(p.p.pid)
+                    p.start()
+                self.event(f"SIGKILL {what}" + ("" if was else " (it was not running)") + "; restarted")
                 if what == "warehouse":
                     wait_warehouse()
             elif what == "hourly":  # mid-run: wait for its next run when it is between two
@@ -531,9 +558,11 @@ class Soak:
             kafka_up()
             self.event("Kafka back (ccab kafka up)")
         elif action == "restart:warehouse":
-            self.warehouse.stop()
-            self.event("warehouse service stopped (SIGTERM); restarting")
-            self.warehouse.start()
+            with self.proc_lock:
+                self.warehouse.stop()
+                self.exit_seen.add(self.warehouse.p.pid)
+                self.warehouse.start()
+            self.event("warehouse service restarted (SIGTERM, start)")
             wait_warehouse()
         elif action == "hostile":
             self.hostile()
@@ -693,11 +722,13 @@ class Soak:
         for p in (self.loader, self.controller):
             if not p.alive():
                 p.start()
-        drains = [threading.Thread(target=lambda c=col: (c.drain(60), c.stop())) for col in self.collectors.values()]
+        drains = [threading.Thread(target=col.drain, args=(60,)) for col in self.collectors.values()]
         for t in drains:
             t.start()
         for t in drains:
             t.join()
+        for col in self.collectors.values():
+            col.stop()
         recs = self.wait_loaded()
         for t in threads:
             t.join(timeout=150)
@@ -729,14 +760,17 @@ class Soak:
         from ccab.base.warehouse import connect
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"soak-count-{self.stamp}"})
         produced: dict[str, int] = {}
+        bounds: dict[str, str] = {}  # what was produced when counted: later records (heartbeats) are not compared
         try:
             for topic in TOPICS:
                 md = c.list_topics(topic, timeout=20).topics[topic]
-                total = 0
+                total, conds = 0, []
                 for part in md.partitions:
                     lo, hi = c.get_watermark_offsets(TopicPartition(topic, part), timeout=20)
                     total += hi - lo
+                    conds.append(f"(_partition = {int(part)} AND _offset >= {int(lo)} AND _offset < {int(hi)})")
                 produced[topic] = total
+                bounds[topic] = " OR ".join(conds) or "0"
         finally:
             c.close()
         wh = connect()
@@ -744,9 +778,10 @@ class Soak:
             out = []
             for topic in TOPICS:
                 rows, distinct = wh.query(f"SELECT count(), uniqExact(_partition, _offset) FROM {TABLE_OF[topic]} "
-                                          "WHERE _topic = {t:String}", params={"t": topic}).rows[0]
-                dead = wh.query("SELECT uniqExact(_partition, _offset) FROM dead_letters WHERE _topic = {t:String}",
-                                params={"t": topic}).rows[0][0]
+                                          f"WHERE _topic = {{t:String}} AND ({bounds[topic]})",
+                                          params={"t": topic}).rows[0]
+                dead = wh.query("SELECT uniqExact(_partition, _offset) FROM dead_letters WHERE _topic = {t:String} "
+                                f"AND ({bounds[topic]})", params={"t": topic}).rows[0][0]
                 out.append(T.Records(topic, produced[topic], int(rows), int(distinct), int(dead)))
             return out
         finally:
@@ -793,7 +828,9 @@ class Soak:
                  "collector": sum(1 for e in self.events if "SIGKILL collector" in e),
                  "agent": sum(1 for e in self.events if "SIGKILL agent" in e),
                  "kafka": sum(1 for e in self.events if "SIGKILL Kafka" in e or "Kafka down" in e)}
-        rows.append(T.check_row("chaos: SIGKILLs per service", ", ".join(f"{k} {v}" for k, v in kills.items()),
+        exits = ", ".join(f"{k} {v}" for k, v in sorted(self.exits.items())) or "none"
+        rows.append(T.check_row("chaos: SIGKILLs per service", ", ".join(f"{k} {v}" for k, v in kills.items())
+                                + f" (exited by themselves, restarted: {exits})",
                                 ">= 2 each", all(v >= 2 for v in kills.values())))
         second = self.outcomes.get("second", (False, "not run"))
         rows.append(T.check_row("chaos: second deployment takes a host", second[1], "refused", second[0]))
@@ -825,7 +862,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base-loss-pct", type=float, default=0.2, help="every host's packets dropped (default: 0.2)")
     ap.add_argument("--rate-mbit", type=float, default=8.0, help="each host's uplink rate (default: 8)")
     ap.add_argument("--interval", type=float, default=15.0, help="controller loop interval, s (default: 15)")
-    ap.add_argument("--analyst-every", type=float, default=4.0, help="seconds between analyst commands (default: 4)")
+    ap.add_argument("--analyst-every", type=float, default=5.0,
+                    help="seconds between the end of one analyst command and the next (default: 5)")
     ap.add_argument("--hourly-every", type=float, default=180.0,
                     help="seconds between two runs of the hourly job (default: 180)")
     ap.add_argument("--out", type=Path, default=None, help="work directory (default: a temp dir)")
