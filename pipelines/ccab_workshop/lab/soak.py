@@ -44,11 +44,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
+from ccab.alerting.alertmanager import list_alerts
 from ccab.base.config import settings
+from ccab.base.warehouse import connect
 from ccab.rollout.signing import keygen, load_private_key, sign
 from ccab_workshop.kafka import broker
 from ccab_workshop.lab import soak_table as T
-from ccab_workshop.lab.edge import Collector, Nginx, make_www
+from ccab_workshop.lab.edge import Collector, Nginx, free_port, make_www
 from ccab_workshop.lab.netns import LabError, Topology, allow_cc, in_ns
 from ccab_workshop.lab.runner import Session, preflight
 
@@ -205,7 +207,6 @@ def alertmanager(work: Path, session: Session, port: int) -> tuple[str, Path]:
     work.mkdir(parents=True, exist_ok=True)
     cfg = work / "alertmanager.yml"
     cfg.write_text(alertmanager_config(port))
-    from ccab_workshop.lab.edge import free_port
     am_port = free_port()
     p = Proc("alertmanager", [binary, f"--config.file={cfg}", f"--web.listen-address=127.0.0.1:{am_port}",
                               "--cluster.listen-address=", f"--storage.path={work / 'data'}"],
@@ -213,7 +214,6 @@ def alertmanager(work: Path, session: Session, port: int) -> tuple[str, Path]:
     p.start()
     session.stack.callback(p.stop)
     url = f"http://127.0.0.1:{am_port}"
-    from ccab.alerting.alertmanager import list_alerts
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -338,7 +338,7 @@ class Soak:
         keygen(w / "keys", "rollout")
         self.key_file = w / "keys" / "rollout_ed25519_seed.hex"
         self.pub_file = w / "keys" / "rollout_ed25519_public.b64"
-        os.environ["CCAB_ROLLOUT_KEY"] = str(self.key_file)
+        os.environ.update(CCAB_ROLLOUT_KEY=str(self.key_file))  # for every ccab command started
         self.receiver = Receiver()
         self.am_url, self.am_cfg = alertmanager(w / "alertmanager", self.session, self.receiver.port)
         _say(f"Alertmanager {self.am_url} (shipped routes; webhooks to 127.0.0.1:{self.receiver.port})")
@@ -414,7 +414,7 @@ class Soak:
 
     # ---- state files (read only, as an operator's `cat` would)
     def state_path(self, rid: str) -> Path:
-        return Path(os.environ["CCAB_DATA_DIR"]) / "rollouts" / rid / "state.json"
+        return settings().data_dir / "rollouts" / rid / "state.json"
 
     def state(self, rid: str) -> dict:
         for _ in range(5):
@@ -759,7 +759,6 @@ class Soak:
 
     def records(self) -> list[T.Records]:
         from confluent_kafka import Consumer, TopicPartition
-        from ccab.base.warehouse import connect
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"soak-count-{self.stamp}"})
         produced: dict[str, int] = {}
         bounds: dict[str, str] = {}  # what was produced when counted: later records (heartbeats) are not compared
@@ -878,7 +877,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("CCAB_DATA_DIR", str(work / "data"))
     for name in ("CCAB_CLICKHOUSE_URL", "CCAB_KAFKA_BROKERS"):
         os.environ.pop(name, None)
-    _say(f"soak: work dir {work}, data dir {os.environ['CCAB_DATA_DIR']}")
+    _say(f"soak: work dir {work}, data dir {settings().data_dir}")
     with Session(_say) as session:
         return Soak(args, work, session).run()
 
