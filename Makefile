@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export CCAB_DATA_DIR ?= $(CURDIR)/.ccab
 PY := .venv/bin/python
 
-.PHONY: bpf bpf-check setup demo test test-python test-system test-slow test-airflow test-go test-fuzz test-prometheus bench clean help lab live-canary
+.PHONY: bpf bpf-check setup demo test test-python test-system test-slow test-airflow test-go test-fuzz test-prometheus bench clean help lab live-canary soak
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -42,6 +42,9 @@ test-airflow: setup  ## slower tier (~5 min quiet, ~15 min loaded): a real Airfl
 
 live-canary:  ## root, ~30 min, not in make test: the controller service rolls back a lossy treatment and promotes a clean one on real sockets
 	scripts/live-canary.sh
+
+soak:  ## root, >= 30 min, not in make test: every service side by side (Kafka, warehouse, loader, controller, hourly job, analysts, Alertmanager, edge hosts) under seeded chaos; one table of goals (docs/soak.md)
+	scripts/soak.sh
 
 #: pytest-xdist workers of the fast tier (auto: one per core); system and slow tiers run one test at a time
 TEST_WORKERS ?= auto

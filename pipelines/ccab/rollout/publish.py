@@ -141,15 +141,18 @@ def _watermarks(c, topic: str, partition: int, bootstrap: str, timeout_s: float)
 
 def read_assignments(bootstrap: str, topic: str = TOPIC_ASSIGNMENTS, timeout_s: float = 15.0) -> list[dict]:
     """Every assignment record still on the topic, in offset order (compaction may have removed
-    older ones; the last per host is always there)."""
+    older ones; the last per host is always there). What is not a JSON object (garbage, or JSON
+    such as ``[1, 2, 3]`` a hostile producer wrote) is skipped: it is no record of any host."""
     out = []
     for _k, v in read_topic(bootstrap, topic, timeout_s):
         if v is None:
             continue
         try:
-            out.append(json.loads(v))
+            rec = json.loads(v)
         except ValueError:
             continue
+        if isinstance(rec, dict):
+            out.append(rec)
     return out
 
 

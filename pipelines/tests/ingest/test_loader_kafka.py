@@ -86,6 +86,45 @@ def test_resume_from_the_warehouse_when_offsets_were_not_committed(kafka_broker,
     assert warehouse.query("SELECT count(), uniqExact(sock_id) FROM tcp_samples").rows[0] == (2500, 2500)
 
 
+class _CommitFailsOnce:
+    """The loader's real consumer, whose first offset commit fails the way it does when the broker
+    goes away between the insert and the commit (seen in the soak: the loader crashed with
+    ``KafkaException ... Commit failed: Local: Waiting for coordinator``)."""
+
+    def __init__(self, consumer):
+        self._c, self.failed = consumer, 0
+
+    def commit(self, *a, **k):
+        from confluent_kafka import KafkaError, KafkaException
+
+        if not self.failed:
+            self.failed += 1
+            raise KafkaException(KafkaError(KafkaError._WAIT_COORD, "Commit failed: Local: Waiting for coordinator"))
+        return self._c.commit(*a, **k)
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+
+def test_a_commit_that_fails_after_the_insert_does_not_stop_the_loader(kafka_broker, fresh_topic, warehouse):
+    """Issue 28 (found by the soak): a failed offset commit after a successful insert loses
+    nothing (a restart resumes after the warehouse's max(_offset)); the loader goes on loading,
+    counts it in ccab_loader_commit_errors_total, and the next batch's commit covers it."""
+    topic = fresh_topic("commit", partitions=1)
+    _produce(kafka_broker, topic, [line(http_request(i)) for i in range(300)])
+    metrics = LoaderMetrics()
+    loader = Loader(warehouse, kafka_broker, {topic: SCHEMAS["http_request/1"]}, group=f"g-{topic}",
+                    batch_rows=100, batch_wait_s=0.2, metrics=metrics)
+    loader.consumer = _CommitFailsOnce(loader.consumer)
+    totals = loader.run(max_idle_s=3)
+    assert loader.consumer.failed == 1
+    assert totals.inserted == 300
+    assert warehouse.query("SELECT count(), uniqExact(_offset) FROM http_requests").rows[0] == (300, 300)
+    assert metrics.registry.get_sample_value("ccab_loader_commit_errors_total") == 1
+    again = Loader(warehouse, kafka_broker, {topic: SCHEMAS["http_request/1"]}, group=f"g-{topic}", batch_wait_s=0.2)
+    assert again.run(max_idle_s=2).inserted == 0  # the later commits covered the failed one
+
+
 def _spawn_loader(env, topics: str, group: str, extra=(), batch_rows: int = 20000):
     return subprocess.Popen(
         [sys.executable, "-m", "ccab.cli", "loader", "--topics", topics, "--group", group, "--instance-id", "loader-1",

@@ -137,3 +137,26 @@ def test_a_stale_state_file_is_refused_and_a_rollback_reaches_every_host(tmp_pat
     assert all(st["hosts"][h]["generation"] == newest[h]["generation"] for h in st["hosts"])
     audit = [json.loads(x) for x in (state_file.parent / "audit.jsonl").read_text().splitlines()]
     assert [e for e in audit if e["event"] == "state_adopted"]
+
+
+def test_json_that_is_not_an_object_on_the_assignments_topic_never_stops_the_controller(tmp_path, kafka_broker, topics):
+    """Issue 28, found by the soak: a hostile record that parses as JSON but is not an object
+    (``[1, 2, 3]``, ``42``, ``"x"``, ``null``) on the assignments topic made every later tick of
+    every rollout fail (``AttributeError: 'list' object has no attribute 'get'``): no breaker, no
+    look, no rollback for the rest of the soak. Such records are skipped like unparsable ones."""
+    from confluent_kafka import Producer
+
+    kt = ["--assignments-topic", topics[0], "--status-topic", topics[1], "--kafka-timeout", "10"]
+    rid = f"hostile-{uuid.uuid4().hex[:5]}"
+    env = _env(tmp_path / "deploy", kafka_broker)
+    a = _ccab(env, "rollout", "start", str(_plan(tmp_path, rid)), *kt)
+    assert a.returncode == 0, a.stdout + a.stderr
+    _agents_apply(kafka_broker, topics)
+    p = Producer({"bootstrap.servers": kafka_broker})
+    for value in (b"[1, 2, 3]", b"42", b'"x"', b"null", b"\xff not json"):
+        p.produce(topics[0], key=b"hostile", value=value)
+    assert p.flush(30) == 0
+    step = _ccab(env, "rollout", "step", rid, *kt)
+    assert step.returncode == 0, step.stdout + step.stderr
+    back = _ccab(env, "rollout", "rollback", rid, "--reason", "hostile records on the topic", *kt)
+    assert back.returncode == 0, back.stdout + back.stderr
