@@ -239,8 +239,15 @@ def _shorten(text: str, limit: int = 1500) -> str:
     return text if len(text) <= limit else f"{text[:limit // 2]} [...] {text[-limit // 2:]}"
 
 
+#: a line of a statement that stands for a fragment's text (``cohorts/sql/_*.sql``: CTEs shared by
+#: several statements, e.g. the per-connection metrics declared once in ``_connection_values.sql``)
+_INCLUDE_RE = re.compile(r"^-- include: (_[\w]+\.sql)[ \t]*$", re.MULTILINE)
+
+
 def read_sql(name: str) -> str:
-    return (SQL_DIR / name).read_text()
+    """The statement ``name`` of ``cohorts/sql/``, its ``-- include: _fragment.sql`` lines replaced
+    by the fragments' text (fragments are not steps; they may not include others)."""
+    return _INCLUDE_RE.sub(lambda m: (SQL_DIR / m.group(1)).read_text().rstrip("\n"), (SQL_DIR / name).read_text())
 
 
 def _columns(wh: Warehouse, table: str) -> list[str]:

@@ -11,82 +11,43 @@
 -- Several hours run as one statement (grouped by `hour`): a window costs one plan, not one per hour.
 -- Parameters: hour_start, hour_end DateTime('UTC') (whole hours).
 WITH
-connections AS (
-    SELECT *,
-           cityHash64(hour, pop, rollout_id, arm, kernel, cc, cc_version, host) AS cohort_id,
-           if(rtt_us >= min_rtt_us, toFloat64(rtt_us) - toFloat64(min_rtt_us), NULL) AS queue_delay_us
-    FROM cohort_connections_stage
-    WHERE hour >= {hour_start:DateTime('UTC')} AND hour < {hour_end:DateTime('UTC')}
-),
-prefixes AS (
-    SELECT peer_prefix, s.1 AS access_segment, s.2 AS country_segment, s.3 AS asn_segment
-    FROM (
-        SELECT peer_prefix, toIPv6OrDefault(splitByChar('/', peer_prefix)[1]) AS k,
-               tuple(concat('access:', dictGetOrDefault('prefix_networks_dict', 'access', k, 'unknown')),
-                 concat('country:', if(dictGetOrDefault('prefix_networks_dict', 'country', k, '') = '', 'unknown',
-                                       dictGetOrDefault('prefix_networks_dict', 'country', k, ''))),
-                 multiIf(dictGetOrDefault('prefix_networks_dict', 'asn', k, toUInt32(0)) = 0, 'asn:unknown',
-                         dictGetOrDefault('prefix_networks_dict', 'asn', k, toUInt32(0)) IN (SELECT asn FROM network_asn_rank),
-                         concat('asn:', toString(dictGetOrDefault('prefix_networks_dict', 'asn', k, toUInt32(0)))),
-                         'asn:other')) AS s
-        FROM (SELECT DISTINCT peer_prefix FROM connections)
-    )
-),
-metric_values AS (
-    SELECT cohort_id, hour, pop, rollout_id, arm, kernel, cc, cc_version, host, weight,
-           p.access_segment AS access_segment, p.country_segment AS country_segment,
-           p.asn_segment AS asn_segment,
-           m.1 AS metric, m.2 AS value, m.3 AS num, m.4 AS den
-    FROM connections AS c
-    LEFT JOIN prefixes AS p ON p.peer_prefix = c.peer_prefix
-    ARRAY JOIN [
-        ('retrans_pct',        CAST(retrans_pct        AS Nullable(Float64)), toFloat64(bytes_retrans),     toFloat64(bytes_sent)),
-        ('inflight_bytes',     CAST(inflight_bytes     AS Nullable(Float64)), 0., 0.),
-        ('rtt_us',             CAST(rtt_us             AS Nullable(Float64)), 0., 0.),
-        ('min_rtt_us',         CAST(min_rtt_us         AS Nullable(Float64)), 0., 0.),
-        ('bbr_min_rtt_us',     CAST(bbr_min_rtt_us     AS Nullable(Float64)), 0., 0.),
-        ('delivery_rate_bps',  CAST(delivery_rate_bps  AS Nullable(Float64)), 0., 0.),
-        ('rwnd_limited_pct',   CAST(rwnd_limited_pct   AS Nullable(Float64)), toFloat64(rwnd_limited_ms),   toFloat64(busy_ms)),
-        ('sndbuf_limited_pct', CAST(sndbuf_limited_pct AS Nullable(Float64)), toFloat64(sndbuf_limited_ms), toFloat64(busy_ms)),
-        ('rto_count',          CAST(rto_count          AS Nullable(Float64)), 0., 0.),
-        ('queue_delay_us',     queue_delay_us,                                 0., 0.),
-        ('queue_delay_pct',    if(rtt_us > 0, 100 * queue_delay_us / rtt_us, NULL),
-                               ifNull(queue_delay_us, 0.),                     toFloat64(ifNull(rtt_us, 0)))
-    ] AS m
-),
-classified AS (
-    SELECT *,
-           value IS NOT NULL AND isFinite(value) AND value >= 0                 AS valid
-    FROM metric_values
+-- include: _connection_values.sql
+-- include: _prefix_networks.sql
+segment_codes AS (
+    SELECT cityHash64(peer_prefix) AS prefix_key, access_segment, country_segment, asn_segment FROM prefixes
 ),
 finest AS (
-    SELECT cohort_id, metric, access_segment, country_segment, asn_segment,
-           any(hour) AS hour, any(pop) AS pop, any(rollout_id) AS rollout_id, any(arm) AS arm,
-           any(kernel) AS kernel, any(cc) AS cc, any(cc_version) AS cc_version, any(host) AS host,
+    -- the finest split (cohort x metric x the three segments), then each row added to its 3 segments
+    SELECT cohort_id, m, p.access_segment AS access_segment, p.country_segment AS country_segment,
+           p.asn_segment AS asn_segment,
            countIf(valid)                                                     AS n_values,
            countIf(valid AND value = 0)                                       AS n_zero_values,
            countIf(NOT valid)                                                 AS n_missing_values,
-           countIf(valid AND value > 50 AND endsWith(metric, '_pct'))         AS n_above_values,
+           countIf(valid AND value > 50)                                      AS n_above_values,
            sumIf(assumeNotNull(value), valid)                                 AS value_total,
            sumIf(assumeNotNull(value) * assumeNotNull(value), valid)          AS value_sq_total,
            sumIf(num, valid)                                                  AS num_total,
            sumIf(den, valid)                                                  AS den_total,
            sumIf(weight, valid)                                               AS weight_total
-    FROM classified
-    GROUP BY cohort_id, metric, access_segment, country_segment, asn_segment
+    FROM (SELECT *, value IS NOT NULL AND isFinite(value) AND value >= 0 AS valid FROM connection_values) AS v
+    LEFT JOIN segment_codes AS p ON p.prefix_key = v.prefix_key
+    GROUP BY cohort_id, m, access_segment, country_segment, asn_segment
+),
+segments AS (
+    SELECT cohort_id, m, segment,
+           sum(n_values) AS n, sum(n_zero_values) AS n_zero, sum(n_missing_values) AS n_missing,
+           sum(n_above_values) AS n_above, sum(value_total) AS value_sum, sum(value_sq_total) AS value_sum_sq,
+           sum(num_total) AS ratio_num, sum(den_total) AS ratio_den, sum(weight_total) AS weight_sum
+    FROM finest
+    ARRAY JOIN [access_segment, country_segment, asn_segment] AS segment
+    GROUP BY cohort_id, m, segment
 )
-SELECT hour, pop, rollout_id, arm, kernel, cc, cc_version, host,
-       segment,
-       metric,
-       sum(n_values)                                                          AS n,
-       sum(n_zero_values)                                                     AS n_zero,
-       sum(n_missing_values)                                                  AS n_missing,
-       sum(n_above_values)                                                    AS n_above_50pct,
-       sum(value_total)                                                       AS value_sum,
-       sum(value_sq_total)                                                    AS value_sum_sq,
-       sum(num_total)                                                         AS ratio_num,
-       sum(den_total)                                                         AS ratio_den,
-       sum(weight_total)                                                      AS weight_sum
-FROM finest
-ARRAY JOIN [access_segment, country_segment, asn_segment] AS segment
-GROUP BY hour, pop, rollout_id, arm, kernel, cc, cc_version, host, segment, metric
+SELECT k.hour AS hour, k.pop AS pop, k.rollout_id AS rollout_id, k.arm AS arm, k.kernel AS kernel, k.cc AS cc,
+       k.cc_version AS cc_version, k.host AS host, s.segment AS segment, metric_names[s.m + 1] AS metric,
+       s.n AS n, s.n_zero AS n_zero, s.n_missing AS n_missing,
+       -- values above 50: counted for the percentages only
+       if(endsWith(metric, '_pct'), s.n_above, 0)                             AS n_above_50pct,
+       s.value_sum AS value_sum, s.value_sum_sq AS value_sum_sq, s.ratio_num AS ratio_num,
+       s.ratio_den AS ratio_den, s.weight_sum AS weight_sum
+FROM segments AS s
+INNER JOIN cohorts AS k ON k.cohort_id = s.cohort_id
