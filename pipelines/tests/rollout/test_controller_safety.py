@@ -7,6 +7,7 @@ import json
 from datetime import datetime, timezone
 
 import pytest
+from ccab.rollout.analysis import Analysis
 from ccab.rollout.controller import Controller, ControllerError
 from ccab.rollout.leader import LeaderLock
 from ccab.rollout.plan import plan_from_dict
@@ -117,7 +118,7 @@ def test_forced_rollback_of_a_completed_rollout_touches_only_hosts_it_still_owns
 
 def test_unknown_alert_ids_are_refused(tmp_path):
     bus = MemoryBus()
-    ctl = _ctl(tmp_path, _plan(), bus, known_alerts=lambda ids: {i for i in ids if i == "a" * 20})
+    ctl = _ctl(tmp_path, _plan(), bus, analysis=Analysis(known_alerts=lambda ids: {i for i in ids if i == "a" * 20}))
     ctl.start()
     with pytest.raises(ControllerError, match="unknown alert id.*deadbeef"):
         ctl.halt("INC-1", arm="b1", alert_ids=["deadbeef"])
@@ -150,7 +151,7 @@ def test_breaker_rolls_the_arm_back_pages_and_resolves_after_the_hosts_are_back(
         calls.append((start, end))
         return [trip] if len(calls) > 1 else []
 
-    ctl = _ctl(tmp_path, _plan(), bus, breakers=breakers, pager=pager, clock=lambda: now[0])
+    ctl = _ctl(tmp_path, _plan(), bus, analysis=Analysis(breakers=breakers), pager=pager, clock=lambda: now[0])
     ctl.start()
     bus.apply_all()
     now[0] += 2 * 60_000
