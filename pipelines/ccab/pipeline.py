@@ -24,8 +24,10 @@ from ccab.cohorts.job import JobConfig, run_window
 from ccab.cohorts.summaries import SummaryResult, write_arm_summaries
 from ccab.cohorts.views import install_views
 from ccab.judge import JudgeReport, judge_window
-from ccab.judge.alerts import (alertmanager_payload, breaker_alert, read_alerts, resolve_arm, set_action,
-                               write_alerts)
+from ccab.judge.alerts.build import breaker_alert
+from ccab.judge.alerts.close import resolve_arm, set_action
+from ccab.judge.alerts.notify import alertmanager_payload
+from ccab.judge.alerts.store import read_alerts, write_alerts
 from ccab.judge.core import breaker_trip
 from ccab.judge.data import retrans_by_minute
 from ccab.judge.model import Breaker, Guardrail, RolloutOptions

@@ -3,7 +3,7 @@ firing at least."""
 
 from __future__ import annotations
 
-from ccab.judge.alerts import times
+from ccab.judge.alerts.text import times
 
 
 #: how long a page stays firing at least, even when the arm's hosts are back on control sooner:

@@ -119,7 +119,8 @@ def test_a_page_from_the_warehouse_alert_fires_in_alertmanager_until_the_hosts_a
     alert; the page must still fire in Alertmanager and resolve only after the hosts applied control."""
     import time
 
-    from ccab.judge.alerts import breaker_alert, write_alerts
+    from ccab.judge.alerts.build import breaker_alert
+    from ccab.judge.alerts.store import write_alerts
     from ccab.judge.model import Breaker, BreakerTrip
     from ccab.pipeline import alert_payloads, arm_done, open_warehouse, record_action
 
