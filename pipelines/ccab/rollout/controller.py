@@ -40,7 +40,7 @@ from typing import Callable
 from ccab.base import atomicfile
 from ccab.base.contracts import (ASSIGNMENT_MAX_BYTES, ASSIGNMENT_SEGMENT_SCHEMA, TOPIC_ASSIGNMENTS, canonical_json,
                                  rollout_id_problem)
-from ccab.judge.alerts import times
+from ccab.judge.alerts.text import times
 from ccab.rollout import design, phases
 from ccab.rollout.analysis import NO_ANALYSIS, Analysis
 from ccab.rollout.bus import REFUSAL_CAUSES, Bus, KafkaBus, Pager, refusal_cause  # noqa: F401 - re-exported
@@ -274,6 +274,30 @@ class Controller:
                     hosts=[r["host"] for r in records])
         return records
 
+    def _re_sign(self, result: StepResult, statuses: list[dict], topic_latest: dict[str, dict],
+                 applied: dict[str, int], foreign: dict) -> None:
+        """Hosts whose agent refused their current assignment's signature ("bad signature": it was
+        signed with another key, e.g. `promote --key WRONG`) while this controller's key did not
+        sign it: the same arm again, at the next generation, signed with this key. A controller
+        given a wrong key re-signs nothing the agents applied (they never refused those)."""
+        if self.key is None:
+            return
+        public = self.key.public_key()
+        refused_sig = {(s.get("host"), s.get("generation")) for s in statuses
+                       if s.get("state") == "refused" and "signature" in str(s.get("reason", "")).lower()}
+        changes = [design.Change(h, v.pop, v.arm, v.arm) for h, v in sorted(self.st.hosts.items())
+                   if h not in foreign and v.status == "published" and v.record
+                   and (h, v.generation) in refused_sig and verify(v.record, public) is not None]
+        if not changes:
+            return
+        why = (f"{len(changes)} host(s) refused their assignment's signature (signed with another key): the same "
+               f"arm again, signed with this controller's key")
+        self._audit("re_signed", why, hosts=[c.host for c in changes])
+        result.published += self._publish(changes, topic_latest, why, applied)
+        for r in result.published:
+            topic_latest[r["host"]] = r
+        result.messages.append(why)
+
     def _converge(self, result: StepResult, wait_applied_s: float = 0.0, poll_s: float = 1.0) -> None:
         """Publish what the plan wants now, batch by batch within the blast radius, waiting up to
         ``wait_applied_s`` for each batch to be applied before the next."""
@@ -283,6 +307,7 @@ class Controller:
         topic_latest = self._topic_latest(records, statuses)
         applied, _ = agent_generations(statuses)
         foreign = self.foreign_hosts(records, statuses)
+        self._re_sign(result, statuses, topic_latest, applied, foreign)
         while True:
             now, deferred = design.plan_changes(self.plan, self.current_arms(), self.target())
             skipped = [c.host for c in now + deferred if c.host in foreign]

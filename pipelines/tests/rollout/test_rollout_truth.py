@@ -267,3 +267,37 @@ def test_a_state_file_put_back_is_refused_and_a_rollback_adopts_the_topic(tmp_pa
     bus.run()
     assert treated and all(bus.applied[h] == stale.st.hosts[h].generation and stale.st.hosts[h].arm == "control"
                            for h in treated)
+
+
+def test_a_promote_signed_with_the_wrong_key_is_re_signed_by_the_next_step_with_the_key_given(tmp_path):
+    """Issue 29: `ccab rollout promote` run with the wrong --key publishes records every agent refuses
+    ("bad signature"); the next `ccab rollout step --key RIGHT` re-signs those hosts' assignments
+    with the key it was given (a new generation, the same arm), instead of waiting forever or
+    leaving a rollback as the only way out. A step with a wrong key never re-signs records the
+    agents applied."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    bus, wrong = ContractAgents(), Ed25519PrivateKey.generate()
+    plan = _plan("r1")
+    root = tmp_path / "rollouts" / "r1"
+    Controller(plan, Store(root), bus, KEY).start()
+    bus.run()
+    promoted = Controller(plan, Store(root), bus, wrong).promote("go", arm="b1")
+    bus.run()
+    moved = {r["host"] for r in promoted.published}
+    arm_of = {r["host"]: r["arm"] for r in promoted.published}
+    assert moved and {s["host"] for s in bus.statuses if s.get("reason") == "bad signature"} == moved
+
+    wrong_step = Controller(plan, Store(root), bus, wrong).step()  # the same mistake again: nothing re-signed
+    assert not wrong_step.published
+    res = Controller(plan, Store(root), bus, KEY).step()
+    assert {r["host"] for r in res.published} == moved
+    assert all(verify(r, KEY.public_key()) is None and r["arm"] == arm_of[r["host"]] for r in res.published)
+    bus.run()
+    ctl = Controller(plan, Store(root), bus, KEY)
+    assert all(bus.applied[h] == ctl.st.hosts[h].generation for h in moved)
+    assert any(e["event"] == "re_signed" for e in ctl.store.read_audit())
+    for _ in range(10):  # the rest of the promotion, batch by batch within the blast radius
+        ctl.step()
+        bus.run()
+    assert ctl.st.status == "completed"
