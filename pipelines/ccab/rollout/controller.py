@@ -828,11 +828,14 @@ class Controller:
                                   "decision": v.decision, "reasons": list(v.reasons or []),
                                   "alert_ids": list(v.alert_ids or []), "gates_failed": list(v.gates_failed or [])}
                                  for v in verdicts]}
-        self._audit("look", f"stage {stage.name} look {look_no}/{stage.looks} on {_iso(start)}..{_iso(end)}: "
-                    + "; ".join(f"{a} -> {d['action']}" for a, d in per_arm.items()), **evidence)
         obs = phases.Look({a: phases.ArmDecision(d["action"], tuple(d["reasons"])) for a, d in per_arm.items()},
                           look_no)
         step = phases.transition(self._phase(), obs, plan)
+        said = "; ".join(f"{a} -> {d['action']}" for a, d in per_arm.items()) or (
+            "no active treatment arm (" + ", ".join(f"{a} {s.replace('_', ' ')}" for a, s in st.arms.items())
+            + f"): nothing to judge; the rollout becomes {step.phase.status}")
+        self._audit("look", f"stage {stage.name} look {look_no}/{stage.looks} on {_iso(start)}..{_iso(end)}: {said}",
+                    **evidence)
         st.last_look_ms = int(end.timestamp() * 1000)
         self._enter(step)
         for eff in step.effects:

@@ -186,7 +186,9 @@ def decide(verdicts: list, plan: Plan, active: list[str]) -> dict[str, dict]:
             a.update(action="continue", reasons=[])
         if ACTION_RANK[action] >= ACTION_RANK[a["action"]]:
             a["action"] = action
-        a["reasons"] += [f"{v.pop}: {v.decision}: {r}" for r in (v.reasons or [])] or [f"{v.pop}: {v.decision}"]
+        said = [str(r).strip() for r in (v.reasons or []) if str(r).strip()]  # a blank reason says nothing
+        a["reasons"] += [f"{v.pop}: {v.decision}: {r}" for r in said] or [f"{v.pop}: {v.decision} (the judge gave "
+                                                                          f"no reason)"]
         a["alert_ids"] += list(v.alert_ids or [])
         a["decisions"].append({"pop": v.pop, "decision": v.decision, "gates_failed": list(v.gates_failed or [])})
     for arm in active:

@@ -8,6 +8,8 @@ cases against a real broker are in test_rollout_ownership.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 from ccab.rollout.controller import Controller
 from ccab.rollout.plan import plan_from_dict
@@ -301,3 +303,50 @@ def test_a_promote_signed_with_the_wrong_key_is_re_signed_by_the_next_step_with_
         ctl.step()
         bus.run()
     assert ctl.st.status == "completed"
+
+
+def test_a_look_never_records_an_empty_reason(tmp_path):
+    """Issue 29: a look recorded with an empty reason. Every treatment arm halted by hand leaves
+    nothing to judge: the look said `stage s1 look 1/1 on A..B: ` and the rollout became halted
+    without a word. A verdict whose reason is blank is recorded as its PoP and decision."""
+    from datetime import datetime, timezone
+
+    from ccab.rollout.analysis import Analysis
+
+    @dataclass
+    class V:
+        pop: str
+        treatment_arm: str
+        decision: str = "continue"
+        reasons: tuple = ("",)
+        rollout_id: str = "r1"
+        control_arm: str = "control"
+        alert_ids: tuple = ()
+        gates_failed: tuple = ()
+
+    bus = ContractAgents()
+    plan = _plan("r1", stages=({"name": "s1", "hosts": 2, "looks": 2},))
+    root = tmp_path / "rollouts" / "r1"
+    window = (datetime(2026, 1, 1, tzinfo=timezone.utc), datetime(2026, 1, 1, 2, tzinfo=timezone.utc))
+
+    def ctl():
+        return Controller(plan, Store(root), bus, KEY, analysis=Analysis(
+            judge=lambda *a: [V(p, arm) for p in plan.pops for arm in plan.treatment_arms]))
+
+    ctl().start()
+    bus.run()
+    for _ in range(10):  # the stage's hosts, batch by batch within the blast radius, then its first look
+        look = ctl().step(window=window).look
+        bus.run()
+        if look:
+            break
+    assert look["outcome"] == "continue"
+    assert all(r.strip() and not r.rstrip().endswith(":") for d in look["per_arm"].values() for r in d["reasons"])
+    for arm in plan.treatment_arms:
+        ctl().halt("INC-1", arm=arm)
+        bus.run()
+    c = ctl()
+    assert c.step(window=window).look["outcome"] == "halted"
+    looks = [e for e in c.store.read_audit() if e["event"] == "look"]
+    assert all(not e["reason"].rstrip().endswith(":") for e in looks), [e["reason"] for e in looks]
+    assert "no active treatment arm" in looks[-1]["reason"] and "halted" in looks[-1]["reason"]
