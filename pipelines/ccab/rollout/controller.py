@@ -449,10 +449,10 @@ class Controller:
             return self.analysis.alert_payloads(alert_ids)
         return []
 
-    def _outcome(self, step: Step, actor: str, evidence: dict | None = None) -> None:
+    def _outcome(self, step: Step, actor: str) -> None:
         """Carry out the effects of a transition that are the same whoever caused it: the audit
-        entries of an advance, a promotion, a pass, a hold, a completion, and the alerts of the arms
-        that are done. (An arm that ended: the caller audits it with its evidence.)"""
+        entries of a hold, an advance, a pass, a promotion (and the alerts of the arms it ends). An
+        arm that ended by a look, a breaker or a command: the caller audits it with its evidence."""
         for eff in step.effects:
             if isinstance(eff, phases.Hold):
                 self._audit("hold", eff.why, arms=list(eff.arms))
