@@ -24,11 +24,14 @@ from ccab.cohorts.job import JobConfig, run_window
 from ccab.cohorts.summaries import SummaryResult, write_arm_summaries
 from ccab.cohorts.views import install_views
 from ccab.judge import JudgeReport, judge_window
-from ccab.judge.alerts import (alertmanager_payload, breaker_alert, read_alerts, resolve_arm, set_action,
-                               write_alerts)
+from ccab.judge.alerts.build import breaker_alert
+from ccab.judge.alerts.close import resolve_arm, set_action
+from ccab.judge.alerts.notify import alertmanager_payload
+from ccab.judge.alerts.store import read_alerts, write_alerts
 from ccab.judge.core import breaker_trip
 from ccab.judge.data import retrans_by_minute
 from ccab.judge.model import Breaker, Guardrail, RolloutOptions
+from ccab.rollout.analysis import Analysis as ControllerAnalysis
 from ccab.rollout.design import SWITCHBACK_REFUSAL
 from ccab.rollout.plan import Plan, PlanError, load_plan
 from ccab.rollout.state import Store
@@ -191,3 +194,15 @@ def arm_done(rollout_id: str) -> Callable[[str, str], list[dict]]:
             return alertmanager_payload(resolve_arm(wh, rollout_id, arm, state))
 
     return done
+
+
+def controller_analysis(plan: Plan, run_rollups: bool = True) -> ControllerAnalysis:
+    """Everything a rollout's controller asks of the warehouse, in one object (the one place it is
+    built: `ccab rollout …`, `ccab controller run` and the lab): the looks' judge
+    (:func:`controller_judge`), the per-minute breakers (:func:`controller_breakers`), the alerts'
+    bookkeeping (:func:`record_action`, :func:`known_alerts`, :func:`alert_payloads`,
+    :func:`arm_done`) and a segment plan's prefixes (:func:`segment_prefixes`)."""
+    return ControllerAnalysis(judge=controller_judge(plan, run_rollups), breakers=controller_breakers(plan),
+                              record_action=record_action, known_alerts=known_alerts(plan.rollout_id),
+                              alert_payloads=alert_payloads, arm_done=arm_done(plan.rollout_id),
+                              segment_prefixes=segment_prefixes)

@@ -106,7 +106,8 @@ def run_alerts(args: argparse.Namespace) -> int:
 
     from ccab.base.errors import UserError
     from ccab.base.warehouse import WarehouseError
-    from ccab.judge.alerts import before_rollout, notify, read_alerts
+    from ccab.judge.alerts.notify import notify
+    from ccab.judge.alerts.store import before_rollout, read_alerts
     from ccab.pipeline import open_warehouse as warehouse
 
     if args.notify:

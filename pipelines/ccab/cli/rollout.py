@@ -207,8 +207,7 @@ def _alertmanager_url(explicit: str | None) -> str | None:
 
 
 def _controller(args, plan=None):
-    from ccab.pipeline import (alert_payloads, arm_done, controller_breakers, controller_judge, known_alerts,
-                               record_action, segment_prefixes)
+    from ccab.pipeline import controller_analysis
     from ccab.rollout.controller import Controller, load_state_plan
     from ccab.rollout.service import AlertmanagerPager
     from ccab.rollout.state import Store
@@ -221,11 +220,8 @@ def _controller(args, plan=None):
     store = Store.for_rollout(plan.rollout_id)
     rollups = getattr(args, "rollups", "run") == "run"
     am = _alertmanager_url(getattr(args, "alertmanager", None))
-    return Controller(plan, store, _bus(args), _key(args), judge=controller_judge(plan, rollups),
-                      set_action=record_action, say=lambda m: print(m, flush=True),
-                      breakers=controller_breakers(plan), known_alerts=known_alerts(plan.rollout_id),
-                      pager=AlertmanagerPager(am) if am else None, alert_payloads=alert_payloads,
-                      arm_done=arm_done(plan.rollout_id), segment_prefixes=segment_prefixes, **(
+    return Controller(plan, store, _bus(args), _key(args), analysis=controller_analysis(plan, rollups),
+                      pager=AlertmanagerPager(am) if am else None, say=lambda m: print(m, flush=True), **(
                           {"page_min_firing_s": args.page_min_firing}
                           if getattr(args, "page_min_firing", None) is not None else {}))
 

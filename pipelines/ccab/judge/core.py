@@ -35,7 +35,10 @@ from ccab.base.vocabulary import NETWORK_SEGMENT_FAMILIES, RTT_CLASSES, SIZE_CLA
 from ccab.base.vocabulary import get as get_metric
 from ccab.base.warehouse import Warehouse
 from ccab.cohorts.summaries import rollouts_in
-from ccab.judge import alerts as alerts_mod
+from ccab.judge.alerts.build import build_alerts
+from ccab.judge.alerts.notify import notify
+from ccab.judge.alerts.store import write_alerts
+from ccab.judge.alerts.text import times
 from ccab.judge import data
 from ccab.judge import gates as gates_mod
 from ccab.judge import store
@@ -133,7 +136,7 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
             for v in j.verdicts:
                 v.reasons.append(plan_note)
         template = report_url if report_url is not None else settings().report_url_template
-        j.alerts = alerts_mod.build_alerts(j, start, end, report_url=template.replace("{rollout_id}", rollout),
+        j.alerts = build_alerts(j, start, end, report_url=template.replace("{rollout_id}", rollout),
                                            look=look)
         for v in j.verdicts:
             v.alert_ids = [a.alert_id for a in j.alerts
@@ -143,9 +146,9 @@ def judge_window(wh: Warehouse, start: datetime, end: datetime, rollout_id: str 
         seq = time.time_ns()
         for j in report.rollouts:
             store.write_judgement(wh, j, report, seq)
-        changed = alerts_mod.write_alerts(wh, report.alerts, seq)
+        changed = write_alerts(wh, report.alerts, seq)
         if notify_url:
-            alerts_mod.notify(notify_url, [a for a in changed if a.severity in ("page", "ticket")])
+            notify(notify_url, [a for a in changed if a.severity in ("page", "ticket")])
     return report
 
 
@@ -608,7 +611,7 @@ def decide(pop, rollout, arm, control_arm, results: list[Result], trips: list[Br
     v.gates_failed = gates_mod.failed_for_arm(gates, arm, control_arm)
     for t in trips:
         v.reasons.append(f"circuit breaker: {arm} retransmitted {t.treatment_pct:.2f}% of bytes vs {t.control_pct:.2f}% "
-                         f"on {control_arm} ({alerts_mod.times(t.max_ratio)} at worst, > {t.breaker.ratio:g}× for {t.minutes} "
+                         f"on {control_arm} ({times(t.max_ratio)} at worst, > {t.breaker.ratio:g}× for {t.minutes} "
                          f"consecutive minutes from {t.first_minute} UTC)")
     regress = [r for r in guards if r.outcome == "regression"]
     for r in sorted(regress, key=lambda r: ("page", "ticket", "info").index(r.severity)):

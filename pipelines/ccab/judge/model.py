@@ -222,5 +222,5 @@ class RolloutJudgement:
     results: list[Result] = field(default_factory=list)
     gates: list[GateCheck] = field(default_factory=list)
     trips: list[BreakerTrip] = field(default_factory=list)
-    alerts: list = field(default_factory=list)  # ccab.judge.alerts.Alert
+    alerts: list = field(default_factory=list)  # ccab.judge.alerts.model.Alert
     error: str = ""

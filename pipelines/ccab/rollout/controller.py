@@ -1,11 +1,17 @@
-"""The stage machine: plan -> start -> stage k assignments -> enough hosts `applied` -> looks
-(judge) -> advance / hold / halt an arm / roll back -> ... -> promote.
+"""The controller: the thin edges around a rollout's one transition function.
 
-Everything the controller does goes through :meth:`Controller._converge`: compute the wanted arm
-per host (design.py), diff it against what each host was last sent, cap moves away from control
-by the blast radius (moves back to control are never capped), and publish signed records for the
-hosts that change — with a write-ahead intent in the state file (state.py) so that a crash at any
-point never gives a host two generations for one change.
+plan -> start -> stage k assignments -> enough hosts `applied` -> looks (judge) -> advance / hold /
+halt an arm / roll back -> ... -> promote. What the rollout and its arms become is decided in ONE
+place, :func:`ccab.rollout.phases.transition` (pure); this module observes (the bus, the
+:class:`~ccab.rollout.analysis.Analysis`: judge, breakers), hands the observation to the transition,
+writes the new phase to the state file (:meth:`Controller._enter`, the one place a status is
+stored) and carries out its effects: audit log, alerts' actions, pages, Kafka publish.
+
+Everything published goes through :meth:`Controller._converge`: compute the wanted arm per host
+(design.py), diff it against what each host was last sent, cap moves away from control by the
+blast radius (moves back to control are never capped), and publish signed records for the hosts
+that change — with a write-ahead intent in the state file (state.py) so that a crash at any point
+never gives a host two generations for one change.
 
 Safety rules (README "Safety"):
 - A host on a halted or rolled-back arm is sent back to control in the same step, uncapped.
@@ -13,10 +19,13 @@ Safety rules (README "Safety"):
 - A look runs only when the stage is fully published, applied, and its window is at least the
   stage's ``min_duration_minutes`` long; a judge that cannot decide means *hold*, never *pass*.
 - After an automatic halt/rollback the alerts that were the evidence get their action recorded
-  (``ccab.judge.alerts.set_action``).
+  (``Analysis.record_action``).
 
-The judge and the Kafka I/O are injected (:class:`Controller` takes a ``judge`` callable and a
-``bus``), so the stage machine can be unit-tested with a fake judge; the CLI wires the real ones.
+The data and the Kafka I/O are injected (one ``analysis`` object and a ``bus``), so the controller is
+unit-tested with a fake judge and an in-memory bus; ``ccab.pipeline.controller_analysis`` builds the
+real analysis for the CLI, the service and the lab. Files: phases.py (transition), analysis.py,
+bus.py (Kafka, pager protocol, agents' refusals), pages.py (page payloads), ownership.py (which
+rollout owns a host).
 """
 
 from __future__ import annotations
@@ -26,98 +35,28 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Protocol
+from typing import Callable
 
 from ccab.base import atomicfile
-from ccab.base.contracts import (ASSIGNMENT_MAX_BYTES, ASSIGNMENT_SEGMENT_SCHEMA, TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS,
-                                 canonical_json)
-from ccab.judge.alerts import times
-from ccab.rollout import design
+from ccab.base.contracts import (ASSIGNMENT_MAX_BYTES, ASSIGNMENT_SEGMENT_SCHEMA, TOPIC_ASSIGNMENTS, canonical_json,
+                                 rollout_id_problem)
+from ccab.judge.alerts.text import times
+from ccab.rollout import design, phases
+from ccab.rollout.analysis import NO_ANALYSIS, Analysis
+from ccab.rollout.bus import REFUSAL_CAUSES, Bus, KafkaBus, Pager, refusal_cause  # noqa: F401 - re-exported
+from ccab.rollout.ownership import ACTIVE_STATUSES, host_owners, overlap_message, plan_hosts  # noqa: F401
+from ccab.rollout.pages import PAGE_MIN_FIRING_S, breaker_payload  # noqa: F401 - re-exported
+from ccab.rollout.phases import BAD_ARM, ControllerError, Phase, Step  # noqa: F401 - re-exported
 from ccab.rollout.plan import Plan, load_plan, plan_to_yaml
-from ccab.rollout.publish import (KafkaUnavailable, Publisher, agent_generations, latest_assignments,
-                                  next_generation, read_agent_status, read_assignments, valid_generation)
-from ccab.base.contracts import rollout_id_problem
+from ccab.rollout.publish import (KafkaUnavailable, agent_generations, latest_assignments, next_generation,
+                                  valid_generation)
 from ccab.rollout.signing import sign, verify
 from ccab.rollout.state import (TERMINAL, HostAssignment, PublishIntent, RolloutState, StateError, Store,
                                  now_ms)
 
-# judge(start, end, look, looks_planned) -> verdicts (objects with pop, treatment_arm, control_arm,
-# decision, reasons, alert_ids, gates_failed)
-JudgeFn = Callable[[datetime, datetime, int, int], list]
-ActionFn = Callable[[list[str], str], None]  # set_action(alert_ids, "halted" | "rolled_back")
-# breakers(start, end) -> trips: dicts with pop, arm, control_arm, ratio, minutes, max_ratio,
-# treatment_pct, control_pct, first_minute, last_minute, alert_id (per-minute data, no rollups)
-BreakerFn = Callable[[datetime, datetime], list]
-KnownAlertsFn = Callable[[list[str]], set]  # the ids among these that are alerts of this rollout
-ArmEventFn = Callable[[str, str, dict], None]  # on_arm(arm, new_state, evidence): page / resolve
-
-ACTIVE_STATUSES = ("running", "paused", "halted")  # a rollout in one of these owns its hosts
-
-# why an agent refuses, from its reason text (rollout/agent/agent.go): what to check
-REFUSAL_CAUSES = (
-    ("signature", "bad signature", "the agents' public key does not match `--key` (or $CCAB_ROLLOUT_KEY)"),
-    ("not signed", "unsigned", "the records carry no signature (was the controller given a key?)"),
-    ("wrong_host", "wrong host", "the plan's host names differ from the agents' --host names"),
-    ("unknown congestion control", "unknown cc", "the kernel lacks the arm's cc module (modprobe tcp_<cc>)"),
-    ("not available", "cc not available", "the cc module is not loaded on those hosts (modprobe, or --load-modules)"),
-    ("bbr version", "bbr version", "the kernel's bbr is another version than the arm's bbr_version"),
-    ("generation", "generation jump", "another controller or key published for these hosts"),
-    ("too large", "too large", "the record exceeds the agent's size limit"),
-)
-
-#: how long a page stays firing at least, even when the arm's hosts are back on control sooner:
-#: Alertmanager notifies a group only after its ``group_wait`` and never sends an alert that
-#: resolved before that first notification, so a shorter page reaches no one. 60 s = the page
-#: route's group_wait in deploy/prometheus/alertmanager.yml (30 s) + 30 s; with another route,
-#: `ccab controller run --alertmanager-config FILE` derives it (service.page_min_firing_s).
-PAGE_MIN_FIRING_S = 60.0
-
-ACTION_RANK = {"continue": 0, "hold": 1, "halt_arm": 2, "rollback_arm": 3, "rollback_all": 4}
-BAD_ARM = ("halted", "rolled_back")
-
-
-class ControllerError(RuntimeError):
-    """An operation was refused or could not be done; the state is unchanged (or consistent)."""
-
 
 class JudgeFailed(RuntimeError):
     """The judge raised; the look decided nothing (the audit log has ``look_failed``)."""
-
-
-class Pager(Protocol):
-    """Where pages go (Alertmanager API v2): postable alerts, resolved by posting them with endsAt."""
-
-    def fire(self, alerts: list[dict]) -> None: ...
-    def resolve(self, alerts: list[dict]) -> None: ...
-
-
-class Bus(Protocol):
-    def publish(self, records: list[dict]) -> int: ...
-    def assignments(self) -> list[dict]: ...
-    def agent_status(self) -> list[dict]: ...
-
-
-class KafkaBus:
-    """The real bus: ccab.rollout.publish on the configured brokers."""
-
-    def __init__(self, bootstrap: str, assignments_topic: str | None = None, status_topic: str | None = None,
-                 timeout_s: float = 15.0):
-        self.bootstrap = bootstrap
-        self.assignments_topic = assignments_topic or TOPIC_ASSIGNMENTS
-        self.status_topic = status_topic or TOPIC_AGENT_STATUS
-        self.timeout_s = timeout_s
-        self._pub = None
-
-    def publish(self, records: list[dict]) -> int:
-        if self._pub is None:
-            self._pub = Publisher(self.bootstrap, self.assignments_topic, self.timeout_s)
-        return self._pub.publish(records)
-
-    def assignments(self) -> list[dict]:
-        return read_assignments(self.bootstrap, self.assignments_topic, self.timeout_s)
-
-    def agent_status(self) -> list[dict]:
-        return read_agent_status(self.bootstrap, self.status_topic, self.timeout_s)
 
 
 @dataclass
@@ -139,100 +78,13 @@ def _iso(dt: datetime) -> str:
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
 
 
-def refusal_cause(reason: str) -> tuple[str, str]:
-    """(short reason, likely cause) of an agent's refusal text."""
-    low = (reason or "").lower()
-    for needle, short, cause in REFUSAL_CAUSES:
-        if needle in low or needle.replace(" ", "_") in low:
-            return short, cause
-    if "malformed" in low or "parse" in low or "json" in low:
-        return "malformed", "the record does not parse as assignment/1 (agent and controller versions differ?)"
-    return (reason or "refused")[:60], "see the agents' journal (journalctl -u ccab-agent)"
-
-
-def breaker_payload(rollout_id: str, t: dict, action: str) -> dict:
-    """The Alertmanager alert of one breaker trip: labels route and group (rollout, pop, arm,
-    severity, guardrail), annotations say what happened and the next command."""
-    ratio = times(t["max_ratio"])
-    nxt = (f"ccab rollout status {rollout_id} --audit 20" if action in BAD_ARM else
-           f"ccab rollout rollback {rollout_id} --arm {t['arm']} --reason PAGE --alert {t.get('alert_id', '')}")
-    return {
-        "labels": {"alertname": "CcabCircuitBreaker", "severity": "page", "team": "ccab", "component": "rollout",
-                   "rollout": rollout_id, "pop": t["pop"], "arm": t["arm"], "control_arm": t["control_arm"],
-                   "guardrail": f"breaker:{t['metric'] if 'metric' in t else 'retrans_pct'}",
-                   "alert_id": t.get("alert_id", "")},
-        "annotations": {
-            "summary": f"circuit breaker: {t['arm']} retransmits {ratio} {t['control_arm']} on {t['pop']}/{rollout_id}",
-            "description": (f"{t['arm']} retransmitted {t['treatment_pct']:.2f}% of bytes vs {t['control_pct']:.2f}% on "
-                            f"{t['control_arm']} ({ratio} at worst, > {t['ratio']:g}× for {t['minutes']} consecutive "
-                            f"minutes from {t['first_minute']} to {t['last_minute']} UTC). The controller "
-                            f"{action.replace('_', ' ')} the arm; the page resolves when its hosts are back on "
-                            f"control."),
-            "estimate": ratio, "runbook": nxt},
-        "startsAt": t["first_minute"].replace(" ", "T") + ("" if t["first_minute"].endswith("Z") else "Z"),
-    }
-
-
-def plan_hosts(plan: Plan) -> set[str]:
-    return {h for p in plan.pops for h in plan.hosts_of(p)}
-
-
-def host_owners(root, exclude: str = "") -> dict[str, tuple[str, str]]:
-    """host -> (rollout_id, status) for every rollout under ``root`` that still owns its hosts
-    (running, paused or halted: not completed nor rolled back), except ``exclude``."""
-    from pathlib import Path
-
-    out: dict[str, tuple[str, str]] = {}
-    root = Path(root)
-    if not root.is_dir():
-        return out
-    for d in sorted(root.iterdir()):
-        if not d.is_dir() or d.name == exclude:
-            continue
-        store = Store(d)
-        try:
-            st = store.load()
-        except StateError:
-            continue
-        if st.status not in ACTIVE_STATUSES or st.rollout_id == exclude:
-            continue
-        hosts = set(st.hosts)
-        try:
-            hosts |= plan_hosts(load_plan(store.plan_file))
-        except Exception:  # noqa: BLE001 - an unreadable plan copy: the state's hosts still count
-            pass
-        for h in hosts:
-            out.setdefault(h, (st.rollout_id, st.status))
-    return out
-
-
-def overlap_message(rollout_id: str, clash: dict[str, tuple[str, str]]) -> str:
-    by_owner: dict[tuple[str, str], list[str]] = {}
-    for h, o in sorted(clash.items()):
-        by_owner.setdefault(o, []).append(h)
-    parts = [f"{len(hs)} host(s) ({', '.join(hs[:8])}{', ...' if len(hs) > 8 else ''}) belong to active rollout "
-             f"{o[0]} ({o[1]})" for o, hs in by_owner.items()]
-    return (f"rollout {rollout_id} overlaps: " + "; ".join(parts) + ". A host belongs to at most one active rollout: "
-            f"finish or roll back the owner first (ccab rollout status {next(iter(by_owner))[0]}), "
-            f"or take those hosts out of the plan")
-
-
 class Controller:
-    def __init__(self, plan: Plan, store: Store, bus: Bus, key=None, *, judge: JudgeFn | None = None,
-                 set_action: ActionFn | None = None, clock: Callable[[], int] = now_ms,
-                 say: Callable[[str], None] = lambda _m: None, breakers: BreakerFn | None = None,
-                 known_alerts: KnownAlertsFn | None = None, pager: Pager | None = None,
-                 alert_payloads: Callable[[list[str]], list[dict]] | None = None,
-                 arm_done: Callable[[str, str], list[dict]] | None = None,
-                 page_min_firing_s: float = PAGE_MIN_FIRING_S,
-                 segment_prefixes: Callable[[tuple[str, ...]], list[str]] | None = None):
+    def __init__(self, plan: Plan, store: Store, bus: Bus, key=None, *, analysis: Analysis = NO_ANALYSIS,
+                 pager: Pager | None = None, clock: Callable[[], int] = now_ms,
+                 say: Callable[[str], None] = lambda _m: None, page_min_firing_s: float = PAGE_MIN_FIRING_S):
         self.plan, self.store, self.bus, self.key = plan, store, bus, key
-        # a segment plan: segment -> its prefixes (the networks dictionary), resolved once per controller
-        self.segment_prefixes, self._prefixes = segment_prefixes, None
-        self.judge, self.set_action, self.clock, self.say = judge, set_action, clock, say
-        self.breakers, self.known_alerts, self.pager = breakers, known_alerts, pager
-        self.alert_payloads = alert_payloads
-        self.arm_done = arm_done  # arm_done(arm, state) resolves the arm's alerts, returns them (endsAt)
+        self.analysis, self.pager, self.clock, self.say = analysis, pager, clock, say
+        self._prefixes = None  # a segment plan: its prefixes (the networks dictionary), resolved once
         self.page_min_firing_ms = int(page_min_firing_s * 1000)
         self.only_owned = False  # --force on a terminal rollout: touch only hosts it still owns
         self.offline = ""  # a manual halt/rollback found Kafka down: why (its publish waits for Kafka)
@@ -344,10 +196,10 @@ class Controller:
         the segment's prefixes get the treatment's (contracts/CONTRACTS.md)."""
         seg = self.plan.segment
         if self._prefixes is None:
-            if self.segment_prefixes is None:
+            if self.analysis.segment_prefixes is None:
                 raise ControllerError(f"the plan targets segment {', '.join(seg)} and this controller has no "
                                       "networks dictionary to resolve it")
-            self._prefixes = list(self.segment_prefixes(seg))
+            self._prefixes = list(self.analysis.segment_prefixes(seg))
             if not self._prefixes:
                 raise ControllerError(f"segment {', '.join(seg)}: no prefixes (ccab networks load)")
         ctl = self.plan.arm(self.plan.control_arm)
@@ -422,6 +274,30 @@ class Controller:
                     hosts=[r["host"] for r in records])
         return records
 
+    def _re_sign(self, result: StepResult, statuses: list[dict], topic_latest: dict[str, dict],
+                 applied: dict[str, int], foreign: dict) -> None:
+        """Hosts whose agent refused their current assignment's signature ("bad signature": it was
+        signed with another key, e.g. `promote --key WRONG`) while this controller's key did not
+        sign it: the same arm again, at the next generation, signed with this key. A controller
+        given a wrong key re-signs nothing the agents applied (they never refused those)."""
+        if self.key is None:
+            return
+        public = self.key.public_key()
+        refused_sig = {(s.get("host"), s.get("generation")) for s in statuses
+                       if s.get("state") == "refused" and "signature" in str(s.get("reason", "")).lower()}
+        changes = [design.Change(h, v.pop, v.arm, v.arm) for h, v in sorted(self.st.hosts.items())
+                   if h not in foreign and v.status == "published" and v.record
+                   and (h, v.generation) in refused_sig and verify(v.record, public) is not None]
+        if not changes:
+            return
+        why = (f"{len(changes)} host(s) refused their assignment's signature (signed with another key): the same "
+               f"arm again, signed with this controller's key")
+        self._audit("re_signed", why, hosts=[c.host for c in changes])
+        result.published += self._publish(changes, topic_latest, why, applied)
+        for r in result.published:
+            topic_latest[r["host"]] = r
+        result.messages.append(why)
+
     def _converge(self, result: StepResult, wait_applied_s: float = 0.0, poll_s: float = 1.0) -> None:
         """Publish what the plan wants now, batch by batch within the blast radius, waiting up to
         ``wait_applied_s`` for each batch to be applied before the next."""
@@ -431,6 +307,7 @@ class Controller:
         topic_latest = self._topic_latest(records, statuses)
         applied, _ = agent_generations(statuses)
         foreign = self.foreign_hosts(records, statuses)
+        self._re_sign(result, statuses, topic_latest, applied, foreign)
         while True:
             now, deferred = design.plan_changes(self.plan, self.current_arms(), self.target())
             skipped = [c.host for c in now + deferred if c.host in foreign]
@@ -487,12 +364,12 @@ class Controller:
             self.check_fresh()
         except KafkaUnavailable:
             pass  # the breakers still run (on the warehouse) and record their decision; publishing waits
-        if self.st.status == "running" and self.breakers is not None and self.plan.breakers:
+        if self.st.status == "running" and self.analysis.breakers is not None and self.plan.breakers:
             now = self.clock()
             if self.st.breaker_checked_ms is None or now - self.st.breaker_checked_ms >= 60_000:
                 self.check_breakers(result)
         if self.st.status in ("running", "paused"):
-            res = self.step() if self.judge is not None else None
+            res = self.step() if self.analysis.judge is not None else None
             if res is not None:
                 result.published += res.published
                 result.look, result.applied, result.enrolled = res.look, res.applied, res.enrolled
@@ -513,39 +390,30 @@ class Controller:
         end = _utc(now).replace(second=0, microsecond=0)
         start = max(end - timedelta(minutes=longest + 2), _utc(st.started_ms or now).replace(second=0, microsecond=0))
         try:
-            trips = list(self.breakers(start, end)) if end > start else []
+            trips = list(self.analysis.breakers(start, end)) if end > start else []
         except Exception as exc:  # noqa: BLE001 - no data, no decision: the next minute tries again
             self._audit("breaker_failed", f"breakers on {_iso(start)}..{_iso(end)}: {type(exc).__name__}: {exc}")
             st.breaker_checked_ms = now
             self._save()
             return []
         st.breaker_checked_ms = now
+        tripped = {arm: [t for t in trips if t.get("arm") == arm and t.get("pop") in plan.pops]
+                   for arm in [a for a, s in st.arms.items() if s == "active"]}
+        tripped = {arm: mine for arm, mine in tripped.items() if mine}
+        step = phases.transition(self._phase(), phases.Breakers(tuple(tripped)), plan)
+        self._enter(step)
         fired = []
-        for arm in [a for a, s in st.arms.items() if s == "active"]:
-            mine = [t for t in trips if t.get("arm") == arm and t.get("pop") in plan.pops]
-            if not mine:
-                continue
-            act = plan.policy.rollback
-            new = "halted" if act == "halt_arm" else "rolled_back"
-            st.arms[arm] = new
-            if act == "rollback_all":
-                for a in st.arms:
-                    if st.arms[a] == "active":
-                        st.arms[a] = "rolled_back"
-                st.status = "rolled_back"
-            elif not any(s == "active" for s in st.arms.values()) and not st.promoted:
-                st.status = new
-            self._save()
+        for eff in step.effects:  # ArmEnded, one per tripped arm
+            arm, new, mine = eff.arm, eff.state, tripped[eff.arm]
             ids = [t["alert_id"] for t in mine if t.get("alert_id")]
             worst = max(mine, key=lambda t: t["max_ratio"])
             why = (f"circuit breaker: {arm} retransmits {times(worst['max_ratio'])} {worst['control_arm']} for "
                    f"{worst['minutes']} min from {worst['first_minute']} on {worst['pop']}")
             self._audit("rollback_arm" if new == "rolled_back" else "halt_arm",
-                        f"{arm} {new.replace('_', ' ')} ({act}): its hosts go back to {plan.control_arm}: {why}",
+                        f"{arm} {new.replace('_', ' ')} ({eff.act}): its hosts go back to {plan.control_arm}: {why}",
                         arm=arm, alert_ids=ids, breaker_window=[_iso(start), _iso(end)], trips=mine)
-            if ids and self.set_action is not None:
-                self.set_action(ids, new)
-            payloads = self.alert_payloads(ids) if ids and self.alert_payloads is not None else []
+            self._record_action(ids, new)
+            payloads = self._alert_payloads(ids)
             self._page(arm, payloads or [breaker_payload(plan.rollout_id, t, new) for t in mine], new)
             self._arm_done(arm, new)
             fired += mine
@@ -554,6 +422,50 @@ class Controller:
         if fired:
             self._converge(result)
         return fired
+
+    # ------------------------------------------------------------------------------ the phase
+    def _phase(self) -> Phase:
+        st = self.st
+        return Phase(status=st.status, stage=st.stage, looks_done=st.looks_done, arms=dict(st.arms),
+                     promoted=st.promoted)
+
+    def _enter(self, step: Step) -> None:
+        """Store the phase the transition decided: the one place a rollout's status, its arms'
+        states, its stage and its promoted arm are written (then saved, before any effect)."""
+        st, ph = self.st, step.phase
+        if ph.stage != st.stage:  # a new stage: its clock starts now, its hosts have not applied yet
+            st.stage_started_ms = self.clock()
+            st.stage_applied_ms = None
+        st.status, st.stage, st.looks_done, st.promoted = ph.status, ph.stage, ph.looks_done, ph.promoted
+        st.arms = dict(ph.arms)
+        self._save()
+
+    def _record_action(self, alert_ids: list[str], action: str) -> None:
+        if alert_ids and self.analysis.record_action is not None:
+            self.analysis.record_action(alert_ids, action)
+
+    def _alert_payloads(self, alert_ids: list[str]) -> list[dict]:
+        if alert_ids and self.analysis.alert_payloads is not None:
+            return self.analysis.alert_payloads(alert_ids)
+        return []
+
+    def _outcome(self, step: Step, actor: str) -> None:
+        """Carry out the effects of a transition that are the same whoever caused it: the audit
+        entries of a hold, an advance, a pass, a promotion (and the alerts of the arms it ends). An
+        arm that ended by a look, a breaker or a command: the caller audits it with its evidence."""
+        for eff in step.effects:
+            if isinstance(eff, phases.Hold):
+                self._audit("hold", eff.why, arms=list(eff.arms))
+            elif isinstance(eff, phases.Advanced):
+                self._audit("advance", eff.why, actor=actor, arms=list(eff.arms))
+            elif isinstance(eff, phases.Passed):
+                self._audit("passed", eff.why, actor=actor, arms=list(eff.arms))
+            elif isinstance(eff, phases.Promoted):
+                self._audit("promote", f"{eff.arm} promoted to every host ({eff.why}); hosts move within the "
+                            "blast-radius limit", actor=actor, arm=eff.arm)
+                self._arm_done(eff.arm, "promoted")
+                for a in eff.halted:
+                    self._arm_done(a, "halted")
 
     def _page(self, arm: str, alerts: list[dict], action: str) -> None:
         """Fire ``alerts`` in Alertmanager and remember them (state.pages) until they are resolved."""
@@ -583,10 +495,10 @@ class Controller:
         """The arm was promoted, rolled back or halted: its alerts are resolved in the warehouse,
         and in Alertmanager at once unless the controller paged them (those resolve when the hosts
         are back on control: :meth:`resolve_pages`)."""
-        if self.arm_done is None:
+        if self.analysis.arm_done is None:
             return
         try:
-            alerts = self.arm_done(arm, state)
+            alerts = self.analysis.arm_done(arm, state)
         except Exception as exc:  # noqa: BLE001 - the warehouse is down: the alerts stay open, said so
             self._audit("resolve_failed", f"alerts of {arm}: {type(exc).__name__}: {exc}", arm=arm)
             return
@@ -838,8 +750,7 @@ class Controller:
         st = self.st
         if st.status != "running" or st.promoted:
             if st.promoted and not result.deferred and ok == n and st.status == "running":
-                st.status = "completed"
-                self._save()
+                self._enter(phases.transition(self._phase(), phases.Applied(), self.plan))
                 self._audit("completed", f"every host runs {st.promoted}", applied=ok)
             result.messages.append(f"rollout {st.status}" + (f" (promoted {st.promoted})" if st.promoted else ""))
             return result
@@ -899,124 +810,50 @@ class Controller:
 
     def look(self, start: datetime, end: datetime) -> dict:
         """Run the judge for [start, end) and act on its verdicts."""
-        if self.judge is None:
+        if self.analysis.judge is None:
             raise ControllerError("no judge configured")
         st, plan = self.st, self.plan
         stage = self._stage()
         look_no = min(st.looks_done + 1, stage.looks)
         try:
-            verdicts = self.judge(start, end, look_no, stage.looks)
+            verdicts = self.analysis.judge(start, end, look_no, stage.looks)
         except Exception as exc:  # noqa: BLE001 - a judge that fails decides nothing: hold
             self._audit("look_failed", f"judge failed on {_iso(start)}..{_iso(end)}: {type(exc).__name__}: {exc}; "
                         "nothing changes (hold)", window=[_iso(start), _iso(end)])
             raise JudgeFailed(f"the judge failed ({type(exc).__name__}: {exc}); no decision taken, hosts unchanged; "
                               "re-run `ccab rollout step` with the same window") from exc
-        active = [a for a, s in st.arms.items() if s == "active"]
-        per_arm: dict[str, dict] = {a: {"action": "hold", "reasons": ["no verdict from the judge for this arm"],
-                                        "alert_ids": [], "decisions": []} for a in active}
-        got = set()
-        for v in verdicts:
-            if v.treatment_arm not in per_arm or (v.rollout_id and v.rollout_id != plan.rollout_id):
-                continue
-            if v.pop not in plan.pops:
-                continue
-            action = {"rollback": plan.policy.rollback, "halt": plan.policy.halt, "continue": "continue",
-                      "pass": "continue", "no_decision": plan.policy.no_decision,
-                      "inconclusive_by_design": plan.policy.inconclusive_by_design}.get(v.decision, "hold")
-            a = per_arm[v.treatment_arm]
-            if v.treatment_arm not in got:
-                got.add(v.treatment_arm)
-                a.update(action="continue", reasons=[])
-            if ACTION_RANK[action] >= ACTION_RANK[a["action"]]:
-                a["action"] = action
-            a["reasons"] += [f"{v.pop}: {v.decision}: {r}" for r in (v.reasons or [])] or [f"{v.pop}: {v.decision}"]
-            a["alert_ids"] += list(v.alert_ids or [])
-            a["decisions"].append({"pop": v.pop, "decision": v.decision, "gates_failed": list(v.gates_failed or [])})
-        for arm in active:
-            if arm not in got:
-                continue
-            missing = set(plan.pops) - {d["pop"] for d in per_arm[arm]["decisions"]}
-            if missing and per_arm[arm]["action"] == "continue":
-                per_arm[arm]["action"] = "hold"
-                per_arm[arm]["reasons"].append(f"no verdict for PoP(s) {', '.join(sorted(missing))}")
+        per_arm = phases.decide(verdicts, plan, [a for a, s in st.arms.items() if s == "active"])
         evidence = {"window": [_iso(start), _iso(end)], "look": look_no, "looks_planned": stage.looks,
                     "verdicts": [{"pop": v.pop, "treatment_arm": v.treatment_arm, "control_arm": v.control_arm,
                                   "decision": v.decision, "reasons": list(v.reasons or []),
                                   "alert_ids": list(v.alert_ids or []), "gates_failed": list(v.gates_failed or [])}
                                  for v in verdicts]}
-        self._audit("look", f"stage {stage.name} look {look_no}/{stage.looks} on {_iso(start)}..{_iso(end)}: "
-                    + "; ".join(f"{a} -> {d['action']}" for a, d in per_arm.items()), **evidence)
-        st.looks_done = st.looks_done + 1
+        obs = phases.Look({a: phases.ArmDecision(d["action"], tuple(d["reasons"])) for a, d in per_arm.items()},
+                          look_no)
+        step = phases.transition(self._phase(), obs, plan)
+        said = "; ".join(f"{a} -> {d['action']}" for a, d in per_arm.items()) or (
+            "no active treatment arm (" + ", ".join(f"{a} {s.replace('_', ' ')}" for a, s in st.arms.items())
+            + f"): nothing to judge; the rollout becomes {step.phase.status}")
+        self._audit("look", f"stage {stage.name} look {look_no}/{stage.looks} on {_iso(start)}..{_iso(end)}: {said}",
+                    **evidence)
         st.last_look_ms = int(end.timestamp() * 1000)
-        rollback_all = any(d["action"] == "rollback_all" for d in per_arm.values())
-        for arm, d in per_arm.items():
-            act = "rollback_all" if rollback_all and d["action"] != "rollback_all" else d["action"]
-            if act in ("rollback_arm", "rollback_all", "halt_arm"):
-                new = "halted" if act == "halt_arm" else "rolled_back"
-                st.arms[arm] = new
-                why = "; ".join(d["reasons"]) if d["action"] == act else "another arm triggered rollback_all"
-                self._save()
-                self._audit("halt_arm" if new == "halted" else "rollback_arm",
-                            f"{arm} {new.replace('_', ' ')} ({act}): its hosts go back to {plan.control_arm}: {why}",
-                            arm=arm, alert_ids=d["alert_ids"], decisions=d["decisions"])
-                if d["alert_ids"] and self.set_action is not None:
-                    self.set_action(d["alert_ids"], new)
-                    self._audit("alerts_actioned", f"{len(d['alert_ids'])} alert(s) marked {new}", arm=arm,
-                                alert_ids=d["alert_ids"], action=new)
-                if d["alert_ids"] and self.alert_payloads is not None:
-                    self._page(arm, self.alert_payloads(d["alert_ids"]), new)
-                self._arm_done(arm, new)
-        if rollback_all:
-            st.status = "rolled_back"
-        still = [a for a, s in st.arms.items() if s == "active"]
-        holds = [a for a in still if per_arm.get(a, {}).get("action") == "hold"]
-        outcome = "hold"
-        if not still and not rollback_all:
-            st.status = "rolled_back" if any(s == "rolled_back" for s in st.arms.values()) else "halted"
-            outcome = st.status
-        elif rollback_all:
-            outcome = "rolled_back"
-        elif holds:
-            self._audit("hold", "not advancing: " + "; ".join(f"{a}: {'; '.join(per_arm[a]['reasons'])}" for a in holds),
-                        arms=holds)
-        elif st.looks_done >= stage.looks:
-            outcome = self._advance(still, f"look {look_no}/{stage.looks} passed for {', '.join(still)}")
-        else:
-            outcome = "continue"
-        self._save()
-        return {"per_arm": per_arm, "outcome": outcome, **evidence}
-
-    def _advance(self, passing: list[str], why: str, actor: str = "controller") -> str:
-        st, plan = self.st, self.plan
-        if st.stage + 1 < len(plan.stages):
-            st.stage += 1
-            st.looks_done = 0
-            st.stage_started_ms = self.clock()
-            st.stage_applied_ms = None
-            self._save()
-            self._audit("advance", f"{why}: stage {plan.stages[st.stage].name} next", actor=actor, arms=passing)
-            return "advanced"
-        if plan.policy.promote_on_pass and len(passing) == 1:
-            return self._promote(passing[0], why, actor)
-        self._audit("passed", f"{why}: last stage done; promote by hand (ccab rollout promote --arm A --reason ...)",
-                    actor=actor, arms=passing)
-        return "passed"
-
-    def _promote(self, arm: str, why: str, actor: str) -> str:
-        st = self.st
-        st.promoted = arm
-        st.arms[arm] = "promoted"
-        for a, s in st.arms.items():
-            if a != arm and s == "active":
-                st.arms[a] = "halted"
-        self._save()
-        self._audit("promote", f"{arm} promoted to every host ({why}); hosts move within the blast-radius limit",
-                    actor=actor, arm=arm)
-        self._arm_done(arm, "promoted")
-        for a, s in st.arms.items():
-            if a != arm and s == "halted":
-                self._arm_done(a, "halted")
-        return "promoted"
+        self._enter(step)
+        for eff in step.effects:
+            if not isinstance(eff, phases.ArmEnded):
+                continue
+            arm, new, d = eff.arm, eff.state, per_arm[eff.arm]
+            self._audit("halt_arm" if new == "halted" else "rollback_arm",
+                        f"{arm} {new.replace('_', ' ')} ({eff.act}): its hosts go back to {plan.control_arm}: {eff.why}",
+                        arm=arm, alert_ids=d["alert_ids"], decisions=d["decisions"])
+            if d["alert_ids"] and self.analysis.record_action is not None:
+                self._record_action(d["alert_ids"], new)
+                self._audit("alerts_actioned", f"{len(d['alert_ids'])} alert(s) marked {new}", arm=arm,
+                            alert_ids=d["alert_ids"], action=new)
+            if d["alert_ids"] and self.analysis.alert_payloads is not None:
+                self._page(arm, self._alert_payloads(d["alert_ids"]), new)
+            self._arm_done(arm, new)
+        self._outcome(step, "controller")
+        return {"per_arm": per_arm, "outcome": step.outcome, **evidence}
 
     # ------------------------------------------------------------------------------ by hand
     def _manual(self, reason: str, action: str = "", force: bool = False,
@@ -1025,7 +862,8 @@ class Controller:
         if not reason.strip():
             raise ControllerError("--reason is required for a manual action (it goes to the audit log)")
         if alert_ids:
-            unknown = sorted(set(alert_ids) - set(self.known_alerts(list(alert_ids)) if self.known_alerts else alert_ids))
+            known = self.analysis.known_alerts
+            unknown = sorted(set(alert_ids) - set(known(list(alert_ids)) if known else alert_ids))
             if unknown:
                 rid = self.plan.rollout_id
                 raise ControllerError(f"unknown alert id(s) {', '.join(unknown)}: not an alert of rollout {rid} "
@@ -1099,20 +937,16 @@ class Controller:
         want = self.target()
         return any(want.get(h, v.arm) != v.arm for h, v in self.st.hosts.items())
 
+    def _command(self, action: str, reason: str, arm: str | None = None, force: bool = False) -> Step:
+        """An operator's command through the transition; its new phase stored."""
+        step = phases.transition(self._phase(), phases.Command(action, arm, reason, force), self.plan)
+        self._enter(step)
+        return step
+
     def promote(self, reason: str, arm: str | None = None) -> StepResult:
         self._manual(reason)
-        st = self.st
-        if st.status not in ("running", "paused"):
-            raise ControllerError(f"cannot promote: rollout is {st.status}")
-        if arm is not None:
-            if arm not in st.arms or st.arms[arm] in BAD_ARM:
-                raise ControllerError(f"cannot promote {arm!r}: arms are {st.arms}")
-            self._promote(arm, f"by hand: {reason}", "operator")
-        else:
-            passing = [a for a, s in st.arms.items() if s == "active"]
-            if st.stage + 1 >= len(self.plan.stages) and len(passing) != 1:
-                raise ControllerError("last stage: say which arm to promote (--arm)")
-            self._advance(passing, f"by hand: {reason}", "operator")
+        step = self._command("promote", f"by hand: {reason}", arm)
+        self._outcome(step, "operator")
         result = StepResult()
         self._converge(result)
         return result
@@ -1120,27 +954,15 @@ class Controller:
     def halt(self, reason: str, arm: str | None = None, alert_ids: list[str] | None = None,
              force: bool = False) -> StepResult:
         self._manual(reason, "halt", force, alert_ids)
-        st = self.st
-        if st.status in TERMINAL and arm is None:
-            raise ControllerError(f"rollout is {st.status}: nothing to pause; to move its hosts back to control "
-                                  f"use `ccab rollout rollback {st.rollout_id} --force`")
+        self._command("halt", reason, arm, force)
         if arm is not None:
-            if st.arms.get(arm) not in (("active", "promoted") if st.status in TERMINAL else ("active",)):
-                raise ControllerError(f"cannot halt {arm!r}: arms are {st.arms}")
-            st.arms[arm] = "halted"
-            if st.promoted == arm:
-                st.promoted = None
-            self._save()
             self._audit("halt_arm", f"by hand: {arm} halted, its hosts go back to {self.plan.control_arm}: {reason}",
                         actor="operator", arm=arm, alert_ids=alert_ids or [])
             self._arm_done(arm, "halted")
         else:
-            st.status = "paused"
-            self._save()
             self._audit("pause", f"by hand: rollout paused, hosts keep their arm, nothing advances: {reason}",
                         actor="operator", alert_ids=alert_ids or [])
-        if alert_ids and self.set_action is not None:
-            self.set_action(alert_ids, "halted")
+        self._record_action(alert_ids or [], "halted")
         result = StepResult()
         self._converge_or_defer(result)
         return result
@@ -1148,44 +970,21 @@ class Controller:
     def rollback(self, reason: str, arm: str | None = None, alert_ids: list[str] | None = None,
                  force: bool = False) -> StepResult:
         self._manual(reason, "rollback", force, alert_ids)
-        st = self.st
-        if arm is not None:
-            if arm not in st.arms:
-                raise ControllerError(f"no treatment arm {arm!r} (arms: {', '.join(st.arms)})")
-            st.arms[arm] = "rolled_back"
-            if st.promoted == arm:
-                st.promoted = None
-        else:
-            for a in st.arms:
-                st.arms[a] = "rolled_back"
-            st.promoted = None
-            st.status = "rolled_back"
-        self._save()
+        step = self._command("rollback", reason, arm, force)
         self._audit("rollback_arm" if arm else "rollback",
                     f"by hand: {arm or 'every treatment arm'} rolled back to {self.plan.control_arm}: {reason}",
                     actor="operator", arm=arm, alert_ids=alert_ids or [])
-        for a in ([arm] if arm else list(st.arms)):
-            self._arm_done(a, "rolled_back")
-        if alert_ids and self.set_action is not None:
-            self.set_action(alert_ids, "rolled_back")
+        for eff in step.effects:  # RolledBack: the arms whose alerts resolve
+            for a in eff.arms:
+                self._arm_done(a, "rolled_back")
+        self._record_action(alert_ids or [], "rolled_back")
         result = StepResult()
         self._converge_or_defer(result)
         return result
 
     def resume(self, reason: str, arm: str | None = None) -> StepResult:
         self._manual(reason)
-        st = self.st
-        if arm is not None:
-            if st.arms.get(arm) not in BAD_ARM:
-                raise ControllerError(f"arm {arm!r} is not halted or rolled back ({st.arms})")
-            st.arms[arm] = "active"
-            if st.status in ("halted", "rolled_back"):
-                st.status = "running"
-        else:
-            if st.status not in ("paused", "halted"):
-                raise ControllerError(f"nothing to resume: rollout is {st.status}")
-            st.status = "running"
-        self._save()
+        self._command("resume", reason, arm)
         self._audit("resume", f"by hand: {arm or 'rollout'} resumed: {reason}", actor="operator", arm=arm)
         result = StepResult()
         self._converge(result)

@@ -27,7 +27,7 @@ import socket
 from pathlib import Path
 
 from ccab.base import atomicfile
-from ccab.rollout.state import LEADER_FILE, leader_token, now_ms
+from ccab.rollout.state import LEADER_FILE, StateError, leader_token, now_ms
 
 
 class LeaderLock:
@@ -51,7 +51,11 @@ class LeaderLock:
         except BlockingIOError:
             os.close(fd)
             return None
-        token = leader_token(self.root) + 1
+        try:
+            token = leader_token(self.root) + 1
+        except StateError:
+            os.close(fd)  # a leader file it cannot trust: refuse, and keep no lock
+            raise
         atomicfile.write_bytes(self.root / LEADER_FILE, (json.dumps(
             {"token": token, "pid": os.getpid(), "host": socket.gethostname(), "since_ms": now_ms()}) + "\n").encode())
         self.fd, self.token = fd, token

@@ -57,12 +57,33 @@ class FencedOut(StateError):
 LEADER_FILE = "leader.json"
 
 
+#: a fencing token is a whole number in [0, MAX_LEADER_TOKEN] (exact in every JSON reader)
+MAX_LEADER_TOKEN = 2**53 - 1
+
+
 def leader_token(root: Path) -> int:
-    """The current leader token under the rollouts directory (0 when no leader ever ran)."""
+    """The current leader token under the rollouts directory (0 when no leader ever ran). A file
+    that holds anything but ``{"token": N, ...}`` with N a whole number in [0, 2^53-1] is refused
+    (``StateError``): taking it as 0 would let the next leader's token go backwards, below the
+    ``fence`` of the states a newer leader wrote."""
+    path = Path(root) / LEADER_FILE
     try:
-        return int(json.loads((Path(root) / LEADER_FILE).read_text()).get("token", 0))
-    except (OSError, ValueError, AttributeError):
+        text = path.read_text()
+    except FileNotFoundError:
         return 0
+    except OSError as exc:
+        raise StateError(f"cannot read the controller leader file {path}: {exc.strerror or exc}") from None
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raw = None
+    token = raw.get("token") if isinstance(raw, dict) else None
+    if type(token) is not int or not 0 <= token <= MAX_LEADER_TOKEN:  # noqa: E721 - bool and float are not tokens
+        shown = text.strip()[:60] or "an empty file"
+        raise StateError(f"{path}: the fencing token must be a whole number in [0, {MAX_LEADER_TOKEN}], the file "
+                         f"holds {shown!r}; put the last good token back (one above every state's \"fence\") or, "
+                         f"with no controller running, remove the file")
+    return token
 
 
 def now_ms() -> int:

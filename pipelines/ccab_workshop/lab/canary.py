@@ -51,8 +51,7 @@ from ccab_workshop.lab import segment_canary
 from ccab_workshop.lab.edge import BPF_CC, Collector, Nginx, free_port, make_www, release_bpf
 from ccab_workshop.lab.netns import LabError, Topology, allow_cc, in_ns
 from ccab_workshop.lab.runner import LockedWarehouse, Session, _kafka, preflight
-from ccab.pipeline import (alert_payloads, arm_done, controller_breakers, controller_judge, known_alerts,
-                           record_action)
+from ccab.pipeline import controller_analysis
 from ccab.rollout.controller import Controller, KafkaBus, load_state_plan
 from ccab.rollout.service import AlertmanagerPager, Service
 from ccab.rollout.signing import keygen, load_private_key
@@ -221,11 +220,8 @@ def run_case(case: str, args, work: Path) -> dict:
 
         def make(store: Store) -> Controller:
             p = load_state_plan(store)
-            return Controller(p, store, KafkaBus(bootstrap, t_asg, t_st), key, judge=controller_judge(p),
-                              set_action=record_action,
-                              say=lambda m: None, breakers=controller_breakers(p), known_alerts=known_alerts(rid),
-                              pager=_ObservedPager(am_url, rid, page, page_lock), alert_payloads=alert_payloads,
-                              arm_done=arm_done(rid))
+            return Controller(p, store, KafkaBus(bootstrap, t_asg, t_st), key, analysis=controller_analysis(p),
+                              pager=_ObservedPager(am_url, rid, page, page_lock), say=lambda m: None)
 
         svc = Service(rollouts_dir(), make, args.interval, say=lambda m: _say(f"{case}: controller: {m}"))
         session.stack.callback(svc.leader.release)  # the next case's service takes the lead

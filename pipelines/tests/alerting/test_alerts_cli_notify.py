@@ -14,7 +14,8 @@ from alertmanager_fixture import alertmanager, alertmanager_factory, wait_until 
 from ccab import cli
 from ccab.alerting import list_alerts
 from ccab.base.warehouse import connect
-from ccab.judge.alerts import Alert, write_alerts
+from ccab.judge.alerts.model import Alert
+from ccab.judge.alerts.store import write_alerts
 
 START_MS = int(datetime(2025, 11, 21, 0, tzinfo=timezone.utc).timestamp() * 1000)
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import math
 
-from ccab.judge.alerts import (Alert, alert_history, alertmanager_payload, breaker_alert, read_alerts, resolve_arm,
-                               set_action, set_status, write_alerts)
+from ccab.judge.alerts.build import breaker_alert
+from ccab.judge.alerts.close import resolve_arm, set_action, set_status
+from ccab.judge.alerts.model import Alert
+from ccab.judge.alerts.notify import alertmanager_payload
+from ccab.judge.alerts.store import alert_history, read_alerts, write_alerts
 from ccab.judge.model import Breaker, BreakerTrip
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import numpy as np
-from ccab.judge.alerts import build_alerts
+from ccab.judge.alerts.build import build_alerts
 from ccab.judge.core import _bh, _result, effect_of
 from ccab.judge.model import RolloutJudgement
 from ccab.judge.stats import shift_test

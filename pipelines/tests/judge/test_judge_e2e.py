@@ -111,7 +111,7 @@ def test_canary_flags_bbr1_retransmits_and_bbr2_high_loss_tail(canary_sim, wareh
 
     # what the controller did is recorded on the alert
     from ccab.dags.tasks import warehouse
-    from ccab.judge.alerts import set_action
+    from ccab.judge.alerts.close import set_action
 
     with warehouse() as wh:
         set_action(wh, [bbr1["alert_id"]], "rolled_back")

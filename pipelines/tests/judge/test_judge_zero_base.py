@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 from ccab.base.vocabulary import effect_sign, zero_base_text
-from ccab.judge.alerts import build_alerts
+from ccab.judge.alerts.build import build_alerts
 from ccab.judge.core import _bh, _effect_text, _result, effect_of
 from ccab.judge.model import RolloutJudgement
 from ccab.report.build import fmt_row_effect

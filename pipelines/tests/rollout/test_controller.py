@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import pytest
+from ccab.rollout.analysis import Analysis
 from ccab.rollout.controller import Controller, ControllerError
 from ccab.rollout.plan import load_plan, plan_from_dict
 from ccab.rollout.signing import load_private_key, load_public_key, sign, verify
@@ -102,8 +103,8 @@ def _ctl(tmp_path, plan, bus, verdicts, actions):
 
     def judge(start, end, look, planned):
         return verdicts.pop(0) if verdicts else []
-    return Controller(plan, Store(tmp_path / plan.rollout_id), bus, key, judge=judge,
-                      set_action=lambda ids, a: actions.append((ids, a)))
+    return Controller(plan, Store(tmp_path / plan.rollout_id), bus, key,
+                      analysis=Analysis(judge=judge, record_action=lambda ids, a: actions.append((ids, a))))
 
 
 W = (datetime(2025, 11, 20, 0, tzinfo=timezone.utc), datetime(2025, 11, 20, 3, tzinfo=timezone.utc))
@@ -213,8 +214,8 @@ def test_segment_plan_publishes_signed_policies_to_treated_hosts_only(tmp_path):
         asked.append(seg)
         return ["10.201.0.0/16", "2001:db8:201::/48"]
     key = load_private_key(VECTORS / "test_ed25519_seed.hex")
-    ctl = Controller(plan, Store(tmp_path / plan.rollout_id), bus, key, judge=lambda *a: [],
-                     segment_prefixes=resolve)
+    ctl = Controller(plan, Store(tmp_path / plan.rollout_id), bus, key,
+                     analysis=Analysis(judge=lambda *a: [], segment_prefixes=resolve))
     ctl.start()
     pub = load_public_key(VECTORS / "test_ed25519_public.b64")
     treated = [r for r in bus.records if r["arm"] != "control"]
@@ -244,11 +245,11 @@ def test_segment_plan_errors(tmp_path):
     assert plan.segment == ("access:mobile", "asn:64500")
     assert plan_from_dict(base_plan()).digest == plan_from_dict(base_plan()).digest  # digest unchanged w/o segment
     key = load_private_key(VECTORS / "test_ed25519_seed.hex")
-    ctl = Controller(plan, Store(tmp_path / plan.rollout_id), MemoryBus(), key, judge=lambda *a: [])
+    ctl = Controller(plan, Store(tmp_path / plan.rollout_id), MemoryBus(), key, analysis=Analysis(judge=lambda *a: []))
     with pytest.raises(ControllerError, match="no networks dictionary"):
         ctl.start()
     many = [f"10.{i // 256}.{i % 256}.0/24" for i in range(2000)]
-    ctl = Controller(plan, Store(tmp_path / "big"), MemoryBus(), key, judge=lambda *a: [],
-                     segment_prefixes=lambda seg: many)
+    ctl = Controller(plan, Store(tmp_path / "big"), MemoryBus(), key,
+                     analysis=Analysis(judge=lambda *a: [], segment_prefixes=lambda seg: many))
     with pytest.raises(ControllerError, match="16384-byte limit"):
         ctl.start()

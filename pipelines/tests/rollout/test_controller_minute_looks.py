@@ -15,6 +15,7 @@ from ccab import cli
 from ccab.base.chtime import covering_hours
 from ccab.cohorts.job import JobConfig, run_window, stale_hours
 from ccab.pipeline import controller_judge, open_warehouse, record_action
+from ccab.rollout.analysis import Analysis
 from ccab.rollout.controller import Controller
 from ccab.rollout.plan import plan_from_dict
 from ccab.rollout.signing import load_private_key
@@ -72,8 +73,8 @@ def test_a_ten_minute_stage_gets_its_look_and_promotes_within_the_same_hour(tmp_
     now = {"ms": int(T_START.timestamp() * 1000)}
     bus = AgentsApplyAtOnce()
     ctl = Controller(plan, Store(warehouse_env / "rollouts" / rid), bus,
-                     load_private_key(VECTORS / "test_ed25519_seed.hex"), judge=controller_judge(plan),
-                     set_action=record_action, clock=lambda: now["ms"])
+                     load_private_key(VECTORS / "test_ed25519_seed.hex"), clock=lambda: now["ms"],
+                     analysis=Analysis(judge=controller_judge(plan), record_action=record_action))
     ctl.start()
     first = ctl.step()  # every host applied: the stage's clock starts now (00:05:20)
     assert first.look is None and ctl.st.stage_applied_ms == now["ms"]

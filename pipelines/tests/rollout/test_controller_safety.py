@@ -7,6 +7,7 @@ import json
 from datetime import datetime, timezone
 
 import pytest
+from ccab.rollout.analysis import Analysis
 from ccab.rollout.controller import Controller, ControllerError
 from ccab.rollout.leader import LeaderLock
 from ccab.rollout.plan import plan_from_dict
@@ -117,7 +118,7 @@ def test_forced_rollback_of_a_completed_rollout_touches_only_hosts_it_still_owns
 
 def test_unknown_alert_ids_are_refused(tmp_path):
     bus = MemoryBus()
-    ctl = _ctl(tmp_path, _plan(), bus, known_alerts=lambda ids: {i for i in ids if i == "a" * 20})
+    ctl = _ctl(tmp_path, _plan(), bus, analysis=Analysis(known_alerts=lambda ids: {i for i in ids if i == "a" * 20}))
     ctl.start()
     with pytest.raises(ControllerError, match="unknown alert id.*deadbeef"):
         ctl.halt("INC-1", arm="b1", alert_ids=["deadbeef"])
@@ -150,7 +151,7 @@ def test_breaker_rolls_the_arm_back_pages_and_resolves_after_the_hosts_are_back(
         calls.append((start, end))
         return [trip] if len(calls) > 1 else []
 
-    ctl = _ctl(tmp_path, _plan(), bus, breakers=breakers, pager=pager, clock=lambda: now[0])
+    ctl = _ctl(tmp_path, _plan(), bus, analysis=Analysis(breakers=breakers), pager=pager, clock=lambda: now[0])
     ctl.start()
     bus.apply_all()
     now[0] += 2 * 60_000
@@ -193,3 +194,30 @@ def test_a_stale_leader_is_fenced_out(tmp_path):
     with pytest.raises(FencedOut):
         ctl.halt("late write", arm="b1")
     assert json.loads((root / "r1" / "state.json").read_text())["arms"]["b1"] == "active"
+
+
+@pytest.mark.parametrize("content", ['{"token":1e400}', '{"token":-1e400}', '{"token":NaN}', '{"token":1.5}',
+                                     '{"token":-3}', '{"token":true}', '{"token":"7"}', '{"token":9007199254740992}',
+                                     '{}', '[1]', 'garbage', ''])
+def test_a_bad_leader_file_is_refused_with_one_line(tmp_path, content, monkeypatch, capsys):
+    """Issue 29: `leader.json` with `{"token": 1e400}` crashed `ccab controller run` (OverflowError);
+    other bad tokens were silently taken as 0 and overwritten (a fencing token going backwards
+    fences the newest state out). A token is a whole number in [0, 2^53-1]: anything else is
+    refused, naming the file, and the lock is not kept."""
+    from ccab import cli
+    from ccab.rollout.state import StateError
+
+    root = tmp_path / "rollouts"
+    root.mkdir()
+    (root / "leader.json").write_text(content)
+    with pytest.raises(StateError, match=r"leader\.json.*fencing token"):
+        LeaderLock(root).try_acquire()
+    fresh = LeaderLock(root)  # the failed attempt released the lock: this one gets as far as the file
+    with pytest.raises(StateError):
+        fresh.try_acquire()
+    assert (root / "leader.json").read_text() == content  # never overwritten
+    monkeypatch.setenv("CCAB_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("CCAB_ROLLOUT_KEY", str(KEY))
+    assert cli.main(["controller", "run", "--once", "--metrics-addr", ""]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "leader.json" in err and "Traceback" not in err, err

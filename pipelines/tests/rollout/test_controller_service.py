@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 
 from alertmanager_fixture import wait_until
 from ccab.alerting import create_silence, list_alerts
+from ccab.rollout.analysis import Analysis
 from ccab.rollout.controller import Controller
 from ccab.rollout.plan import plan_from_dict
 from ccab.rollout.service import AlertmanagerPager, Service
@@ -36,7 +37,8 @@ def _setup(root, rid, bus, pager=None, trip=True):
 
     def make(store):
         return Controller(plan, store, bus, load_private_key(KEY), clock=lambda: now[0], pager=pager,
-                          breakers=lambda s, e: [dict(TRIP)] if trip and now[0] >= T0 + 9 * 60_000 else [])
+                          analysis=Analysis(breakers=lambda s, e: [dict(TRIP)]
+                                            if trip and now[0] >= T0 + 9 * 60_000 else []))
     make(Store(root / rid)).start()
     return make, now
 
@@ -117,7 +119,8 @@ def test_a_page_from_the_warehouse_alert_fires_in_alertmanager_until_the_hosts_a
     alert; the page must still fire in Alertmanager and resolve only after the hosts applied control."""
     import time
 
-    from ccab.judge.alerts import breaker_alert, write_alerts
+    from ccab.judge.alerts.build import breaker_alert
+    from ccab.judge.alerts.store import write_alerts
     from ccab.judge.model import Breaker, BreakerTrip
     from ccab.pipeline import alert_payloads, arm_done, open_warehouse, record_action
 
@@ -137,8 +140,9 @@ def test_a_page_from_the_warehouse_alert_fires_in_alertmanager_until_the_hosts_a
 
     def make(store):
         return Controller(plan, store, bus, load_private_key(KEY), clock=lambda: now[0],
-                          pager=AlertmanagerPager(alertmanager.url), breakers=breakers, set_action=record_action,
-                          alert_payloads=alert_payloads, arm_done=arm_done(rid))
+                          pager=AlertmanagerPager(alertmanager.url),
+                          analysis=Analysis(breakers=breakers, record_action=record_action,
+                                            alert_payloads=alert_payloads, arm_done=arm_done(rid)))
     make(Store(root / rid)).start()
     bus.apply_all()
     svc = Service(root, make, interval_s=1, say=lambda _m: None, clock=lambda: now[0] / 1000)

@@ -325,3 +325,10 @@ def test_cli_refuses_the_unsafe_actions_of_issue_16(env, topics, agents, kafka_b
             break
         time.sleep(2)
     assert "3 agent(s) refused: bad signature — the agents' public key does not match `--key`" in out, out
+
+    # issue 29: the wrong key is escaped without a rollback: a step given the agents' key re-signs
+    # the refused assignments (the same arms, a new generation) and the agents apply them
+    p = ccab(env, "rollout", "step", "tyo1-bbr2-trial", *kt, "--wait-applied", "60")
+    assert "refused their assignment's signature" in p.stdout, p.stdout
+    st = json.loads(ccab(env, "rollout", "status", "tyo1-bbr2-trial", "--json", *kt).stdout)
+    assert st["applied"] == st["enrolled"] == 3 and not st["refusals"], st

@@ -22,6 +22,7 @@ import yaml
 from ccab import cli
 from ccab.base.config import settings
 from ccab.pipeline import controller_judge, open_warehouse, record_action
+from ccab.rollout.analysis import Analysis
 from ccab.rollout.controller import Controller, KafkaBus
 from ccab.rollout.plan import plan_from_dict
 from ccab.rollout.signing import load_private_key
@@ -62,8 +63,8 @@ def test_a_controller_started_rollout_is_judged_after_the_loader_loaded_its_assi
     now = {"ms": int(T_START.timestamp() * 1000)}
     bus = AppliedAtOnce(kafka_broker)  # the default topics: ccab.assignments.v1, ccab.agent_status.v1
     ctl = Controller(plan, Store(warehouse_env / "rollouts" / rid), bus,
-                     load_private_key(VECTORS / "test_ed25519_seed.hex"), judge=controller_judge(plan),
-                     set_action=record_action, clock=lambda: now["ms"])
+                     load_private_key(VECTORS / "test_ed25519_seed.hex"), clock=lambda: now["ms"],
+                     analysis=Analysis(judge=controller_judge(plan), record_action=record_action))
     ctl.start()
     assert ctl.step().look is None and ctl.st.stage_applied_ms == now["ms"]
     arms = {h: v.arm for h, v in ctl.st.hosts.items()}

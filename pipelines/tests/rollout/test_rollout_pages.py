@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from alertmanager_fixture import wait_until
+from ccab.rollout.analysis import Analysis
 from ccab.rollout.controller import PAGE_MIN_FIRING_S, Controller, breaker_payload
 from ccab.rollout.plan import plan_from_dict
 from ccab.rollout.service import AlertmanagerPager, Service, page_group_wait_s, page_min_firing_s
@@ -98,8 +99,9 @@ def test_the_page_of_a_quick_rollback_reaches_the_receiver_firing_then_resolved(
 
     def make(store, clock=now_ms):  # real time: Alertmanager's group_wait runs on the wall clock
         return Controller(plan, store, bus, load_private_key(VECTORS / "test_ed25519_seed.hex"), clock=clock,
-                          pager=AlertmanagerPager(am.url), page_min_firing_s=min_firing_s, alert_payloads=payloads,
-                          breakers=lambda s, e: [dict(TRIP)] if armed[0] else [])
+                          pager=AlertmanagerPager(am.url), page_min_firing_s=min_firing_s,
+                          analysis=Analysis(alert_payloads=payloads,
+                                            breakers=lambda s, e: [dict(TRIP)] if armed[0] else []))
     make(Store(root / rid), clock=lambda: now_ms() - 10 * 60_000).start()  # started 10 min ago
     bus.apply_all()
     svc = Service(root, make, interval_s=0.5, say=lambda _m: None)

@@ -8,6 +8,8 @@ cases against a real broker are in test_rollout_ownership.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 from ccab.rollout.controller import Controller
 from ccab.rollout.plan import plan_from_dict
@@ -267,3 +269,84 @@ def test_a_state_file_put_back_is_refused_and_a_rollback_adopts_the_topic(tmp_pa
     bus.run()
     assert treated and all(bus.applied[h] == stale.st.hosts[h].generation and stale.st.hosts[h].arm == "control"
                            for h in treated)
+
+
+def test_a_promote_signed_with_the_wrong_key_is_re_signed_by_the_next_step_with_the_key_given(tmp_path):
+    """Issue 29: `ccab rollout promote` run with the wrong --key publishes records every agent refuses
+    ("bad signature"); the next `ccab rollout step --key RIGHT` re-signs those hosts' assignments
+    with the key it was given (a new generation, the same arm), instead of waiting forever or
+    leaving a rollback as the only way out. A step with a wrong key never re-signs records the
+    agents applied."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    bus, wrong = ContractAgents(), Ed25519PrivateKey.generate()
+    plan = _plan("r1")
+    root = tmp_path / "rollouts" / "r1"
+    Controller(plan, Store(root), bus, KEY).start()
+    bus.run()
+    promoted = Controller(plan, Store(root), bus, wrong).promote("go", arm="b1")
+    bus.run()
+    moved = {r["host"] for r in promoted.published}
+    arm_of = {r["host"]: r["arm"] for r in promoted.published}
+    assert moved and {s["host"] for s in bus.statuses if s.get("reason") == "bad signature"} == moved
+
+    wrong_step = Controller(plan, Store(root), bus, wrong).step()  # the same mistake again: nothing re-signed
+    assert not wrong_step.published
+    res = Controller(plan, Store(root), bus, KEY).step()
+    assert {r["host"] for r in res.published} == moved
+    assert all(verify(r, KEY.public_key()) is None and r["arm"] == arm_of[r["host"]] for r in res.published)
+    bus.run()
+    ctl = Controller(plan, Store(root), bus, KEY)
+    assert all(bus.applied[h] == ctl.st.hosts[h].generation for h in moved)
+    assert any(e["event"] == "re_signed" for e in ctl.store.read_audit())
+    for _ in range(10):  # the rest of the promotion, batch by batch within the blast radius
+        ctl.step()
+        bus.run()
+    assert ctl.st.status == "completed"
+
+
+def test_a_look_never_records_an_empty_reason(tmp_path):
+    """Issue 29: a look recorded with an empty reason. Every treatment arm halted by hand leaves
+    nothing to judge: the look said `stage s1 look 1/1 on A..B: ` and the rollout became halted
+    without a word. A verdict whose reason is blank is recorded as its PoP and decision."""
+    from datetime import datetime, timezone
+
+    from ccab.rollout.analysis import Analysis
+
+    @dataclass
+    class V:
+        pop: str
+        treatment_arm: str
+        decision: str = "continue"
+        reasons: tuple = ("",)
+        rollout_id: str = "r1"
+        control_arm: str = "control"
+        alert_ids: tuple = ()
+        gates_failed: tuple = ()
+
+    bus = ContractAgents()
+    plan = _plan("r1", stages=({"name": "s1", "hosts": 2, "looks": 2},))
+    root = tmp_path / "rollouts" / "r1"
+    window = (datetime(2026, 1, 1, tzinfo=timezone.utc), datetime(2026, 1, 1, 2, tzinfo=timezone.utc))
+
+    def ctl():
+        return Controller(plan, Store(root), bus, KEY, analysis=Analysis(
+            judge=lambda *a: [V(p, arm) for p in plan.pops for arm in plan.treatment_arms]))
+
+    ctl().start()
+    bus.run()
+    for _ in range(10):  # the stage's hosts, batch by batch within the blast radius, then its first look
+        look = ctl().step(window=window).look
+        bus.run()
+        if look:
+            break
+    assert look["outcome"] == "continue"
+    assert all(r.strip() and not r.rstrip().endswith(":") for d in look["per_arm"].values() for r in d["reasons"])
+    for arm in plan.treatment_arms:
+        ctl().halt("INC-1", arm=arm)
+        bus.run()
+    c = ctl()
+    assert c.step(window=window).look["outcome"] == "halted"
+    looks = [e for e in c.store.read_audit() if e["event"] == "look"]
+    assert all(not e["reason"].rstrip().endswith(":") for e in looks), [e["reason"] for e in looks]
+    assert "no active treatment arm" in looks[-1]["reason"] and "halted" in looks[-1]["reason"]

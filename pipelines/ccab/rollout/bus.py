@@ -1,0 +1,71 @@
+"""The controller's bus: the assignments topic it publishes to and the agents' status topic it
+reads (:class:`KafkaBus` on ccab.rollout.publish; tests use an in-memory one), the pager protocol
+(Alertmanager: service.AlertmanagerPager), and what an agent's refusal text means."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
+from ccab.rollout.publish import Publisher, read_agent_status, read_assignments
+
+# why an agent refuses, from its reason text (rollout/agent/agent.go): what to check
+REFUSAL_CAUSES = (
+    ("signature", "bad signature", "the agents' public key does not match `--key` (or $CCAB_ROLLOUT_KEY)"),
+    ("not signed", "unsigned", "the records carry no signature (was the controller given a key?)"),
+    ("wrong_host", "wrong host", "the plan's host names differ from the agents' --host names"),
+    ("unknown congestion control", "unknown cc", "the kernel lacks the arm's cc module (modprobe tcp_<cc>)"),
+    ("not available", "cc not available", "the cc module is not loaded on those hosts (modprobe, or --load-modules)"),
+    ("bbr version", "bbr version", "the kernel's bbr is another version than the arm's bbr_version"),
+    ("generation", "generation jump", "another controller or key published for these hosts"),
+    ("too large", "too large", "the record exceeds the agent's size limit"),
+)
+
+
+class Pager(Protocol):
+    """Where pages go (Alertmanager API v2): postable alerts, resolved by posting them with endsAt."""
+
+    def fire(self, alerts: list[dict]) -> None: ...
+    def resolve(self, alerts: list[dict]) -> None: ...
+
+
+class Bus(Protocol):
+    def publish(self, records: list[dict]) -> int: ...
+    def assignments(self) -> list[dict]: ...
+    def agent_status(self) -> list[dict]: ...
+
+
+class KafkaBus:
+    """The real bus: ccab.rollout.publish on the configured brokers."""
+
+    def __init__(self, bootstrap: str, assignments_topic: str | None = None, status_topic: str | None = None,
+                 timeout_s: float = 15.0):
+        self.bootstrap = bootstrap
+        self.assignments_topic = assignments_topic or TOPIC_ASSIGNMENTS
+        self.status_topic = status_topic or TOPIC_AGENT_STATUS
+        self.timeout_s = timeout_s
+        self._pub = None
+
+    def publish(self, records: list[dict]) -> int:
+        if self._pub is None:
+            self._pub = Publisher(self.bootstrap, self.assignments_topic, self.timeout_s)
+        return self._pub.publish(records)
+
+    def assignments(self) -> list[dict]:
+        return read_assignments(self.bootstrap, self.assignments_topic, self.timeout_s)
+
+    def agent_status(self) -> list[dict]:
+        return read_agent_status(self.bootstrap, self.status_topic, self.timeout_s)
+
+
+
+def refusal_cause(reason: str) -> tuple[str, str]:
+    """(short reason, likely cause) of an agent's refusal text."""
+    low = (reason or "").lower()
+    for needle, short, cause in REFUSAL_CAUSES:
+        if needle in low or needle.replace(" ", "_") in low:
+            return short, cause
+    if "malformed" in low or "parse" in low or "json" in low:
+        return "malformed", "the record does not parse as assignment/1 (agent and controller versions differ?)"
+    return (reason or "refused")[:60], "see the agents' journal (journalctl -u ccab-agent)"
+
