@@ -11,7 +11,7 @@ import pytest
 from ccab import cli
 from ccab.judge import DEFAULT_GUARDRAILS, Guardrail
 
-HOURS = 2
+HOURS = 3  # the session canary world's (conftest)
 START = datetime(2025, 11, 20, 0, tzinfo=timezone.utc)
 END = datetime(2025, 11, 20, HOURS, tzinfo=timezone.utc)
 
