@@ -57,6 +57,12 @@ ORDER BY (pop, rollout_id, metric, segment, arm, kernel, cc, cc_version, host, d
 
 CREATE TABLE IF NOT EXISTS cohort_cells_daily_stage AS cohort_cells_daily;
 
+-- A run of this file that a crash stopped between dropping a Map column and adding its ALIAS
+-- back (below) left no `hist`: put the empty ALIAS back first, so the conversion can be analysed
+-- (a no-op where `hist` exists, stored or ALIAS).
+ALTER TABLE cohort_hourly ADD COLUMN IF NOT EXISTS hist Map(Int32, UInt64) ALIAS map();
+ALTER TABLE cohort_daily ADD COLUMN IF NOT EXISTS hist Map(Int32, UInt64) ALIAS map();
+
 -- Existing warehouses: the Maps computed before this migration become cells (once: only while the
 -- cell tables are empty), then the Map columns are dropped — every reader reads the cells from here on.
 INSERT INTO cohort_cells_hourly

@@ -51,3 +51,26 @@ def test_0018_converts_the_maps_to_cells_and_drops_them(tmp_path):
         assert wh.query("SELECT sum(n), sum(n_zero) FROM cohort_hourly WHERE metric = 'rtt_us'").rows == [(7, 1)]
     finally:
         wh.close()
+
+
+def test_0018_interrupted_after_dropping_a_map_column_applies_again(tmp_path):
+    """A crash (the sharded loader's SIGKILL test) between 0018's DROP COLUMN hist and its ADD of the
+    ALIAS left no `hist`, and every re-run of 0018 failed on the conversion (UNKNOWN_IDENTIFIER)."""
+    before = tmp_path / "migrations-before-0018"
+    before.mkdir()
+    for p in schema.MIGRATIONS_DIR.glob("*.sql"):
+        if not p.name.startswith("0018"):
+            shutil.copy(p, before / p.name)
+    wh = ChdbWarehouse(tmp_path / "warehouse")
+    try:
+        schema.migrate(wh, directory=before, log=lambda _m: None)
+        m18 = next(m for m in schema.discover() if m.version == 18)
+        for stmt in schema.split_statements(m18.sql):  # 0018 up to its first DROP, then the crash
+            wh.command(stmt)
+            if stmt.startswith("ALTER TABLE cohort_hourly DROP COLUMN"):
+                break
+        assert "hist" not in {r[0] for r in wh.query("SELECT name FROM system.columns WHERE database = "
+                                                    "currentDatabase() AND table = 'cohort_hourly'").rows}
+        assert [m.version for m in schema.migrate(wh, log=lambda _m: None) if m.version == 18] == [18]
+    finally:
+        wh.close()
