@@ -161,6 +161,18 @@ def _work(i: int) -> ChunkResult:
     return run_chunk(_WORKER_WORLD, i)
 
 
+def pool_context() -> mp.context.BaseContext:
+    """Where generator workers come from: a fork server (else spawn), never a ``fork()`` of the caller.
+
+    The caller is often a process with threads (an open chdb warehouse, Airflow, a pytest-xdist
+    worker); a child forked from it can inherit a lock some other thread held and hang for ever,
+    and the pool's shutdown then waits on it (CI lost 15 minutes to exactly that). A fork server is
+    a fresh single-threaded process, so its children start clean; the world reaches them pickled.
+    """
+    methods = mp.get_all_start_methods()
+    return mp.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
 def iter_chunks(world: World, workers: int = 1) -> Iterator[ChunkResult]:
     """Chunk results in chunk order; with ``workers > 1`` chunks are generated in parallel
     processes (the output does not depend on ``workers``)."""
@@ -169,7 +181,7 @@ def iter_chunks(world: World, workers: int = 1) -> Iterator[ChunkResult]:
         for i in range(n):
             yield run_chunk(world, i)
         return
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+    ctx = pool_context()
     ahead = 2 * workers  # bounded: a slow sink holds back generation instead of buffering chunks
     with ctx.Pool(workers, initializer=_init_worker, initargs=(world,)) as pool:
         pending: deque = deque()

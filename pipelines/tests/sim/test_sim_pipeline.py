@@ -8,13 +8,21 @@ from pathlib import Path
 
 import pytest
 from ccab.cli import main
-from ccab_workshop.sim.generator import CONN_TOPIC, HTTP_TOPIC, TCP_TOPIC, iter_chunks, records
+from ccab_workshop.sim.generator import CONN_TOPIC, HTTP_TOPIC, TCP_TOPIC, iter_chunks, pool_context, records
 from ccab_workshop.sim.scenario import load_scenario
 from ccab_workshop.sim.sinks import KafkaSink
 from ccab_workshop.sim.world import build_world
 
 
+def test_generator_workers_are_never_forked_from_the_caller():
+    """CI hung 15 minutes in the next test: its open chdb warehouse (threads) plus a pool of
+    ``fork()``ed workers, one of which inherited a held lock and never finished. Workers come
+    from a fork server instead; this pins that choice."""
+    assert pool_context().get_start_method() in ("forkserver", "spawn")
+
+
 def test_generated_records_load_without_dead_letters(warehouse, tmp_path: Path):
+    # default --workers (2): the generator's pool runs beside this process's open warehouse
     from ccab.ingest.loader import load_files
 
     out = tmp_path / "sim"
