@@ -14,7 +14,7 @@ setup:  ## install everything (venv, Go binaries, Kafka jars); idempotent
 demo: setup  ## run the main job end to end on the embedded engines
 	@scripts/demo.sh
 
-test: setup bpf-check test-go test-fuzz test-python test-prometheus  ## set everything up, then the fast tier (budget 8 min): BPF objects current, Go unit tests, fuzz, Python unit + engine (chdb), Prometheus rules
+test: setup bpf-check test-go test-python test-prometheus  ## set everything up, then the fast tier (budget 8 min): BPF objects current, Go unit tests and fuzz, Python unit + engine (chdb), Prometheus rules
 
 bpf:  ## regenerate the committed BPF objects and Go bindings from rollout/bpf/ (bpf2go, clang)
 	@scripts/bpf-generate.sh
@@ -22,8 +22,8 @@ bpf:  ## regenerate the committed BPF objects and Go bindings from rollout/bpf/ 
 bpf-check:  ## the committed BPF objects are what rollout/bpf/ compiles to (CI)
 	@scripts/bpf-generate.sh --check
 
-test-go:  ## Go tests, one package at a time: the BPF tests register congestion controls kernel-wide, and the agent's real-kernel tests expect bbr2 absent
-	go test -count=1 -p 1 ./...
+test-go:  ## Go unit tests (rollout/ one package at a time: its BPF tests register congestion controls kernel-wide) with the fuzz targets beside them
+	@scripts/test-go.sh
 
 test-fuzz:  ## each Go fuzz target for FUZZTIME (default 100000x executions)
 	@scripts/fuzz.sh

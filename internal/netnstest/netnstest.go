@@ -94,10 +94,37 @@ func Sysctl(t testing.TB, key, value string) {
 			t.Logf("cleanup: %s changed meanwhile to %q; leaving it", key, strings.TrimSpace(string(cur)))
 			return
 		}
-		if out, err := exec.Command("sysctl", "-q", "-w", key+"="+oldV).CombinedOutput(); err != nil {
-			t.Errorf("cleanup: restore %s=%q: %v: %s", key, oldV, err, out)
+		restore := oldV
+		if key == allowedCCKey {
+			restore = stillAvailable(oldV)
+		}
+		if out, err := exec.Command("sysctl", "-q", "-w", key+"="+restore).CombinedOutput(); err != nil {
+			t.Errorf("cleanup: restore %s=%q: %v: %s", key, restore, err, out)
 		}
 	})
+}
+
+const allowedCCKey = "net.ipv4.tcp_allowed_congestion_control"
+
+// stillAvailable keeps the congestion controls of the space-separated list that the kernel
+// still has: one another test registered (a BPF algorithm) may be gone by the time this test
+// restores the allowed list, and the kernel refuses the whole list for one unknown name.
+func stillAvailable(list string) string {
+	avail, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+	if err != nil {
+		return list
+	}
+	have := map[string]bool{}
+	for _, name := range strings.Fields(string(avail)) {
+		have[name] = true
+	}
+	var kept []string
+	for _, name := range strings.Fields(list) {
+		if have[name] {
+			kept = append(kept, name)
+		}
+	}
+	return strings.Join(kept, " ")
 }
 
 // Listen opens a TCP listener inside namespace ns.

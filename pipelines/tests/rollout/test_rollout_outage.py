@@ -22,6 +22,9 @@ from factories import base_plan
 from paths import REPO, VECTORS
 
 
+pytestmark = pytest.mark.kafka  # a private broker, stopped and started again: the system tier
+
+
 def _port_pair() -> int:
     for _ in range(50):
         with socket.socket() as a:
