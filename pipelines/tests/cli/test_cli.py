@@ -24,7 +24,7 @@ def test_ccab_without_a_command_prints_help_and_exits_2():
     assert out.returncode == 2 and "COMMAND" in out.stdout
 
 
-def test_db_migrate_then_status_then_query(warehouse_env, capsys, tmp_path):
+def test_db_migrate_then_status_then_query(empty_warehouse_env, capsys, tmp_path):
     assert cli.main(["db", "migrate"]) == 0
     assert "migration(s) applied" in capsys.readouterr().out
     assert cli.main(["db", "migrate"]) == 0

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 from paths import REPO
+from worlds import sim_world
 import pytest
 from ccab import cli
 from ccab.cohorts.job import run_window
@@ -29,13 +30,6 @@ END = datetime(2025, 11, 20, HOURS, tzinfo=timezone.utc)
 WINDOW = ["--from", "2025-11-20T00:00Z", "--to", f"2025-11-20T{HOURS:02d}:00Z"]
 
 
-def _sim(tmp_path_factory, scenario: str, connections: int) -> Path:
-    out = tmp_path_factory.mktemp(f"sim-{scenario}")
-    assert cli.main(["sim", scenario, "--out", str(out), "--hours", str(HOURS), "--connections", str(connections),
-                     "--workers", "1", "--no-progress"]) == 0
-    return out
-
-
 @pytest.fixture(scope="module")
 def canary_sim(canary_world):
     assert HOURS == 3  # the session's canary world (conftest) covers 3 hours
@@ -44,7 +38,7 @@ def canary_sim(canary_world):
 
 @pytest.fixture(scope="module")
 def aa_sim(tmp_path_factory):
-    return _sim(tmp_path_factory, "aa", 60_000)
+    return sim_world(tmp_path_factory, "aa", "--hours", str(HOURS), "--connections", "30000")
 
 
 class _Receiver(http.server.BaseHTTPRequestHandler):
