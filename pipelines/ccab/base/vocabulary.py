@@ -1,9 +1,11 @@
-"""The vocabulary, defined once: metrics (name, unit, grain, source), the statistics the judge can
-compute for each, which direction hurts users, severities, segments.
+"""The vocabulary, defined once: metrics (name, unit, grain, source, where they are shown), the
+statistics the judge can compute for each, which direction hurts users, severities, segments.
 
 The SQL in ``cohorts/sql/`` computes the metrics; this registry says what they mean. A test checks
 the two agree (every metric here appears in the rollup of simulated data, and nothing else does).
-Plans, the judge, alerts, plots and the report all read these names from here.
+Plans, the judge, alerts, plots, the dashboards' metric picker and the reports' figures all read
+these names from here: adding a metric is an entry here plus its SQL expression
+(``cohorts/sql/_connection_values.sql`` and its peers for the other grains).
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 Grain = Literal["connection", "sample", "request"]
+#: where a metric is shown besides the judge and ``ccab plot``: the Canary dashboard's metric
+#: picker, the rollout report's distribution figures, the daily report's PDF/CDF figures
+Shown = Literal["dashboard", "report", "daily"]
 Severity = Literal["page", "ticket", "info"]
 SEVERITIES: tuple[str, ...] = ("page", "ticket", "info")
 
@@ -37,6 +42,9 @@ class Metric:
     ratio_scale : float
         ``ratio_num / ratio_den * ratio_scale`` is in the metric's own unit.
     description : str
+    shown_in : tuple of {"dashboard", "report", "daily"}
+        Where the metric is offered or drawn (see :data:`Shown`); the judge and ``ccab plot``
+        take every metric.
     """
 
     name: str
@@ -47,6 +55,7 @@ class Metric:
     label: str = ""
     ratio: tuple[str, str] | None = None
     ratio_scale: float = 1.0
+    shown_in: tuple[Shown, ...] = ()
 
     @property
     def axis_label(self) -> str:
@@ -62,27 +71,27 @@ METRICS: tuple[Metric, ...] = (
            "retransmitted share of the bytes sent: 100 x bytes_retrans / bytes_sent (missing when "
            "bytes_sent = 0); n_above_50pct counts connections above 50%",
            ratio=("bytes_retrans", "bytes_sent"), ratio_scale=100,
-           label="retransmitted bytes"),
+           label="retransmitted bytes", shown_in=("dashboard", "report", "daily")),
     Metric("inflight_bytes", "connection", "KiB", 1024,
            "bytes in flight (Send-Q - notsent), the mean over the connection's samples in the hour "
            "that had data in flight; missing when no sample saw it busy (a gauge, 0 once a transfer "
            "is done: never polled while busy is not 'nothing in flight')",
-           label="bytes in flight (busy samples, per connection)"),
+           label="bytes in flight (busy samples, per connection)", shown_in=("dashboard", "report")),
     Metric("rtt_us", "connection", "ms", 1000, "smoothed RTT (srtt) at the last sample",
-           label="smoothed RTT"),
+           label="smoothed RTT", shown_in=("dashboard", "report", "daily")),
     Metric("min_rtt_us", "connection", "ms", 1000,
            "the kernel's generic minimum RTT (tcpi_min_rtt, ss `minrtt`), every algorithm",
-           label="min RTT (tcpi_min_rtt)"),
+           label="min RTT (tcpi_min_rtt)", shown_in=("dashboard", "daily")),
     Metric("bbr_min_rtt_us", "connection", "ms", 1000,
            "BBR's own min RTT estimate (ss `bbr:(mrtt:...)`), BBR sockets only; never compare it "
            "with min_rtt_us of another algorithm (Dropbox's caveat)",
            label="BBR min RTT (mrtt)"),
     Metric("delivery_rate_bps", "connection", "Mbit/s", 1e6, "the kernel's delivery rate at the last sample",
-           label="delivery rate"),
+           label="delivery rate", shown_in=("dashboard",)),
     Metric("rwnd_limited_pct", "connection", "%", 1,
            "share of busy time limited by the receive window: 100 x rwnd_limited_ms / busy_ms",
            ratio=("rwnd_limited_ms", "busy_ms"), ratio_scale=100,
-           label="receive-window-limited busy time"),
+           label="receive-window-limited busy time", shown_in=("dashboard",)),
     Metric("sndbuf_limited_pct", "connection", "%", 1,
            "share of busy time limited by the send buffer: 100 x sndbuf_limited_ms / busy_ms",
            ratio=("sndbuf_limited_ms", "busy_ms"), ratio_scale=100,
@@ -95,7 +104,7 @@ METRICS: tuple[Metric, ...] = (
            "self-inflicted delay: rtt_us - min_rtt_us (srtt above the path's minimum RTT), an "
            "estimate of the standing queue the flow sees at its bottleneck (its own and its "
            "neighbours' data); missing when either RTT is",
-           label="queueing delay (srtt - min RTT)"),
+           label="queueing delay (srtt - min RTT)", shown_in=("dashboard",)),
     Metric("queue_delay_pct", "connection", "%", 1,
            "queueing delay's share of the RTT: 100 x (rtt_us - min_rtt_us) / rtt_us; the ratio "
            "of sums is the share of all RTT time spent queueing",
@@ -103,14 +112,14 @@ METRICS: tuple[Metric, ...] = (
            label="queueing share of the RTT"),
     Metric("inflight_bytes_per_sample", "sample", "KiB", 1024,
            "bytes in flight in every tcp sample (snapshot-weighted: long flows weigh more)",
-           label="bytes in flight (per sample)"),
+           label="bytes in flight (per sample)", shown_in=("daily",)),
     Metric("rtt_us_per_sample", "sample", "ms", 1000, "srtt in every tcp sample (snapshot-weighted)",
            label="smoothed RTT (per sample)"),
     Metric("goodput_bps", "request", "Mbit/s", 1e6,
            "nginx goodput of bulk requests: body_bytes_sent x 8 / request_time (bulk filter: "
            "body >= 1 MiB by default)",
            ratio=("body bits", "request seconds"), ratio_scale=1,
-           label="nginx goodput (bulk requests)"),
+           label="nginx goodput (bulk requests)", shown_in=("dashboard", "report", "daily")),
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
@@ -126,6 +135,11 @@ SIZE_CLASSES: tuple[str, ...] = ("size:<4MiB", "size:4-16MiB", "size:16MiB+")
 ACCESS_SEGMENTS: tuple[str, ...] = ("access:mobile", "access:fixed", "access:satellite", "access:hosting",
                                     "access:unknown")
 NETWORK_SEGMENT_FAMILIES: tuple[str, ...] = ("access:", "country:", "asn:")
+
+
+def shown_in(place: Shown) -> tuple[Metric, ...]:
+    """The metrics shown in ``place`` ("dashboard", "report", "daily"), in vocabulary order."""
+    return tuple(m for m in METRICS if place in m.shown_in)
 
 
 def get(name: str) -> Metric:

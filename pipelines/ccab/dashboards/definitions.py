@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ccab.base import vocabulary
 from ccab.dashboards.model import (DS_REF, FORMAT_TABLE, Panel, PromPanel, Row, custom_variable, dashboard,
                                    datasource_variable, prometheus_variable, query_variable, sql_in, sql_value)
 
@@ -24,18 +25,12 @@ TO_MS = "1000 * toUnixTimestamp($__toTime)"
 FROM_MS = "1000 * toUnixTimestamp($__fromTime)"
 ZERO_BIN = "-2147483648"
 
-# Metrics offered on the Canary dashboard: (metric, label, divisor to the display unit, unit id).
-METRICS = [
-    ("retrans_pct", "retransmitted bytes % per connection", 1, "percent"),
-    ("rtt_us", "smoothed RTT per connection (ms)", 1000, "ms"),
-    ("min_rtt_us", "min RTT per connection (ms)", 1000, "ms"),
-    ("inflight_bytes", "bytes in flight per connection (KiB)", 1024, "kbytes"),
-    ("delivery_rate_bps", "delivery rate per connection (Mbit/s)", 1e6, "Mbits"),
-    ("goodput_bps", "goodput per bulk request (Mbit/s)", 1e6, "Mbits"),
-    ("rwnd_limited_pct", "receive-window-limited time %", 1, "percent"),
-    ("queue_delay_us", "queueing delay per connection, srtt - min RTT (ms)", 1000, "ms"),
-]
-_SCALE = "multiIf(" + ", ".join(f"{sql_value('metric')} = '{m}', {d}" for m, _, d, _ in METRICS[1:] if d != 1) + ", 1)"
+# Metrics offered on the Canary dashboard (vocabulary.shown_in("dashboard")): (metric, label,
+# divisor to the display unit, Grafana unit id).
+GRAFANA_UNITS = {"%": "percent", "ms": "ms", "KiB": "kbytes", "Mbit/s": "Mbits", "RTOs": "short"}
+METRICS = [(m.name, f"{m.label or m.name} ({m.unit})", m.scale, GRAFANA_UNITS[m.unit])
+           for m in vocabulary.shown_in("dashboard")]
+_SCALE = "multiIf(" + ", ".join(f"{sql_value('metric')} = '{m}', {d}" for m, _, d, _ in METRICS if d != 1) + ", 1)"
 
 
 def _variables(*, metric: bool = False) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from ccab.base.config import settings
 from ccab.base.contracts import rollout_id_problem
 from ccab.base.vocabulary import get as get_metric
+from ccab.base.vocabulary import shown_in
 from ccab.base.vocabulary import zero_base_text
 from ccab.base.warehouse import Warehouse
 from ccab.judge.model import HIGHER_IS_WORSE
@@ -27,11 +28,8 @@ from ccab.report import html as h
 from ccab.report import precision
 from ccab.report.data import ReportData, load
 
-#: (metric, what it shows) of the per-arm PDFs and CDFs
-DISTRIBUTIONS = (("retrans_pct", "retransmitted share of each connection's bytes"),
-                 ("inflight_bytes", "bytes in flight per connection (mean over its busy samples)"),
-                 ("rtt_us", "smoothed RTT of each connection"),
-                 ("goodput_bps", "nginx goodput of each bulk request"))
+#: the metrics of the per-arm PDFs and CDFs: vocabulary.shown_in("report")
+DISTRIBUTIONS = tuple(m.name for m in shown_in("report"))
 HEATMAPS = (("rtt_us:retrans_pct", "heatmap_rtt_retrans.png", "RTT × retransmitted %"),
             ("rtt_us:inflight_bytes", "heatmap_rtt_inflight.png", "RTT × bytes in flight"))
 HEATMAP_SEGMENT = "bulk"      # Dropbox looked at bulk flows (>= 1 MiB) only
@@ -386,8 +384,9 @@ def _figures(wh: Warehouse, d: ReportData, out: Path) -> tuple[h.Html, h.Html, l
     written: list[Path] = []
     sel = plot_data.Selection(d.window_start, d.window_end, d.pop, d.rollout_id, "all")
     dist = []
-    for metric, what in DISTRIBUTIONS:
+    for metric in DISTRIBUTIONS:
         m = get_metric(metric)
+        what = m.label or m.name
         pdf = render.save_png(render.pdf_figure(plot_data.pdf_rows(wh, sel, metric, PDF_BINS_PER_OCTAVE), metric,
                                                 f"PDF of {m.label} [{m.unit}]\n{sel.label()}", PDF_BINS_PER_OCTAVE),
                               out / f"pdf_{metric}.png")
@@ -397,8 +396,8 @@ def _figures(wh: Warehouse, d: ReportData, out: Path) -> tuple[h.Html, h.Html, l
         written += [pdf, cdf]
         dist.append(h.Html(f"<h3>{h.esc(m.label)} [{h.esc(m.unit)}]</h3>"))
         dist.append(h.Html('<div class="figures">'
-                           + h.figure(pdf.name, f"PDF per arm: {what}; log x axis, share of exact zeros in the legend.")
-                           + h.figure(cdf.name, f"CDF per arm: {what}; the curve starts at the arm's share of zeros.")
+                           + h.figure(pdf.name, f"PDF per arm: {what} per {m.grain}; log x axis, share of exact zeros in the legend.")
+                           + h.figure(cdf.name, f"CDF per arm: {what} per {m.grain}; the curve starts at the arm's share of zeros.")
                            + "</div>"))
     heat = []
     hsel = plot_data.Selection(d.window_start, d.window_end, d.pop, d.rollout_id, HEATMAP_SEGMENT)

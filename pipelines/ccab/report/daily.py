@@ -17,13 +17,13 @@ from pathlib import Path
 
 from ccab.base.chtime import utc_hour
 from ccab.base.config import settings
-from ccab.base.vocabulary import METRICS
+from ccab.base.vocabulary import METRICS, shown_in
 from ccab.base.warehouse import Warehouse
 from ccab.cohorts.summaries import rollouts_in
 from ccab.plots import data, render
 
 HEATMAPS = (("rtt_us:retrans_pct", "heatmap_rtt_retrans.png"), ("rtt_us:inflight_bytes", "heatmap_rtt_inflight.png"))
-FIGURE_METRICS = ("retrans_pct", "inflight_bytes_per_sample", "rtt_us", "min_rtt_us", "goodput_bps")
+FIGURE_METRICS = tuple(m.name for m in shown_in("daily"))  # vocabulary order
 #: 4 bins per factor of 2 (19%): finer bins alias on in-flight bytes, which are MSS multiples
 PDF_BINS_PER_OCTAVE = 4
 

@@ -94,14 +94,21 @@ def test_plans_accept_a_guardrail_on_every_metric_the_judge_guards():
     assert [(g.metric, g.statistic) for g in plan.guardrails] == [(g["metric"], g["statistic"]) for g in guards]
 
 
-def test_the_reports_hand_listed_figures_name_vocabulary_metrics():
-    from ccab.base.vocabulary import METRICS
+def test_the_dashboards_and_reports_show_what_the_vocabulary_declares():
+    """A metric is declared once (vocabulary.Metric.shown_in): the Canary dashboard's metric picker,
+    the rollout report's distributions and the daily report's figures are read from there, and the
+    heatmaps' axes are vocabulary metrics."""
+    from ccab.base.vocabulary import METRICS, shown_in
+    from ccab.dashboards import definitions
     from ccab.report import build, daily
 
+    assert [m for m, *_ in definitions.METRICS] == [m.name for m in shown_in("dashboard")]
+    assert list(build.DISTRIBUTIONS) == [m.name for m in shown_in("report")]
+    assert list(daily.FIGURE_METRICS) == [m.name for m in shown_in("daily")]
+    assert all(definitions.METRICS) and build.DISTRIBUTIONS and daily.FIGURE_METRICS
     names = {m.name for m in METRICS}
-    listed = set(daily.FIGURE_METRICS) | {m for m, _ in build.DISTRIBUTIONS}
-    listed |= {m for pair, *_ in (*build.HEATMAPS, *daily.HEATMAPS) for m in pair.split(":")}
-    assert listed and listed <= names, f"figures of metrics the vocabulary does not define: {listed - names}"
+    axes = {m for pair, *_ in (*build.HEATMAPS, *daily.HEATMAPS) for m in pair.split(":")}
+    assert axes <= names, f"heatmaps of metrics the vocabulary does not define: {axes - names}"
 
 
 # ------------------------------------------------------------------ ccab-collector's main.go
