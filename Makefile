@@ -31,8 +31,8 @@ test-fuzz:  ## each Go fuzz target for FUZZTIME (default 100000x executions)
 test-python:  ## Python unit + engine tests (pure code, chdb on shared worlds); the tiers: README "Tests"
 	@scripts/pytest-tier.sh test-python "not system and not slow and not airflow_scheduler" -n $(TEST_WORKERS) --dist loadfile
 
-test-system: setup  ## system tier, run by CI after make test: real Kafka, Go binaries, Alertmanager, e2e, lab
-	@scripts/pytest-tier.sh test-system "system and not slow and not airflow_scheduler"
+test-system: setup  ## system tier, run by CI after make test: real Kafka, Go binaries, Alertmanager, e2e, lab (SYSTEM_WORKERS files at a time; kernel-state tests one at a time)
+	@scripts/pytest-tier.sh test-system "system and not slow and not airflow_scheduler" -n $(SYSTEM_WORKERS) --dist loadgroup
 
 test-slow: setup  ## slower tier, run by CI after make test-system: Kafka cluster leader kill, 1M-record and sharded loader SIGKILLs, Kafka outage replay, daily-rollup late rows, spillover through records
 	@scripts/pytest-tier.sh test-slow "slow and not airflow_scheduler"
@@ -46,8 +46,10 @@ live-canary:  ## root, ~30 min, not in make test: the controller service rolls b
 soak:  ## root, >= 30 min, not in make test: every service side by side (Kafka, warehouse, loader, controller, hourly job, analysts, Alertmanager, edge hosts) under seeded chaos; one table of goals (docs/soak.md)
 	scripts/soak.sh
 
-#: pytest-xdist workers of the fast tier (auto: one per core); system and slow tiers run one test at a time
+#: pytest-xdist workers of the fast tier (auto: one per core) and of the system tier (its tests mostly
+#: wait on brokers, services and timers); the slow tier runs one test at a time
 TEST_WORKERS ?= auto
+SYSTEM_WORKERS ?= 2
 PROMTOOL ?= promtool
 AMTOOL ?= amtool
 AM_CONFIG := deploy/prometheus/alertmanager.yml

@@ -106,16 +106,32 @@ SYSTEM_FOLDERS = frozenset({"e2e", "lab", "kafka"})
 TESTS = Path(__file__).resolve().parent
 
 
+#: system tests that change what the host's kernel offers (network namespaces and their sysctls,
+#: the allowed congestion controls, BPF congestion controls registered kernel-wide) run one at a time
+KERNEL_FIXTURES = frozenset({"namespaces", "agent_bin", "collector_bin"})
+KERNEL_FOLDERS = frozenset({"e2e", "lab"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that needs a broker with ``kafka``, and every test of the system tier with
-    ``system`` (by the fixtures it uses, its ``kafka`` marker or its folder)."""
+    ``system`` (by the fixtures it uses, its ``kafka`` marker or its folder).
+
+    System and slow tests also get an ``xdist_group`` for ``--dist loadgroup`` (``make test-system``
+    runs two workers): their file's (a file's tests share module fixtures and run in order on one
+    worker), or ``kernel`` for every test that changes the host's kernel state, so those never
+    overlap."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if "kafka_broker" in fixtures:
             item.add_marker(pytest.mark.kafka)
-        folder = item.path.resolve().relative_to(TESTS).parts[0]
+        path = item.path.resolve().relative_to(TESTS)
+        folder = path.parts[0]
         if fixtures & SYSTEM_FIXTURES or item.get_closest_marker("kafka") or folder in SYSTEM_FOLDERS:
             item.add_marker(pytest.mark.system)
+        if item.get_closest_marker("system") or item.get_closest_marker("slow"):
+            kernel = folder in KERNEL_FOLDERS or bool(fixtures & KERNEL_FIXTURES)
+            item.add_marker(pytest.mark.xdist_group("kernel" if kernel else str(path)))
 
 
 # --- Warehouse -----------------------------------------------------------------------------------

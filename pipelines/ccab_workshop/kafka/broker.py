@@ -329,14 +329,27 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
-def find_free_port_pair(attempts: int = 50) -> int:
+def _ephemeral_low(default: int = 32768) -> int:
+    """The lowest port the kernel hands out to outgoing connections (ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
+def find_free_port_pair(attempts: int = 200) -> int:
     """A port ``p`` such that ``p`` and ``p + 1`` are both free on 127.0.0.1 right now (client and
-    controller ports for a test broker). Another process may still take them before use."""
+    controller ports for a test broker), drawn at random below the kernel's ephemeral range: a
+    port from that range (``bind(0)``'s) is soon reused by some outgoing connection — a Kafka
+    client's, say — and the broker then fails with "Address already in use". Another process may
+    still take the pair before use."""
+    import random
+
+    high = _ephemeral_low() - 2
+    low = min(20000, high - 1000)
     for _ in range(attempts):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port < 65535 and _port_is_free(port) and _port_is_free(port + 1):
+        port = random.randrange(low, high)
+        if _port_is_free(port) and _port_is_free(port + 1):
             return port
     raise KafkaLocalError(f"found no two adjacent free ports on 127.0.0.1 in {attempts} attempts")
 

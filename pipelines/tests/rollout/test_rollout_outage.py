@@ -26,17 +26,9 @@ pytestmark = pytest.mark.kafka  # a private broker, stopped and started again: t
 
 
 def _port_pair() -> int:
-    for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            try:
-                with socket.socket() as b:
-                    b.bind(("127.0.0.1", port + 1))
-                    return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port pair")
+    from ccab_workshop.kafka.broker import find_free_port_pair
+
+    return find_free_port_pair()
 
 
 def _ccab(env, *args, check=None, timeout=600):
