@@ -47,8 +47,9 @@ TOPICS: dict[str, TopicSpec] = {
     # an assignment is < 1 KiB; the broker refuses anything over 64 KiB, so no producer can park a
     # record on the topic that the agents (16 KiB limit) would have to read past
     TOPIC_ASSIGNMENTS: TopicSpec(partitions=1, config={"cleanup.policy": "compact", "max.message.bytes": "65536"}),
-    # prefix_set/1 chunks, key name/version/chunk: compaction keeps every chunk of every version
-    TOPIC_PREFIX_SETS: TopicSpec(partitions=1, config={"cleanup.policy": "compact", "max.message.bytes": "65536"}),
+    # prefix_set/1 chunks, key name/version/chunk: compaction keeps every chunk of every version. A
+    # chunk is <= 16 KiB (the agents refuse larger ones); the limit here is on a producer's batch of them
+    TOPIC_PREFIX_SETS: TopicSpec(partitions=1, config={"cleanup.policy": "compact", "max.message.bytes": "1048576"}),
     TOPIC_AGENT_STATUS: TopicSpec(partitions=3, config={"retention.ms": str(RETENTION_7_DAYS_MS)}),
 }
 

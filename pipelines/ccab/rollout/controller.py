@@ -39,7 +39,7 @@ from typing import Callable
 
 from ccab.base import atomicfile
 from ccab.base.contracts import (ASSIGNMENT_MAX_BYTES, ASSIGNMENT_SEGMENT_SCHEMA, ASSIGNMENT_SET_SCHEMA, TOPIC_ASSIGNMENTS,
-                                 canonical_json, rollout_id_problem)
+                                 rollout_id_problem)
 from ccab.judge.alerts.text import times
 from ccab.rollout import design, phases, prefixset
 from ccab.rollout.analysis import NO_ANALYSIS, Analysis
@@ -49,7 +49,7 @@ from ccab.rollout.pages import PAGE_MIN_FIRING_S, breaker_payload  # noqa: F401 
 from ccab.rollout.phases import BAD_ARM, ControllerError, Phase, Step  # noqa: F401 - re-exported
 from ccab.rollout.plan import Plan, load_plan, plan_to_yaml
 from ccab.rollout.publish import (KafkaUnavailable, agent_generations, latest_assignments, next_generation,
-                                  valid_generation)
+                                  valid_generation, wire)
 from ccab.rollout.signing import sign, verify
 from ccab.rollout.state import (TERMINAL, HostAssignment, PublishIntent, RolloutState, StateError, Store,
                                  now_ms)
@@ -187,13 +187,13 @@ class Controller:
         if self.key is None:
             raise ControllerError("no signing key (--key FILE or CCAB_ROLLOUT_KEY)")
         signed = sign(rec, self.key)
-        if rec["schema"] == ASSIGNMENT_SEGMENT_SCHEMA and len(canonical_json(signed)) > ASSIGNMENT_MAX_BYTES:
+        if rec["schema"] == ASSIGNMENT_SEGMENT_SCHEMA and len(wire(signed)) > ASSIGNMENT_MAX_BYTES:
             # too many prefixes for one record: name a signed prefix set instead (assignment/3)
             pol = {k: v for k, v in rec["policy"].items() if k != "prefixes"}
             signed = sign({**rec, "schema": ASSIGNMENT_SET_SCHEMA, "policy": {**pol, "prefix_set": self._prefix_set()}},
                           self.key)
-        if len(canonical_json(signed)) > ASSIGNMENT_MAX_BYTES:
-            raise ControllerError(f"the assignment for {host} is {len(canonical_json(signed))} bytes, over the agents' "
+        if len(wire(signed)) > ASSIGNMENT_MAX_BYTES:
+            raise ControllerError(f"the assignment for {host} is {len(wire(signed))} bytes, over the agents' "
                                   f"{ASSIGNMENT_MAX_BYTES}-byte limit (a segment of too many prefixes?)")
         return signed
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import hashlib
 import re
 
-from ccab.base.contracts import ASSIGNMENT_MAX_BYTES, PREFIX_SET_SCHEMA, canonical_json
+from ccab.base.contracts import ASSIGNMENT_MAX_BYTES, PREFIX_SET_SCHEMA
+from ccab.rollout.publish import wire
 from ccab.rollout.signing import sign, verify
 
 #: the most prefixes one set holds: the agent's policy trie (rollout/sockpolicy MaxPrefixes)
@@ -56,7 +57,7 @@ def chunks(name: str, version: int, prefixes: list[str], private_key, issued_at_
             "prefixes_total": len(prefixes), "chunk": MAX_CHUNKS - 1, "chunks": MAX_CHUNKS,
             "issued_at_ms": issued_at_ms, "prefixes": [],
             "signature": "A" * 86 + "=="}  # an Ed25519 signature in base64 is 88 characters
-    room = ASSIGNMENT_MAX_BYTES - len(canonical_json(head)) - len(',"signature":""') - 64  # margin
+    room = ASSIGNMENT_MAX_BYTES - len(wire(head)) - 64  # the prefixes' room, with a margin
     parts: list[list[str]] = [[]]
     used = 0
     for p in prefixes:
@@ -73,7 +74,9 @@ def chunks(name: str, version: int, prefixes: list[str], private_key, issued_at_
         rec = {**head, "chunk": i, "chunks": len(parts), "prefixes": part}
         del rec["signature"]
         signed = sign(rec, private_key)
-        assert len(canonical_json(signed)) <= ASSIGNMENT_MAX_BYTES, "chunk over the record limit"
+        if len(wire(signed)) > ASSIGNMENT_MAX_BYTES:
+            raise PrefixSetError(f"prefix set {name}: chunk {i} is {len(wire(signed))} bytes, over the agents' "
+                                 f"{ASSIGNMENT_MAX_BYTES}-byte limit")
         out.append(signed)
     return out
 

@@ -18,6 +18,12 @@ from ccab.base.kafkalog import librdkafka_logger
 from ccab.rollout.signing import verify
 
 
+def wire(rec: dict) -> bytes:
+    """The Kafka value of a record as the publisher writes it (what the agents' size limit applies to:
+    the signature included, non-ASCII escaped)."""
+    return json.dumps(rec, sort_keys=True, separators=(",", ":")).encode()
+
+
 class KafkaUnavailable(RuntimeError):
     """The broker could not be reached or did not acknowledge; the message says which step."""
 
@@ -52,7 +58,7 @@ class Publisher:
             return cb
 
         for rec in records:
-            value = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode()
+            value = wire(rec)
             try:
                 self._p.produce(self.topic, key=key(rec).encode(), value=value, on_delivery=done(rec))
             except BufferError as exc:

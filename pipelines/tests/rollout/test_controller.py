@@ -264,7 +264,7 @@ def test_segment_too_large_for_a_record_becomes_a_signed_prefix_set(tmp_path):
     assignment/3 records that name it by {name, version, sha256}; the chunks assemble to the segment,
     a tampered chunk fails verification; the same content again reuses the version, new content
     gets the next one."""
-    from ccab.base.contracts import canonical_json
+    from ccab.rollout.publish import wire
     plan = plan_from_dict(base_plan(stages=[{"name": "s1", "hosts": 1, "segment": "access:mobile"}]))
     key = load_private_key(VECTORS / "test_ed25519_seed.hex")
     pub = load_public_key(VECTORS / "test_ed25519_public.b64")
@@ -286,8 +286,8 @@ def test_segment_too_large_for_a_record_becomes_a_signed_prefix_set(tmp_path):
         assert r["schema"] == "assignment/3" and verify(r, pub) is None
         assert r["policy"] == {"segment": "access:mobile", "cc": plan.arm(r["arm"]).cc,
                                "prefix_set": {"name": "access:mobile", "version": 1, "sha256": sha}}
-        assert len(canonical_json(r)) <= 16384
-    assert len(bus.sets) > 1 and all(len(canonical_json(c)) <= 16384 for c in bus.sets)
+        assert len(wire(r)) <= 16384
+    assert len(bus.sets) > 1 and all(len(wire(c)) <= 16384 for c in bus.sets)
     assert prefixset.assemble(bus.sets, "access:mobile", 1, pub) == many
     bad = [dict(c) for c in bus.sets]
     bad[1] = {**bad[1], "prefixes": ["0.0.0.0/0"] + bad[1]["prefixes"][1:]}
