@@ -16,6 +16,7 @@ import json
 import random
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -26,6 +27,22 @@ from factories import base_plan
 pytestmark = pytest.mark.kafka
 
 DEADLINE_S = 90.0
+
+
+def read_all(bootstrap: str, topic: str) -> list[dict]:
+    """Every record of topic (the controller's own reader: low to high watermark)."""
+    from ccab.rollout.publish import read_topic
+
+    return [json.loads(v) for _k, v in read_topic(bootstrap, topic) if v]
+
+
+def wait_for(what: str, cond) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{what} not reached within {DEADLINE_S} s")
 
 
 def _cgroup2() -> Path:
@@ -119,7 +136,6 @@ def test_large_segment_from_networks_through_kafka_into_the_agents_policy_map(ag
     from ccab.rollout.plan import plan_from_dict
     from ccab.rollout.signing import load_private_key
     from ccab.rollout.state import Store
-    from e2e.test_agent_kafka import read_all, wait_for
 
     nets = _networks(50_000)
     networks.load(warehouse, nets, "test", "ccab")
