@@ -92,3 +92,23 @@ func TestChunkBounds(t *testing.T) {
 		t.Fatal("key")
 	}
 }
+
+// The controller's chunks (contracts/vectors/prefix_set_chunks.jsonl, written by
+// pipelines/ccab/rollout/prefixset.py) assemble here to the set the vector's README names.
+func TestControllerVector(t *testing.T) {
+	var recs [][]byte
+	for _, line := range strings.Split(strings.TrimSpace(string(testkit.Read(t, "prefix_set_chunks.jsonl"))), "\n") {
+		recs = append(recs, []byte(line))
+	}
+	r := assignment.SetRef{Name: "access:mobile", Version: 3, SHA256: "46d0a557984b64e0f32606f7aa6e30c62b4fc4f10bc69e39e32f11971147975b"}
+	got, err := prefixset.Assemble(r, recs, pub(t))
+	if err != nil || len(recs) != 2 || len(got) != 1300 || got[0].String() != "10.0.0.0/24" || got[1199].String() != "10.4.175.0/24" ||
+		got[1299].String() != "2001:db8:63::/48" {
+		t.Fatalf("%d chunks, %d prefixes, %v", len(recs), len(got), err)
+	}
+	for _, b := range recs {
+		if len(b) > prefixset.MaxChunkBytes {
+			t.Errorf("a chunk of %d bytes", len(b))
+		}
+	}
+}
