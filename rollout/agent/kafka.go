@@ -304,7 +304,9 @@ func (k KafkaPrefixSets) Fetch(ctx context.Context, name string, version int64) 
 	}
 	defer cl.Close()
 	prefix := prefixset.KeyPrefix(name, version)
-	var out [][]byte
+	// the newest record of each key, as compaction keeps it (a key written twice before the
+	// cleaner ran is held once), in the order the keys first appeared
+	latest, order := map[string][]byte{}, []string{}
 	for len(want) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
@@ -320,11 +322,24 @@ func (k KafkaPrefixSets) Fetch(ctx context.Context, name string, version int64) 
 				if r.Offset+1 >= end {
 					delete(want, r.Partition)
 				}
-				if r.Offset < end && r.Value != nil && strings.HasPrefix(string(r.Key), prefix) {
-					out = append(out, r.Value)
+				if r.Offset < end && strings.HasPrefix(string(r.Key), prefix) {
+					k := string(r.Key)
+					if _, seen := latest[k]; !seen {
+						order = append(order, k)
+					}
+					latest[k] = r.Value // a tombstone (nil) removes the chunk
 				}
 			}
 		})
+		if len(order) > prefixset.MaxChunks {
+			return nil, fmt.Errorf("prefix set %s version %d: more than %d keys on %s", name, version, prefixset.MaxChunks, k.Topic)
+		}
+	}
+	var out [][]byte
+	for _, key := range order {
+		if v := latest[key]; v != nil {
+			out = append(out, v)
+		}
 	}
 	return out, nil
 }

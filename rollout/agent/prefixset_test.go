@@ -289,7 +289,8 @@ func policyAgentWith(t *testing.T, l lab, stateFile string, enf agent.PolicyEnfo
 }
 
 // KafkaPrefixSets reads the chunks of one name and version from a real compacted topic (other
-// versions and sets on it are left), and they assemble to the set.
+// versions and sets on it are left, a key written twice counts once: the later record), and they
+// assemble to the set.
 func TestKafkaPrefixSetsFetch(t *testing.T) {
 	bs := brokers(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(bs...))
@@ -314,6 +315,8 @@ func TestKafkaPrefixSetsFetch(t *testing.T) {
 		}
 	}
 	put("access:mobile", 1, seg[:10])
+	// a key written twice before the cleaner ran: the later record is the chunk
+	produce(t, bs, topic, prefixset.Key("access:mobile", 2, 3), []byte(`{"schema":"prefix_set/1","stale":true}`))
 	put("access:mobile", 2, seg)
 	put("access:mobile", 20, seg[:30]) // "access:mobile/2" is a prefix of its key, not of its key prefix
 	put("country:JP", 2, seg[:20])
