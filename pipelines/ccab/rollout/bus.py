@@ -14,6 +14,9 @@ from ccab.rollout.publish import Publisher, read_agent_status, read_assignments,
 
 # why an agent refuses, from its reason text (rollout/agent/agent.go): what to check
 REFUSAL_CAUSES = (
+    # first: a prefix set's reason may name a chunk's signature, which is not the assignment's
+    ("prefix set", "prefix set", "the agents could not fetch or verify the prefix set the assignment/3 names "
+                                 "(ccab.prefix_sets.v1, the agents' --prefix-sets-topic): see the reason"),
     ("signature", "bad signature", "the agents' public key does not match `--key` (or $CCAB_ROLLOUT_KEY)"),
     ("not signed", "unsigned", "the records carry no signature (was the controller given a key?)"),
     ("wrong_host", "wrong host", "the plan's host names differ from the agents' --host names"),
@@ -22,8 +25,6 @@ REFUSAL_CAUSES = (
     ("bbr version", "bbr version", "the kernel's bbr is another version than the arm's bbr_version"),
     ("generation", "generation jump", "another controller or key published for these hosts"),
     ("too large", "too large", "the record exceeds the agent's size limit"),
-    ("prefix set", "prefix set", "the agents could not verify the prefix set (topic ccab.prefix_sets.v1, "
-                                 "--prefix-sets-topic): see the reason"),
 )
 
 

@@ -37,3 +37,13 @@ def test_every_chunk_fits_the_record_limit_and_bounds_are_refused():
         prefixset.chunks("a/b", 1, ["10.0.0.0/8"], key, 0)  # '/' would break the key name/version/chunk
     with pytest.raises(prefixset.PrefixSetError, match="0 prefixes"):
         prefixset.chunks("x", 1, [], key, 0)
+
+
+def test_a_prefix_set_refusal_is_not_read_as_a_bad_assignment_signature():
+    from ccab.rollout.bus import refusal_cause
+
+    # the agent's text for a tampered chunk (rollout/agent: resolveSet)
+    reason = ("prefix set access:mobile version 3 refused: prefix set chunk forged or tampered: chunk 5: "
+              "signature does not verify: record forged or tampered")
+    assert refusal_cause(reason)[0] == "prefix set"
+    assert refusal_cause("signature does not verify: record forged or tampered")[0] == "bad signature"
