@@ -1,4 +1,4 @@
-// Package agent is ccab-agent's loop: it takes assignment/1 and assignment/2 records for its host, verifies
+// Package agent is ccab-agent's loop: it takes assignment/1, /2 and /3 records for its host, verifies
 // them, applies the congestion control (and qdisc) inside the host's network namespace,
 // writes the state file and reports agent_status/1.
 //
@@ -23,6 +23,7 @@ import (
 	"github.com/ccab-dev/ccab/rollout/assignment"
 	"github.com/ccab-dev/ccab/rollout/bpfcc"
 	"github.com/ccab-dev/ccab/rollout/kernelcc"
+	"github.com/ccab-dev/ccab/rollout/prefixset"
 	"github.com/ccab-dev/ccab/rollout/qdisc"
 	"github.com/ccab-dev/ccab/rollout/sockpolicy"
 	"github.com/ccab-dev/ccab/rollout/statefile"
@@ -48,6 +49,16 @@ type Config struct {
 	// to the served cgroup, rollout/sockpolicy); nil: an assignment/2 with a policy is
 	// refused ("no_policy_enforcer").
 	Policy PolicyEnforcer
+	// PrefixSets fetches the chunks of the prefix sets that assignment/3 policies name
+	// (KafkaPrefixSets: the topic ccab.prefix_sets.v1); nil: such assignments are refused
+	// ("prefix_set_unavailable").
+	PrefixSets PrefixSetSource
+}
+
+// PrefixSetSource returns the raw prefix_set/1 records keyed name/version/* in topic order
+// (rollout/prefixset.Assemble checks them).
+type PrefixSetSource interface {
+	Fetch(ctx context.Context, name string, version int64) ([][]byte, error)
 }
 
 // PolicyEnforcer is what the agent needs of rollout/sockpolicy's Enforcer.
@@ -311,6 +322,45 @@ func (a *Agent) refuse(s status.Status, reason, why string) (Outcome, status.Sta
 	return Refused, s
 }
 
+// resolveSet fetches and verifies the prefix set p names and fills p.Prefixes with it.
+// ok=false: the assignment is refused (or failed: Kafka could not be read), s says why.
+func (a *Agent) resolveSet(p *assignment.Policy, s *status.Status) (Outcome, bool) {
+	r := p.Set
+	if a.cfg.Policy == nil || a.cfg.PrefixSets == nil {
+		out, st := a.refuse(*s, "prefix_set_unavailable", fmt.Sprintf("assignment names prefix set %s version %d and "+
+			"this agent reads no prefix sets (--prefix-sets-topic not set)", r.Name, r.Version))
+		*s = st
+		return out, false
+	}
+	if applied, ok := a.state.PrefixSetVersions[r.Name]; ok && r.Version < applied {
+		out, st := a.refuse(*s, "prefix_set_stale", fmt.Sprintf("prefix set %s version %d is older than the applied version %d",
+			r.Name, r.Version, applied))
+		*s = st
+		return out, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	records, err := a.cfg.PrefixSets.Fetch(ctx, r.Name, r.Version)
+	if err != nil {
+		a.m.Errors.WithLabelValues("prefix_set_fetch").Inc()
+		s.State, s.Reason = status.Error, fmt.Sprintf("prefix set %s version %d: %v", r.Name, r.Version, err)
+		return Failed, false
+	}
+	prefixes, err := prefixset.Assemble(*r, records, a.cfg.PublicKey)
+	if err != nil {
+		reason := "prefix_set_invalid"
+		if errors.Is(err, prefixset.ErrIncomplete) {
+			reason = "prefix_set_incomplete"
+		}
+		out, st := a.refuse(*s, reason, fmt.Sprintf("prefix set %s version %d refused: %v", r.Name, r.Version, err))
+		*s = st
+		return out, false
+	}
+	p.Prefixes = prefixes
+	a.m.PrefixSetPrefixes.Set(float64(len(prefixes)))
+	return "", true
+}
+
 func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 	var s status.Status
 	as, err := assignment.Parse(raw)
@@ -353,6 +403,11 @@ func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 		}
 		if !assignment.KnownCC(p.CC) {
 			return a.refuse(s, "unknown_cc", fmt.Sprintf("unknown congestion control %q in the policy for %s", p.CC, p.Segment))
+		}
+		if p.Set != nil {
+			if out, ok := a.resolveSet(p, &s); !ok {
+				return out, s
+			}
 		}
 	}
 	var avail []string
@@ -428,8 +483,13 @@ func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 	next := statefile.State{RolloutID: as.RolloutID, Arm: as.Arm, CC: as.CC, Generation: as.Generation,
 		Qdisc: as.Qdisc, Pop: as.Pop, Host: as.Host, AppliedAtMs: a.cfg.Now().UnixMilli(), BBRVersion: bbrv,
 		PreviousCC: prev, CCImpl: a.impl(as.CC)}
+	next.PrefixSetVersions = a.state.PrefixSetVersions
 	if as.Policy != nil {
 		next.PolicySegment, next.PolicyCC, next.PolicyPrefixes = as.Policy.Segment, as.Policy.CC, len(as.Policy.Prefixes)
+		if r := as.Policy.Set; r != nil {
+			next.PolicySet, next.PolicySetVersion, next.PolicySetSHA256 = r.Name, r.Version, r.SHA256
+			next.PrefixSetVersions = statefile.RememberSet(a.state.PrefixSetVersions, r.Name, r.Version)
+		}
 	}
 	if err := statefile.Write(a.cfg.StateFile, next); err != nil {
 		a.m.Errors.WithLabelValues("state_file").Inc()

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ccab-dev/ccab/rollout/prefixset"
 	"github.com/ccab-dev/ccab/rollout/status"
 )
 
@@ -254,4 +256,90 @@ func backoff(n int, lo, hi time.Duration) time.Duration {
 		d *= 2
 	}
 	return min(d, hi)
+}
+
+// KafkaPrefixSets reads prefix_set/1 chunks from the compacted topic ccab.prefix_sets.v1
+// (key name/version/chunk). Each Fetch reads the topic from its start to the end offsets it
+// found when called (the controller publishes a set, acknowledged by every replica, before
+// the assignments naming it), keeping the records of one name and version.
+type KafkaPrefixSets struct {
+	Brokers  []string
+	Topic    string
+	ClientID string
+}
+
+// Fetch returns the raw records keyed name/version/* in partition and offset order.
+func (k KafkaPrefixSets) Fetch(ctx context.Context, name string, version int64) ([][]byte, error) {
+	id := k.ClientID
+	if id == "" {
+		id = "ccab-agent-prefix-sets"
+	}
+	adm, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ClientID(id))
+	if err != nil {
+		return nil, fmt.Errorf("kafka: new client for %v: %w", k.Brokers, err)
+	}
+	ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, k.Topic)
+	adm.Close()
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka: end offsets of %s: %w", k.Topic, err)
+	}
+	want := map[int32]int64{}
+	start := map[string]map[int32]kgo.Offset{k.Topic: {}}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+			start[k.Topic][o.Partition] = kgo.NewOffset().AtStart()
+		}
+	})
+	if len(want) == 0 {
+		return nil, nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ClientID(id), kgo.ConsumePartitions(start),
+		kgo.FetchMaxBytes(32<<20))
+	if err != nil {
+		return nil, fmt.Errorf("kafka: new client for %v: %w", k.Brokers, err)
+	}
+	defer cl.Close()
+	prefix := prefixset.KeyPrefix(name, version)
+	// the newest record of each key, as compaction keeps it (a key written twice before the
+	// cleaner ran is held once), in the order the keys first appeared
+	latest, order := map[string][]byte{}, []string{}
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("kafka: reading %s: %w (%d partition(s) not read to the end)", k.Topic, err, len(want))
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return nil, fmt.Errorf("kafka: reading %s: %w", k.Topic, ferr)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := want[r.Partition]; ok {
+				if r.Offset+1 >= end {
+					delete(want, r.Partition)
+				}
+				if r.Offset < end && strings.HasPrefix(string(r.Key), prefix) {
+					k := string(r.Key)
+					if _, seen := latest[k]; !seen {
+						order = append(order, k)
+					}
+					latest[k] = r.Value // a tombstone (nil) removes the chunk
+				}
+			}
+		})
+		if len(order) > prefixset.MaxChunks {
+			return nil, fmt.Errorf("prefix set %s version %d: more than %d keys on %s", name, version, prefixset.MaxChunks, k.Topic)
+		}
+	}
+	var out [][]byte
+	for _, key := range order {
+		if v := latest[key]; v != nil {
+			out = append(out, v)
+		}
+	}
+	return out, nil
 }

@@ -23,7 +23,7 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	Assignments   *prometheus.CounterVec // result: applied, refused, error, stale, reconfirmed, other_host
-	Refusals      *prometheus.CounterVec // reason: too_large, malformed, signature, wrong_host, generation_jump, unknown_cc, not_available, bbr_version
+	Refusals      *prometheus.CounterVec // reason: too_large, malformed, signature, wrong_host, generation_jump, unknown_cc, not_available, bbr_version, no_policy_enforcer, prefix_set_unavailable, prefix_set_stale, prefix_set_incomplete, prefix_set_invalid
 	Errors        *prometheus.CounterVec // op: sysctl, qdisc, state_file, netns, kafka_consume, kafka_produce, read
 	StatusSent    *prometheus.CounterVec // state: acknowledged by Kafka
 	StatusDropped *prometheus.CounterVec // reason: buffer_full, produce_failed
@@ -32,6 +32,8 @@ type Metrics struct {
 	KafkaUp       prometheus.Gauge
 	Generation    prometheus.Gauge
 	BBRVersion    prometheus.Gauge
+	// PrefixSetPrefixes is the size of the last prefix set verified for an assignment/3.
+	PrefixSetPrefixes prometheus.Gauge
 }
 
 // NewMetrics registers every metric in a fresh registry (plus the Go and process collectors).
@@ -59,16 +61,20 @@ func NewMetrics() *Metrics {
 			"stale (generation not newer than the applied one: ignored), reconfirmed (same generation "+
 			"re-reported after a restart), other_host (keyed to this host but for another: refused).", "result"),
 		Refusals: cv("refusals_total", "Refused assignments, by reason: too_large, malformed, signature (forged, "+
-			"tampered or unsigned), wrong_host, generation_jump, unknown_cc, not_available, bbr_version.", "reason"),
+			"tampered or unsigned), wrong_host, generation_jump, unknown_cc, not_available, bbr_version, "+
+			"no_policy_enforcer, prefix_set_unavailable (no --prefix-sets-topic), prefix_set_stale (an older "+
+			"version than applied), prefix_set_incomplete (chunks missing), prefix_set_invalid (a chunk forged "+
+			"or tampered, a sha256 or count mismatch, bad prefixes, over the bounds).", "reason"),
 		Errors: cv("errors_total", "Failures, by operation: sysctl, qdisc, state_file, netns, kafka_consume, "+
-			"kafka_produce, read.", "op"),
-		StatusSent:    cv("status_sent_total", "agent_status/1 records acknowledged by Kafka, by state.", "state"),
-		StatusDropped: cv("status_dropped_total", "agent_status/1 records lost, by reason: buffer_full, produce_failed.", "reason"),
-		Heartbeats:    c("heartbeats_total", "Heartbeats built (sent or not)."),
-		Reasserts:     c("reasserts_total", "Times the state file's algorithm was re-applied at start because the kernel had another."),
-		KafkaUp:       g("kafka_up", "1 while the assignments topic answers, 0 while the agent retries."),
-		Generation:    g("generation", "Generation of the last applied assignment."),
-		BBRVersion:    g("bbr_version", "BBR version of the effective algorithm when it is bbr/bbr2 (1, 2, 3), else 0."),
+			"kafka_produce, read, sockpolicy, prefix_set_fetch.", "op"),
+		StatusSent:        cv("status_sent_total", "agent_status/1 records acknowledged by Kafka, by state.", "state"),
+		StatusDropped:     cv("status_dropped_total", "agent_status/1 records lost, by reason: buffer_full, produce_failed.", "reason"),
+		Heartbeats:        c("heartbeats_total", "Heartbeats built (sent or not)."),
+		Reasserts:         c("reasserts_total", "Times the state file's algorithm was re-applied at start because the kernel had another."),
+		KafkaUp:           g("kafka_up", "1 while the assignments topic answers, 0 while the agent retries."),
+		Generation:        g("generation", "Generation of the last applied assignment."),
+		BBRVersion:        g("bbr_version", "BBR version of the effective algorithm when it is bbr/bbr2 (1, 2, 3), else 0."),
+		PrefixSetPrefixes: g("prefix_set_prefixes", "Prefixes of the last prefix set (assignment/3) fetched and verified."),
 	}
 }
 

@@ -31,8 +31,21 @@ const Schema = "assignment/1"
 // algorithm for every client.
 const SchemaSegment = "assignment/2"
 
-// MaxPolicyPrefixes bounds the prefixes of one policy (the 16 KiB record holds far fewer).
+// SchemaPrefixSet is assignment/3: assignment/2 whose policy names its prefixes by a
+// reference to a signed prefix_set/1 artifact ({name, version, sha256}) instead of listing
+// them: for segments whose prefixes do not fit the 16 KiB record (contracts/CONTRACTS.md).
+// A new version: an assignment/2 agent must refuse it, not read it as "no prefixes".
+const SchemaPrefixSet = "assignment/3"
+
+// MaxPolicyPrefixes bounds the inline prefixes of one assignment/2 policy (the 16 KiB record
+// holds far fewer); a set named by assignment/3 is bounded by prefixset.MaxPrefixes.
 const MaxPolicyPrefixes = 4096
+
+// SetName is the shape of a prefix set's name (it is part of the Kafka key name/version/chunk).
+var SetName = regexp.MustCompile(`^[A-Za-z0-9:._,+-]{1,200}$`)
+
+// SetDigest is the shape of a prefix set's sha256: 64 lowercase hex digits.
+var SetDigest = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // Bounds (contracts/CONTRACTS.md, assignment/1). The controller's records are a few hundred
 // bytes with generations that grow by one per record and host, far inside them.
@@ -92,6 +105,16 @@ type Policy struct {
 	Segment  string // e.g. "access:mobile": what the prefixes are, for statuses and logs
 	CC       string
 	Prefixes []netip.Prefix
+	// Set is assignment/3's reference to the prefix set holding the prefixes (Prefixes is then
+	// empty until the agent has fetched and verified the set); nil for assignment/2.
+	Set *SetRef
+}
+
+// SetRef names one version of a signed prefix_set/1 artifact and the sha256 of its content.
+type SetRef struct {
+	Name    string
+	Version int64
+	SHA256  string
 }
 
 // Canonical returns the bytes the signature covers.
@@ -174,15 +197,15 @@ func Parse(b []byte) (*Assignment, error) {
 	if err := f.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if a.Schema != Schema && a.Schema != SchemaSegment {
-		return nil, fmt.Errorf("%w: schema %.70q, want %q or %q", ErrMalformed, a.Schema, Schema, SchemaSegment)
+	if a.Schema != Schema && a.Schema != SchemaSegment && a.Schema != SchemaPrefixSet {
+		return nil, fmt.Errorf("%w: schema %.70q, want %q, %q or %q", ErrMalformed, a.Schema, Schema, SchemaSegment, SchemaPrefixSet)
 	}
-	if a.Schema == SchemaSegment {
+	if a.Schema == SchemaSegment || a.Schema == SchemaPrefixSet {
 		v, ok := raw["policy"]
 		if !ok {
-			return nil, fmt.Errorf("%w: missing field(s) policy (%s)", ErrMalformed, SchemaSegment)
+			return nil, fmt.Errorf("%w: missing field(s) policy (%s)", ErrMalformed, a.Schema)
 		}
-		p, err := parsePolicy(v)
+		p, err := parsePolicy(v, a.Schema == SchemaPrefixSet)
 		if err != nil {
 			return nil, fmt.Errorf("%w: policy: %v", ErrMalformed, err)
 		}
@@ -191,10 +214,10 @@ func Parse(b []byte) (*Assignment, error) {
 	return a, nil
 }
 
-// parsePolicy reads assignment/2's "policy": null, or exactly {"segment","cc","prefixes"}.
-// An unknown member is refused, not ignored: a later version's way of naming prefixes (a
-// reference to a prefix-set artifact) must not be read as "no prefixes".
-func parsePolicy(v json.RawMessage) (*Policy, error) {
+// parsePolicy reads assignment/2's "policy": null, or exactly {"segment","cc","prefixes"};
+// with set (assignment/3), null or exactly {"segment","cc","prefix_set"}. An unknown member
+// is refused, not ignored: another way of naming prefixes must not be read as "no prefixes".
+func parsePolicy(v json.RawMessage, set bool) (*Policy, error) {
 	if strictjson.Kind(v) == "null" {
 		return nil, nil
 	}
@@ -202,15 +225,30 @@ func parsePolicy(v json.RawMessage) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	third := "prefixes"
+	if set {
+		third = "prefix_set"
+	}
 	for k := range raw {
-		if k != "segment" && k != "cc" && k != "prefixes" {
+		if k != "segment" && k != "cc" && k != third {
 			return nil, fmt.Errorf("unknown member %.40q", k)
 		}
+	}
+	if _, ok := raw[third]; !ok {
+		return nil, fmt.Errorf("missing member %s", third)
 	}
 	f := strictjson.Fields{Raw: raw}
 	p := &Policy{Segment: f.Str("segment", 1, MaxStringBytes), CC: f.Str("cc", 1, 64)}
 	if err := f.Err(); err != nil {
 		return nil, err
+	}
+	if set {
+		ref, err := parseSetRef(raw["prefix_set"])
+		if err != nil {
+			return nil, fmt.Errorf("prefix_set: %v", err)
+		}
+		p.Set = ref
+		return p, nil
 	}
 	var texts []string
 	if err := json.Unmarshal(raw["prefixes"], &texts); err != nil || strictjson.Kind(raw["prefixes"]) != "an array" {
@@ -221,15 +259,9 @@ func parsePolicy(v json.RawMessage) (*Policy, error) {
 	}
 	seen := make(map[netip.Prefix]bool, len(texts))
 	for i, t := range texts {
-		pr, err := netip.ParsePrefix(t)
+		pr, err := ParsePrefix(t)
 		if err != nil {
-			return nil, fmt.Errorf("prefixes[%d]: %.60q is not a prefix", i, t)
-		}
-		if pr.Masked() != pr {
-			return nil, fmt.Errorf("prefixes[%d]: %s has bits set past its length", i, pr)
-		}
-		if pr.Addr().Is4In6() || pr.Addr().Zone() != "" {
-			return nil, fmt.Errorf("prefixes[%d]: %s: write IPv4 prefixes as IPv4, without a zone", i, pr)
+			return nil, fmt.Errorf("prefixes[%d]: %v", i, err)
 		}
 		if seen[pr] {
 			return nil, fmt.Errorf("prefixes[%d]: %s appears twice", i, pr)
@@ -240,22 +272,68 @@ func parsePolicy(v json.RawMessage) (*Policy, error) {
 	return p, nil
 }
 
-// Verify checks the Ed25519 signature over the canonical bytes with pub.
-func (a *Assignment) Verify(pub ed25519.PublicKey) error {
-	if a.Signature == "" {
+// ParsePrefix reads one policy prefix: a CIDR, masked (no bits past the length), IPv4
+// written as IPv4, no zone.
+func ParsePrefix(t string) (netip.Prefix, error) {
+	pr, err := netip.ParsePrefix(t)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%.60q is not a prefix", t)
+	}
+	if pr.Masked() != pr {
+		return netip.Prefix{}, fmt.Errorf("%s has bits set past its length", pr)
+	}
+	if pr.Addr().Is4In6() || pr.Addr().Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%s: write IPv4 prefixes as IPv4, without a zone", pr)
+	}
+	return pr, nil
+}
+
+// parseSetRef reads assignment/3's policy.prefix_set: exactly {"name","version","sha256"}.
+func parseSetRef(v json.RawMessage) (*SetRef, error) {
+	raw, err := strictjson.Object(v, MaxRecordBytes)
+	if err != nil {
+		return nil, err
+	}
+	for k := range raw {
+		if k != "name" && k != "version" && k != "sha256" {
+			return nil, fmt.Errorf("unknown member %.40q", k)
+		}
+	}
+	f := strictjson.Fields{Raw: raw}
+	r := &SetRef{Name: f.Str("name", 1, 200), Version: f.Int("version", 1, MaxGeneration), SHA256: f.Str("sha256", 64, 64)}
+	if r.Name != "" && !SetName.MatchString(r.Name) {
+		f.Bad("name", fmt.Sprintf("%.60q is not a set name ([A-Za-z0-9:._,+-], 1 to 200)", r.Name))
+	}
+	if r.SHA256 != "" && !SetDigest.MatchString(r.SHA256) {
+		f.Bad("sha256", "want 64 lowercase hex digits")
+	}
+	if err := f.Err(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// VerifySignature checks an Ed25519 signature (base64) over canonical with pub.
+func VerifySignature(pub ed25519.PublicKey, canonical []byte, signature string) error {
+	if signature == "" {
 		return ErrUnsigned
 	}
-	sig, err := base64.StdEncoding.DecodeString(a.Signature)
+	sig, err := base64.StdEncoding.DecodeString(signature)
 	if err != nil || len(sig) != ed25519.SignatureSize {
 		return fmt.Errorf("%w (signature is not %d bytes of base64)", ErrBadSignature, ed25519.SignatureSize)
 	}
 	if len(pub) != ed25519.PublicKeySize {
 		return fmt.Errorf("public key is %d bytes, want %d", len(pub), ed25519.PublicKeySize)
 	}
-	if !ed25519.Verify(pub, a.canonical, sig) {
+	if !ed25519.Verify(pub, canonical, sig) {
 		return ErrBadSignature
 	}
 	return nil
+}
+
+// Verify checks the Ed25519 signature over the canonical bytes with pub.
+func (a *Assignment) Verify(pub ed25519.PublicKey) error {
+	return VerifySignature(pub, a.canonical, a.Signature)
 }
 
 // Newer reports whether generation gen is strictly greater than lastApplied.

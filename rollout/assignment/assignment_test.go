@@ -112,7 +112,7 @@ func TestParseErrors(t *testing.T) {
 		{`not json`, "malformed"},
 		{`[]`, "malformed"},
 		{`{"schema":"assignment/1"}`, "missing field(s)"},
-		{`{"schema":"assignment/3","rollout_id":"r","generation":1,"pop":"p","host":"h","arm":"a","cc":"bbr","qdisc":null,"issued_at_ms":1}`, "schema"},
+		{`{"schema":"assignment/9","rollout_id":"r","generation":1,"pop":"p","host":"h","arm":"a","cc":"bbr","qdisc":null,"issued_at_ms":1}`, "schema"},
 		{`{"schema":"assignment/2","rollout_id":"r","generation":1,"pop":"p","host":"h","arm":"a","cc":"bbr","qdisc":null,"issued_at_ms":1}`, "missing field(s) policy"},
 		{`{"schema":"assignment/1","rollout_id":"r","generation":"1","pop":"p","host":"h","arm":"a","cc":"bbr","qdisc":null,"issued_at_ms":1}`, "malformed"},
 	} {

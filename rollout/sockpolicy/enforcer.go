@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // Pinned object names under Options.PinDir.
@@ -42,9 +43,19 @@ type Enforcer struct {
 // connection of a process in it or below). With Options.PinDir and objects already pinned
 // there, it reuses them (the policy in force stays) instead of attaching a second copy.
 func Attach(cgroupPath string, opt Options) (*Enforcer, error) {
+	return attachSized(cgroupPath, opt, 0)
+}
+
+// attachSized is Attach with the trie's max_entries set to innerMax (0: the object's): tests
+// use it to stand for a program an older agent pinned.
+func attachSized(cgroupPath string, opt Options, innerMax uint32) (*Enforcer, error) {
 	spec, err := loadSockpolicy()
 	if err != nil {
 		return nil, err
+	}
+	if innerMax > 0 {
+		spec.Maps[sockpolicyMapPolicyInner].MaxEntries = innerMax
+		spec.Maps["policy_outer"].InnerMap.MaxEntries = innerMax
 	}
 	e := &Enforcer{spec: spec.Maps[sockpolicyMapPolicyInner].Copy(), pin: opt.PinDir}
 	if opt.PinDir != "" {
@@ -105,11 +116,28 @@ func (e *Enforcer) openPinned() error {
 // Apply makes p the policy for every connection established from now on: a new trie is
 // filled and then swapped into the program's only slot in one map update. Connections that
 // exist keep their algorithm.
+//
+// The kernel takes only tries of the size the attached program was loaded with: when that
+// program was pinned by an older agent (a smaller trie) and the slot holds one of its tries,
+// the new trie gets that size, and a policy larger than it is refused, naming the fix.
 func (e *Enforcer) Apply(p Policy) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	inner, err := ebpf.NewMap(e.spec)
+	spec := e.spec
+	if cur, err := e.current(); err == nil && cur != nil {
+		if info, err := cur.Info(); err == nil && info.MaxEntries != spec.MaxEntries {
+			spec = spec.Copy()
+			spec.MaxEntries = info.MaxEntries
+		}
+		cur.Close()
+	}
+	const detach = "the sock_ops program attached was pinned by an older agent: stop the agent, remove its pin dir " +
+		"(--sockpolicy-pin-dir) and start it again"
+	if uint32(len(p.Rules)) > spec.MaxEntries {
+		return fmt.Errorf("%w: %d prefixes, the attached program's policy map holds %d (%s)", ErrInvalid, len(p.Rules), spec.MaxEntries, detach)
+	}
+	inner, err := ebpf.NewMap(spec)
 	if err != nil {
 		return fmt.Errorf("new policy map: %w", err)
 	}
@@ -120,6 +148,9 @@ func (e *Enforcer) Apply(p Policy) error {
 		}
 	}
 	if err := e.outer.Put(uint32(0), inner); err != nil {
+		if errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("swap policy map in: %w (%s?)", err, detach)
+		}
 		return fmt.Errorf("swap policy map in: %w", err)
 	}
 	return nil

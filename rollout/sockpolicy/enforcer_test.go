@@ -357,3 +357,46 @@ func TestRealSockets(t *testing.T) {
 		t.Errorf("stats %+v %v, want 2 matched and set", st, err)
 	}
 }
+
+// A program pinned by an older agent (its trie 1000 entries, where this build's is 2^20): the
+// new agent reuses it, its policies get tries of the old size (the kernel takes no other), and
+// a policy larger than that is refused with the fix, the policy in force left as it was.
+func TestPinnedOlderProgramKeepsItsTrieSize(t *testing.T) {
+	netnstest.Require(t)
+	dir := t.TempDir()
+	if err := unix.Mount("bpf", dir, "bpf", 0, ""); err != nil {
+		t.Skipf("cannot mount a bpffs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	pin, cg := filepath.Join(dir, "ccab"), testCgroup(t)
+	old, err := attachSized(cg, Options{PinDir: pin}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Apply(Policy{Generation: 1, Rules: []Rule{{netip.MustParsePrefix("10.1.0.0/16"), "reno"}}}); err != nil {
+		t.Fatal(err)
+	}
+	old.Close() // the old agent exits; the program stays pinned
+	e, err := Attach(cg, Options{PinDir: pin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Detach() })
+	policy := func(n int) Policy {
+		p := Policy{Generation: uint64(n)}
+		for i := range n {
+			p.Rules = append(p.Rules, Rule{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24), "reno"})
+		}
+		return p
+	}
+	if err := e.Apply(policy(900)); err != nil {
+		t.Fatalf("900 prefixes in the old program's trie: %v", err)
+	}
+	if err := e.Apply(policy(1500)); err == nil || !strings.Contains(err.Error(), "holds 1000") ||
+		!strings.Contains(err.Error(), "older agent") {
+		t.Fatalf("1500 prefixes: %v", err)
+	}
+	if cur, err := e.Current(); err != nil || cur.Generation != 900 || len(cur.Rules) != 900 {
+		t.Fatalf("after the refusal: generation %d, %d rules, %v", cur.Generation, len(cur.Rules), err)
+	}
+}

@@ -16,7 +16,7 @@ import (
 // Bounds, as in sockpolicy.bpf.c.
 const (
 	// MaxPrefixes is the most prefixes one policy holds (the trie's max_entries).
-	MaxPrefixes = 65536
+	MaxPrefixes = 1 << 20
 	// CCNameMax is the kernel's TCP_CA_NAME_MAX (the name and its NUL).
 	CCNameMax = 16
 	keySize   = 4 + 16

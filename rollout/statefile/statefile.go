@@ -39,6 +39,38 @@ type State struct {
 	PolicySegment  string `json:"policy_segment,omitempty"`
 	PolicyCC       string `json:"policy_cc,omitempty"`
 	PolicyPrefixes int    `json:"policy_prefixes,omitempty"`
+	// The prefix set of an assignment/3 policy (rollout/prefixset): name, version, sha256.
+	PolicySet        string `json:"policy_set,omitempty"`
+	PolicySetVersion int64  `json:"policy_set_version,omitempty"`
+	PolicySetSHA256  string `json:"policy_set_sha256,omitempty"`
+	// PrefixSetVersions is the highest version of each prefix set ever applied (kept across
+	// rollbacks; at most MaxRememberedSets names): an older version is refused as stale.
+	PrefixSetVersions map[string]int64 `json:"prefix_set_versions,omitempty"`
+}
+
+// MaxRememberedSets bounds State.PrefixSetVersions.
+const MaxRememberedSets = 64
+
+// RememberSet returns a copy of m with name at version (if higher), at most
+// MaxRememberedSets names (others dropped, lowest version first).
+func RememberSet(m map[string]int64, name string, version int64) map[string]int64 {
+	out := make(map[string]int64, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	if out[name] < version {
+		out[name] = version
+	}
+	for len(out) > MaxRememberedSets {
+		low, lowV := "", int64(-1)
+		for k, v := range out {
+			if k != name && (lowV < 0 || v < lowV || (v == lowV && k < low)) {
+				low, lowV = k, v
+			}
+		}
+		delete(out, low)
+	}
+	return out
 }
 
 // MaxBytes bounds the state file (an agent writes a few hundred bytes).
@@ -97,7 +129,26 @@ func Read(path string) (State, error) {
 	st.PolicySegment = optStr("policy_segment", assignment.MaxStringBytes)
 	st.PolicyCC = optStr("policy_cc", 64)
 	if v, ok := raw["policy_prefixes"]; ok && strictjson.Kind(v) != "null" {
-		st.PolicyPrefixes = int(fs.Int("policy_prefixes", 0, assignment.MaxPolicyPrefixes))
+		st.PolicyPrefixes = int(fs.Int("policy_prefixes", 0, 1<<20))
+	}
+	st.PolicySet = optStr("policy_set", 200)
+	if v, ok := raw["policy_set_version"]; ok && strictjson.Kind(v) != "null" {
+		st.PolicySetVersion = fs.Int("policy_set_version", 0, assignment.MaxGeneration)
+	}
+	st.PolicySetSHA256 = optStr("policy_set_sha256", 64)
+	if v, ok := raw["prefix_set_versions"]; ok && strictjson.Kind(v) != "null" {
+		var m map[string]int64
+		if err := json.Unmarshal(v, &m); err != nil || len(m) > MaxRememberedSets {
+			fs.Bad("prefix_set_versions", fmt.Sprintf("want an object of at most %d set names to integer versions", MaxRememberedSets))
+		} else {
+			for k, ver := range m {
+				if !assignment.SetName.MatchString(k) || ver < 1 || ver > assignment.MaxGeneration {
+					fs.Bad("prefix_set_versions", fmt.Sprintf("%.40q: %d is not a set name and version", k, ver))
+					break
+				}
+			}
+			st.PrefixSetVersions = m
+		}
 	}
 	if v, ok := raw["applied_at_ms"]; ok && strictjson.Kind(v) != "null" {
 		st.AppliedAtMs = fs.Int("applied_at_ms", 0, assignment.MaxGeneration)

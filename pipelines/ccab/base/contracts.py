@@ -316,7 +316,7 @@ ASSIGNMENT = Schema(
         """
     ),
     key=("rollout_id", "host", "generation"),
-    also=("assignment/2",),  # + policy (CONTRACTS.md); the table keeps the host-level fields
+    also=("assignment/2", "assignment/3"),  # + policy (CONTRACTS.md); the table keeps the host-level fields
 )
 
 AGENT_STATUS = Schema(
@@ -360,8 +360,15 @@ AGENT_STATES = ("applied", "refused", "error", "heartbeat")
 #: assignment/2 (CONTRACTS.md): assignment/1's fields plus ``policy`` (null, or {segment, cc,
 #: prefixes}): a per-connection socket policy for a client segment, enforced by the agent's BPF program
 ASSIGNMENT_SEGMENT_SCHEMA = "assignment/2"
+#: assignment/3 (CONTRACTS.md): assignment/2 whose policy names a signed prefix set ({segment, cc,
+#: prefix_set: {name, version, sha256}}) instead of listing prefixes that would not fit the record
+ASSIGNMENT_SET_SCHEMA = "assignment/3"
 #: the agents' limit on a whole assignment record (the Kafka value), bytes
 ASSIGNMENT_MAX_BYTES = 16 * 1024
+#: prefix_set/1 (CONTRACTS.md): one signed chunk of a versioned prefix set, on this compacted topic
+#: keyed name/version/chunk (not loaded into the warehouse: the assignments name it by digest)
+PREFIX_SET_SCHEMA = "prefix_set/1"
+TOPIC_PREFIX_SETS = "ccab.prefix_sets.v1"
 
 # Audit columns the loader adds to every row: where the record came from.
 AUDIT_FIELDS = (

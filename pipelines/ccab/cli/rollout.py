@@ -39,6 +39,9 @@ to resume); 2 invalid plan or usage; 3 refused (e.g. not started, wrong state fo
 def _add_kafka(p: argparse.ArgumentParser) -> None:
     p.add_argument("--assignments-topic", metavar="TOPIC", help="default ccab.assignments.v1")
     p.add_argument("--status-topic", metavar="TOPIC", help="default ccab.agent_status.v1")
+    p.add_argument("--prefix-sets-topic", metavar="TOPIC",
+                   help="where a segment too large for one assignment record goes as a signed prefix set "
+                        "(default ccab.prefix_sets.v1; the agents' --prefix-sets-topic)")
     p.add_argument("--kafka-timeout", type=float, default=15.0, metavar="S",
                    help="seconds to wait for the broker before failing (default: %(default)s)")
 
@@ -184,7 +187,8 @@ def _key(args):
 def _bus(args):
     from ccab.rollout.controller import KafkaBus
 
-    return KafkaBus(settings().bootstrap_servers, args.assignments_topic, args.status_topic, args.kafka_timeout)
+    return KafkaBus(settings().bootstrap_servers, args.assignments_topic, args.status_topic, args.kafka_timeout,
+                    prefix_sets_topic=getattr(args, "prefix_sets_topic", None))
 
 
 CONTROLLER_EPILOG = """\

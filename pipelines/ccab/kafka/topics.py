@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS, TOPIC_HTTP, TOPIC_TCP, TOPIC_TCP_CONN
+from ccab.base.contracts import (TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS, TOPIC_HTTP, TOPIC_PREFIX_SETS, TOPIC_TCP,
+                                 TOPIC_TCP_CONN)
 
 __all__ = ["TopicSpec", "TOPICS", "TOPIC_TCP", "TOPIC_TCP_CONN", "TOPIC_HTTP", "TOPIC_ASSIGNMENTS", "TOPIC_AGENT_STATUS",
            "KafkaLocalError", "ensure_topics", "replication_config", "topic_partitions", "admin_client"]
@@ -46,6 +47,9 @@ TOPICS: dict[str, TopicSpec] = {
     # an assignment is < 1 KiB; the broker refuses anything over 64 KiB, so no producer can park a
     # record on the topic that the agents (16 KiB limit) would have to read past
     TOPIC_ASSIGNMENTS: TopicSpec(partitions=1, config={"cleanup.policy": "compact", "max.message.bytes": "65536"}),
+    # prefix_set/1 chunks, key name/version/chunk: compaction keeps every chunk of every version. A
+    # chunk is <= 16 KiB (the agents refuse larger ones); the limit here is on a producer's batch of them
+    TOPIC_PREFIX_SETS: TopicSpec(partitions=1, config={"cleanup.policy": "compact", "max.message.bytes": "1048576"}),
     TOPIC_AGENT_STATUS: TopicSpec(partitions=3, config={"retention.ms": str(RETENTION_7_DAYS_MS)}),
 }
 

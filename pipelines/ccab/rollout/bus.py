@@ -6,11 +6,17 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS
-from ccab.rollout.publish import Publisher, read_agent_status, read_assignments
+import json
+
+from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS, TOPIC_PREFIX_SETS
+from ccab.rollout.prefixset import key as set_key
+from ccab.rollout.publish import Publisher, read_agent_status, read_assignments, read_topic
 
 # why an agent refuses, from its reason text (rollout/agent/agent.go): what to check
 REFUSAL_CAUSES = (
+    # first: a prefix set's reason may name a chunk's signature, which is not the assignment's
+    ("prefix set", "prefix set", "the agents could not fetch or verify the prefix set the assignment/3 names "
+                                 "(ccab.prefix_sets.v1, the agents' --prefix-sets-topic): see the reason"),
     ("signature", "bad signature", "the agents' public key does not match `--key` (or $CCAB_ROLLOUT_KEY)"),
     ("not signed", "unsigned", "the records carry no signature (was the controller given a key?)"),
     ("wrong_host", "wrong host", "the plan's host names differ from the agents' --host names"),
@@ -33,18 +39,23 @@ class Bus(Protocol):
     def publish(self, records: list[dict]) -> int: ...
     def assignments(self) -> list[dict]: ...
     def agent_status(self) -> list[dict]: ...
+    # prefix_set/1 chunks (a segment too large for one assignment record)
+    def publish_prefix_set(self, records: list[dict]) -> int: ...
+    def prefix_sets(self) -> list[dict]: ...
 
 
 class KafkaBus:
     """The real bus: ccab.rollout.publish on the configured brokers."""
 
     def __init__(self, bootstrap: str, assignments_topic: str | None = None, status_topic: str | None = None,
-                 timeout_s: float = 15.0):
+                 timeout_s: float = 15.0, prefix_sets_topic: str | None = None):
         self.bootstrap = bootstrap
         self.assignments_topic = assignments_topic or TOPIC_ASSIGNMENTS
         self.status_topic = status_topic or TOPIC_AGENT_STATUS
+        self.prefix_sets_topic = prefix_sets_topic or TOPIC_PREFIX_SETS
         self.timeout_s = timeout_s
         self._pub = None
+        self._sets_pub = None
 
     def publish(self, records: list[dict]) -> int:
         if self._pub is None:
@@ -56,6 +67,22 @@ class KafkaBus:
 
     def agent_status(self) -> list[dict]:
         return read_agent_status(self.bootstrap, self.status_topic, self.timeout_s)
+
+    def publish_prefix_set(self, records: list[dict]) -> int:
+        if self._sets_pub is None:
+            self._sets_pub = Publisher(self.bootstrap, self.prefix_sets_topic, self.timeout_s)
+        return self._sets_pub.publish(records, key=lambda r: set_key(r["name"], r["version"], r["chunk"]))
+
+    def prefix_sets(self) -> list[dict]:
+        out = []
+        for _k, v in read_topic(self.bootstrap, self.prefix_sets_topic, self.timeout_s):
+            try:
+                rec = json.loads(v) if v else None
+            except ValueError:
+                continue  # not ours to judge: the agents refuse it if an assignment names it
+            if isinstance(rec, dict):
+                out.append(rec)
+        return out
 
 
 

@@ -38,10 +38,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from ccab.base import atomicfile
-from ccab.base.contracts import (ASSIGNMENT_MAX_BYTES, ASSIGNMENT_SEGMENT_SCHEMA, TOPIC_ASSIGNMENTS, canonical_json,
+from ccab.base.contracts import (ASSIGNMENT_MAX_BYTES, ASSIGNMENT_SEGMENT_SCHEMA, ASSIGNMENT_SET_SCHEMA, TOPIC_ASSIGNMENTS,
                                  rollout_id_problem)
 from ccab.judge.alerts.text import times
-from ccab.rollout import design, phases
+from ccab.rollout import design, phases, prefixset
 from ccab.rollout.analysis import NO_ANALYSIS, Analysis
 from ccab.rollout.bus import REFUSAL_CAUSES, Bus, KafkaBus, Pager, refusal_cause  # noqa: F401 - re-exported
 from ccab.rollout.ownership import ACTIVE_STATUSES, host_owners, overlap_message, plan_hosts  # noqa: F401
@@ -49,7 +49,7 @@ from ccab.rollout.pages import PAGE_MIN_FIRING_S, breaker_payload  # noqa: F401 
 from ccab.rollout.phases import BAD_ARM, ControllerError, Phase, Step  # noqa: F401 - re-exported
 from ccab.rollout.plan import Plan, load_plan, plan_to_yaml
 from ccab.rollout.publish import (KafkaUnavailable, agent_generations, latest_assignments, next_generation,
-                                  valid_generation)
+                                  valid_generation, wire)
 from ccab.rollout.signing import sign, verify
 from ccab.rollout.state import (TERMINAL, HostAssignment, PublishIntent, RolloutState, StateError, Store,
                                  now_ms)
@@ -85,6 +85,7 @@ class Controller:
         self.plan, self.store, self.bus, self.key = plan, store, bus, key
         self.analysis, self.pager, self.clock, self.say = analysis, pager, clock, say
         self._prefixes = None  # a segment plan: its prefixes (the networks dictionary), resolved once
+        self._set_ref = None  # ... and, when they do not fit a record, the prefix set published for them
         self.page_min_firing_ms = int(page_min_firing_s * 1000)
         self.only_owned = False  # --force on a terminal rollout: touch only hosts it still owns
         self.offline = ""  # a manual halt/rollback found Kafka down: why (its publish waits for Kafka)
@@ -186,8 +187,13 @@ class Controller:
         if self.key is None:
             raise ControllerError("no signing key (--key FILE or CCAB_ROLLOUT_KEY)")
         signed = sign(rec, self.key)
-        if len(canonical_json(signed)) > ASSIGNMENT_MAX_BYTES:
-            raise ControllerError(f"the assignment for {host} is {len(canonical_json(signed))} bytes, over the agents' "
+        if rec["schema"] == ASSIGNMENT_SEGMENT_SCHEMA and len(wire(signed)) > ASSIGNMENT_MAX_BYTES:
+            # too many prefixes for one record: name a signed prefix set instead (assignment/3)
+            pol = {k: v for k, v in rec["policy"].items() if k != "prefixes"}
+            signed = sign({**rec, "schema": ASSIGNMENT_SET_SCHEMA, "policy": {**pol, "prefix_set": self._prefix_set()}},
+                          self.key)
+        if len(wire(signed)) > ASSIGNMENT_MAX_BYTES:
+            raise ControllerError(f"the assignment for {host} is {len(wire(signed))} bytes, over the agents' "
                                   f"{ASSIGNMENT_MAX_BYTES}-byte limit (a segment of too many prefixes?)")
         return signed
 
@@ -207,6 +213,33 @@ class Controller:
         rec.update(schema=ASSIGNMENT_SEGMENT_SCHEMA, cc=ctl.cc, qdisc=ctl.qdisc,
                    policy={"segment": ",".join(seg), "cc": a.cc, "prefixes": self._prefixes})
         return rec
+
+    def _prefix_set(self) -> dict:
+        """{name, version, sha256} of the segment's prefixes as a prefix set on the topic: the newest
+        complete version with this content if there is one, else a new version (the highest seen + 1),
+        published — acknowledged by the broker — before any assignment naming it."""
+        if self._set_ref is not None:
+            return self._set_ref
+        name, prefixes = ",".join(self.plan.segment), self._prefixes
+        sha = prefixset.digest(prefixes)
+        on_topic = self.bus.prefix_sets()
+        have = prefixset.versions(on_topic, name, self.key.public_key())
+        same = [v for v, d in have.items() if d == sha]
+        if same and max(same) == max(have):
+            version = max(same)
+        else:
+            seen = [r["version"] for r in on_topic if r.get("name") == name and isinstance(r.get("version"), int)]
+            version = max(seen, default=0) + 1
+            try:
+                recs = prefixset.chunks(name, version, prefixes, self.key, self.clock())
+            except prefixset.PrefixSetError as exc:
+                raise ControllerError(str(exc)) from None
+            self.bus.publish_prefix_set(recs)
+            self._audit("prefix_set_published", f"{name} version {version}: {len(prefixes)} prefixes in "
+                        f"{len(recs)} chunks, sha256 {sha[:12]}", name=name, version=version, sha256=sha,
+                        prefixes=len(prefixes), chunks=len(recs))
+        self._set_ref = {"name": name, "version": version, "sha256": sha}
+        return self._set_ref
 
     def _topic_latest(self, records: list[dict], statuses: list[dict] | None = None) -> dict[str, dict]:
         """host -> the newest record on the topic that an agent would accept from this controller

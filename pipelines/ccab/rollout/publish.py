@@ -18,6 +18,12 @@ from ccab.base.kafkalog import librdkafka_logger
 from ccab.rollout.signing import verify
 
 
+def wire(rec: dict) -> bytes:
+    """The Kafka value of a record as the publisher writes it (what the agents' size limit applies to:
+    the signature included, non-ASCII escaped)."""
+    return json.dumps(rec, sort_keys=True, separators=(",", ":")).encode()
+
+
 class KafkaUnavailable(RuntimeError):
     """The broker could not be reached or did not acknowledge; the message says which step."""
 
@@ -37,30 +43,31 @@ class Publisher:
             "logger": librdkafka_logger("rollout"),
         })
 
-    def publish(self, records: Iterable[dict], on_delivered: Callable[[dict], None] | None = None) -> int:
-        """Produce ``records`` (each keyed by its host) and wait for all acknowledgements."""
+    def publish(self, records: Iterable[dict], on_delivered: Callable[[dict], None] | None = None,
+                key: Callable[[dict], str] = lambda r: r["host"]) -> int:
+        """Produce ``records`` (each keyed by ``key``: its host) and wait for all acknowledgements."""
         errors: list[str] = []
         n = 0
 
         def done(rec: dict):
             def cb(err, _msg):
                 if err is not None:
-                    errors.append(f"{rec['host']}: {err.str()}")
+                    errors.append(f"{key(rec)}: {err.str()}")
                 elif on_delivered is not None:
                     on_delivered(rec)
             return cb
 
         for rec in records:
-            value = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode()
+            value = wire(rec)
             try:
-                self._p.produce(self.topic, key=rec["host"].encode(), value=value, on_delivery=done(rec))
+                self._p.produce(self.topic, key=key(rec).encode(), value=value, on_delivery=done(rec))
             except BufferError as exc:
                 raise KafkaUnavailable(f"producer queue full for {self.topic}: {exc}") from None
             n += 1
             self._p.poll(0)
         left = self._p.flush(self.timeout_s + 5)
         if left:
-            raise KafkaUnavailable(f"{left} assignment record(s) not acknowledged by {self.bootstrap} "
+            raise KafkaUnavailable(f"{left} record(s) not acknowledged by {self.bootstrap} "
                                    f"within {self.timeout_s:.0f}s (is the broker up? `ccab kafka status`)")
         if errors:
             raise KafkaUnavailable(f"publishing to {self.topic} at {self.bootstrap} failed: " + "; ".join(errors[:5]))

@@ -386,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--case", choices=("faulty", "clean", "both", "segment"), default="both",
                     help="segment: a plan targeting access:mobile, the socket policy on real sockets "
                          "(ccab_workshop.lab.segment_canary; not part of both)")
+    ap.add_argument("--segment-networks", type=int, default=0, metavar="N",
+                    help="segment: N more mobile and N fixed networks in the dictionary, so access:mobile has N+1 "
+                         "prefixes (over ~700: a signed prefix set and assignment/3; default: 0)")
     ap.add_argument("--traffic-minutes", type=float, default=4.0,
                     help="segment: minutes of downloads after the policy applied (default: 4)")
     ap.add_argument("--breaker-minutes", type=int, default=5, help="the plan's breaker window (default: 5)")

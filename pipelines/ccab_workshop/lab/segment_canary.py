@@ -11,7 +11,10 @@ prefix and one in a "fixed" prefix; the networks dictionary says which is which.
 The plan: control = cubic, treatment = bbr, four hosts each, one stage with
 ``segment: access:mobile``. ``ccab rollout start`` resolves the segment to its prefixes from the
 networks table and publishes signed ``assignment/2`` records to the treated hosts (host default
-cubic, the mobile prefix → bbr) and ``assignment/1`` (cubic) to the control hosts. Then the client
+cubic, the mobile prefix → bbr) and ``assignment/1`` (cubic) to the control hosts. With
+``--segment-networks N`` the dictionary holds N more mobile (and fixed) networks, so the segment is
+N+1 prefixes: past ~700 the controller publishes them as a signed ``prefix_set/1`` on the run's
+prefix-set topic and sends ``assignment/3`` records naming it; the agents fetch and verify it. Then the client
 downloads from every host from both addresses (each download a new connection, rate-limited to
 last about 3 s so the collector's poller sees its algorithm). Printed per treated host, from the
 warehouse's ``tcp_conns`` (connections that closed after the policy applied):
@@ -118,6 +121,19 @@ def _plan(rid: str, hosts: dict[str, str], look_minutes: int) -> dict:
     }
 
 
+def _filler(n: int) -> list:
+    """n more mobile networks and n fixed ones (/24s outside the lab's 10.x), so that access:mobile
+    is a real segment's size: over ~700 prefixes it no longer fits one assignment record and goes
+    out as a signed prefix set (assignment/3)."""
+    out = []
+    for i in range(n):
+        out.append(nw.Network(f"{11 + i // 65536}.{(i // 256) % 256}.{i % 256}.0/24", 64603, "Filler mobile", "JP",
+                              "mobile"))
+        out.append(nw.Network(f"{51 + i // 65536}.{(i // 256) % 256}.{i % 256}.0/24", 64604, "Filler fixed", "JP",
+                              "fixed"))
+    return out
+
+
 def _download_loop(ns: str, src: str, url: str, until: float, log) -> None:
     while time.time() < until:
         subprocess.run(["ip", "netns", "exec", ns, "curl", "-s", "-o", "/dev/null", "--interface", src,
@@ -134,8 +150,10 @@ def run(args, work: Path) -> dict:
         bootstrap = _kafka(_say)
         t_tcp, t_http, t_conn = f"ccab.live.{rid}.tcp", f"ccab.live.{rid}.http", f"ccab.live.{rid}.conn"
         t_asg, t_st = f"ccab.live.{rid}.assignments", f"ccab.live.{rid}.status"
+        t_sets = f"ccab.live.{rid}.prefix_sets"
         ensure_topics(bootstrap, {t_tcp: TopicSpec(1), t_http: TopicSpec(1), t_conn: TopicSpec(1), t_st: TopicSpec(1),
-                                  t_asg: TopicSpec(1, {"cleanup.policy": "compact"})})
+                                  t_asg: TopicSpec(1, {"cleanup.policy": "compact"}),
+                                  t_sets: TopicSpec(1, {"cleanup.policy": "compact", "max.message.bytes": "1048576"})})
         keygen(work / "keys", "rollout")
         key_file = work / "keys" / "rollout_ed25519_seed.hex"
         pub_file = work / "keys" / "rollout_ed25519_public.b64"
@@ -180,7 +198,8 @@ def run(args, work: Path) -> dict:
                                   "--status-topic", t_st, "--host", host, "--pop", "lab", "--netns", ns,
                                   "--public-key", str(pub_file), "--state-file", str(state_file),
                                   "--heartbeat-interval", "5s", "--metrics-addr", "",
-                                  "--sockpolicy-cgroup", str(cg), "--sockpolicy-pin-dir", str(pin)],
+                                  "--sockpolicy-cgroup", str(cg), "--sockpolicy-pin-dir", str(pin),
+                                  "--prefix-sets-topic", t_sets],
                                  stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
             session.registry.add_pid(p.pid, ["ccab-agent"])
             agents.append(p)
@@ -197,14 +216,16 @@ def run(args, work: Path) -> dict:
         wh = connect()
         migrate(wh, log=lambda _m: None)
         nw.load(wh, [nw.Network(mobile_net, 64601, "Lab mobile", "JP", "mobile"),
-                     nw.Network(fixed_net, 64602, "Lab fixed", "JP", "fixed")], "live-canary", "ccab")
+                     nw.Network(fixed_net, 64602, "Lab fixed", "JP", "fixed")] + _filler(args.segment_networks),
+                "live-canary", "ccab")
         wh.close()
 
         env = dict(os.environ, CCAB_ROLLOUT_KEY=str(key_file))
         plan_file = work / "plan.yaml"
         plan_file.write_text(yaml.safe_dump(_plan(rid, names, args.look_minutes)))
         res = subprocess.run([sys.executable, "-m", "ccab.cli", "rollout", "start", str(plan_file),
-                              "--assignments-topic", t_asg, "--status-topic", t_st, "--wait-applied", "90",
+                              "--assignments-topic", t_asg, "--status-topic", t_st, "--prefix-sets-topic", t_sets,
+                              "--wait-applied", "180",
                               "--reason", "live canary: segment"], env=env, capture_output=True, text=True,
                              timeout=300)
         if res.returncode != 0:

@@ -75,11 +75,13 @@ def test_log4j_config_logs_to_a_file_only() -> None:
 
 
 def test_topics_match_the_contracts() -> None:
-    assert set(TOPICS) == {"ccab.tcp.v1", "ccab.tcp_conn.v1", "ccab.http.v1", "ccab.assignments.v1", "ccab.agent_status.v1"}
+    assert set(TOPICS) == {"ccab.tcp.v1", "ccab.tcp_conn.v1", "ccab.http.v1", "ccab.assignments.v1", "ccab.agent_status.v1",
+                           "ccab.prefix_sets.v1"}
     assert TOPICS["ccab.tcp.v1"].partitions == 6
     assert TOPICS["ccab.http.v1"].partitions == 6
     assert TOPICS["ccab.agent_status.v1"].partitions == 3
     assert TOPICS["ccab.assignments.v1"].config["cleanup.policy"] == "compact"
+    assert TOPICS["ccab.prefix_sets.v1"].config["cleanup.policy"] == "compact"  # every chunk of every version kept
     for name in ("ccab.tcp.v1", "ccab.http.v1", "ccab.agent_status.v1"):
         assert TOPICS[name].config["retention.ms"] == str(7 * 24 * 3600 * 1000)
 

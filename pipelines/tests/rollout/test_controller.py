@@ -81,10 +81,18 @@ class MemoryBus:
     def __init__(self):
         self.records: list[dict] = []
         self.statuses: list[dict] = []
+        self.sets: list[dict] = []
 
     def publish(self, records):
         self.records += [dict(r) for r in records]
         return len(records)
+
+    def publish_prefix_set(self, records):
+        self.sets += [dict(r) for r in records]
+        return len(records)
+
+    def prefix_sets(self):
+        return list(self.sets)
 
     def assignments(self):
         return list(self.records)
@@ -248,8 +256,53 @@ def test_segment_plan_errors(tmp_path):
     ctl = Controller(plan, Store(tmp_path / plan.rollout_id), MemoryBus(), key, analysis=Analysis(judge=lambda *a: []))
     with pytest.raises(ControllerError, match="no networks dictionary"):
         ctl.start()
+
+
+def test_segment_too_large_for_a_record_becomes_a_signed_prefix_set(tmp_path):
+    """A segment whose prefixes do not fit the 16 KiB record (2,000 /24s; main refused the rollout:
+    "over the agents' 16384-byte limit") is published as a signed prefix_set/1 in chunks, before the
+    assignment/3 records that name it by {name, version, sha256}; the chunks assemble to the segment,
+    a tampered chunk fails verification; the same content again reuses the version, new content
+    gets the next one."""
+    from ccab.rollout.publish import wire
+    plan = plan_from_dict(base_plan(stages=[{"name": "s1", "hosts": 1, "segment": "access:mobile"}]))
+    key = load_private_key(VECTORS / "test_ed25519_seed.hex")
+    pub = load_public_key(VECTORS / "test_ed25519_public.b64")
     many = [f"10.{i // 256}.{i % 256}.0/24" for i in range(2000)]
-    ctl = Controller(plan, Store(tmp_path / "big"), MemoryBus(), key,
+    bus = MemoryBus()
+    order = []
+    bus.publish_prefix_set = lambda recs: (order.append("set"), bus.sets.extend(recs), len(recs))[-1]
+    publish = bus.publish
+    bus.publish = lambda recs: (order.append("assignments"), publish(recs))[-1]
+    ctl = Controller(plan, Store(tmp_path / "big"), bus, key,
                      analysis=Analysis(judge=lambda *a: [], segment_prefixes=lambda seg: many))
-    with pytest.raises(ControllerError, match="16384-byte limit"):
-        ctl.start()
+    ctl.start()
+    from ccab.rollout import prefixset
+    assert order[0] == "set" and "assignments" in order
+    treated = [r for r in bus.records if r["arm"] != "control"]
+    assert treated
+    sha = prefixset.digest(many)
+    for r in treated:
+        assert r["schema"] == "assignment/3" and verify(r, pub) is None
+        assert r["policy"] == {"segment": "access:mobile", "cc": plan.arm(r["arm"]).cc,
+                               "prefix_set": {"name": "access:mobile", "version": 1, "sha256": sha}}
+        assert len(wire(r)) <= 16384
+    assert len(bus.sets) > 1 and all(len(wire(c)) <= 16384 for c in bus.sets)
+    assert prefixset.assemble(bus.sets, "access:mobile", 1, pub) == many
+    bad = [dict(c) for c in bus.sets]
+    bad[1] = {**bad[1], "prefixes": ["0.0.0.0/0"] + bad[1]["prefixes"][1:]}
+    with pytest.raises(prefixset.PrefixSetError, match="bad signature"):
+        prefixset.assemble(bad, "access:mobile", 1, pub)
+    with pytest.raises(prefixset.PrefixSetError, match="chunks"):
+        prefixset.assemble(bus.sets[1:], "access:mobile", 1, pub)
+    # a controller (another run, the same sets topic) of the same content reuses version 1; new content is version 2
+    def rerun(name, prefixes):
+        again = MemoryBus()
+        again.sets = bus.sets
+        Controller(plan, Store(tmp_path / name / plan.rollout_id), again, key,
+                   analysis=Analysis(judge=lambda *a: [], segment_prefixes=lambda seg: prefixes)).start()
+        return {r["policy"]["prefix_set"]["version"] for r in again.records if r["arm"] != "control"}
+    n = len(bus.sets)
+    assert rerun("again", many) == {1} and len(bus.sets) == n
+    assert rerun("other", many[:-1]) == {2}
+    assert prefixset.assemble(bus.sets, "access:mobile", 2, pub) == many[:-1]

@@ -21,7 +21,7 @@
 #define CC_NAME_MAX 16 /* TCP_CA_NAME_MAX */
 #define AF_INET 2
 #define AF_INET6 10
-#define POLICY_MAX_PREFIXES 65536
+#define POLICY_MAX_PREFIXES 1048576
 #define CONN_MAX_ENTRIES 262144
 
 struct policy_key {

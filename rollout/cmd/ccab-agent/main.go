@@ -65,12 +65,13 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		releaseBPF  = fs.String("release-bpf", "", "remove --host's use of ccab's BPF congestion control NAME and unregister it when no host uses it; exit (labs: teardown of a host that is going away)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		spCgroup    = fs.String("sockpolicy-cgroup", "", "cgroup v2 directory whose connections assignment/2 socket policies decide (e.g. nginx's; the root cgroup decides every connection of the host); empty: socket policies are refused")
+		setsTopic   = fs.String("prefix-sets-topic", "ccab.prefix_sets.v1", "compacted topic of prefix_set/1 chunks (key name/version/chunk) that assignment/3 policies name; read from --brokers, also with --once; empty: such assignments are refused")
 		spPinDir    = fs.String("sockpolicy-pin-dir", "/sys/fs/bpf/ccab-sockpolicy", "bpffs directory where the sock_ops program and its maps are pinned (the policy outlives the agent; the collector reads conn_policy there); empty: not pinned, detached when the agent exits")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ccab-agent --public-key FILE [flags]\n"+
 			"       ccab-agent --once --assignment-file F --public-key FILE [flags]\n\n"+
-			"Applies signed assignment/1 and /2 records for --host (from Kafka, or one file with --once) to the\n"+
+			"Applies signed assignment/1, /2 and /3 records for --host (from Kafka, or one file with --once) to the\n"+
 			"kernel's net.ipv4.tcp_congestion_control (and root qdisc) and reports agent_status/1.\n"+
 			"Every flag can also be set with CCAB_AGENT_<FLAG> (e.g. CCAB_AGENT_BROKERS,\n"+
 			"CCAB_AGENT_PUBLIC_KEY); the command line wins.\n\nflags:\n")
@@ -169,6 +170,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		}
 		defer enf.Close()
 		cfg.Policy = enf
+		if *setsTopic != "" {
+			cfg.PrefixSets = agent.KafkaPrefixSets{Brokers: strings.Split(*brokers, ","), Topic: *setsTopic,
+				ClientID: "ccab-agent-sets-" + *host}
+		}
 	}
 	ag, err := agent.New(cfg, m, log)
 	if err != nil {

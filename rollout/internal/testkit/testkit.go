@@ -5,6 +5,7 @@ package testkit
 
 import (
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"os"
@@ -131,4 +132,37 @@ func SignRaw(t testing.TB, b []byte) []byte {
 		t.Fatal(err)
 	}
 	return signed
+}
+
+// PrefixSetChunks returns the signed prefix_set/1 records of prefixes (in order) as name at
+// version, perChunk prefixes each, as the controller writes them (pipelines/ccab/rollout/prefixset.py).
+func PrefixSetChunks(t testing.TB, name string, version int64, prefixes []string, perChunk int) [][]byte {
+	t.Helper()
+	var content strings.Builder
+	for _, p := range prefixes {
+		content.WriteString(p + "\n")
+	}
+	sum := sha256.Sum256([]byte(content.String()))
+	n := (len(prefixes) + perChunk - 1) / perChunk
+	var out [][]byte
+	for i := range n {
+		part := prefixes[i*perChunk : min(len(prefixes), (i+1)*perChunk)]
+		b, err := json.Marshal(map[string]any{"schema": "prefix_set/1", "name": name, "version": version,
+			"sha256": hex.EncodeToString(sum[:]), "prefixes_total": len(prefixes), "chunk": i, "chunks": n,
+			"prefixes": part, "issued_at_ms": 1763769600000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, SignRaw(t, b))
+	}
+	return out
+}
+
+// PrefixSetDigest is the sha256 (hex) of prefixes' canonical content.
+func PrefixSetDigest(prefixes []string) string {
+	h := sha256.New()
+	for _, p := range prefixes {
+		h.Write([]byte(p + "\n"))
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
