@@ -34,7 +34,7 @@ test-python:  ## Python unit + engine tests (pure code, chdb on shared worlds); 
 test-system: setup  ## system tier, run by CI after make test: real Kafka, Go binaries, Alertmanager, e2e, lab (SYSTEM_WORKERS files at a time; kernel-state tests one at a time)
 	@scripts/pytest-tier.sh test-system "system and not slow and not airflow_scheduler" -n $(SYSTEM_WORKERS) --dist loadgroup
 
-test-slow: setup  ## slower tier, run by CI after make test-system: Kafka cluster leader kill, 1M-record and sharded loader SIGKILLs, Kafka outage replay, daily-rollup late rows, spillover through records
+test-slow: setup  ## slower tier, run by CI after make test-system: Kafka cluster leader kill, 1M-record and sharded loader SIGKILLs, Kafka outage replay, collector SIGKILL crash window, daily-rollup late rows, spillover through records
 	@scripts/pytest-tier.sh test-slow "slow and not airflow_scheduler"
 
 test-airflow: setup  ## slower tier (~5 min quiet, ~15 min loaded): a real Airflow 3 scheduler runs ccab_cohorts_hourly

@@ -96,6 +96,7 @@ type Metrics struct {
 	RecoveryDone     prometheus.Gauge
 	RecoveryErrors   prometheus.Counter
 	DeliverySafeMs   prometheus.Gauge
+	UncleanStops     prometheus.Counter // processes of this spool that died without shutting down (kept in <spool>/run.json)
 
 	// host metadata
 	RolloutStateOK     prometheus.Gauge
@@ -169,6 +170,10 @@ func New() *Metrics {
 		RecoveryDone:     f.gauge("recovery_done", "1 once records already in Kafka are known (always 1 after a clean stop)."),
 		RecoveryErrors:   f.counter("recovery_errors_total", "Failed attempts to read back what reached Kafka after an unclean stop."),
 		DeliverySafeMs:   f.gauge("delivery_safe_ms", "Every record not yet durably acknowledged was produced at or after this time (unix ms)."),
+		UncleanStops: f.counter("unclean_stops_total", "Collector processes of this spool directory that died without shutting down "+
+			"(SIGKILL, crash, OOM kill, power loss), found by the next start and kept across restarts in <spool>/run.json. "+
+			"Each lost, uncounted, the sampler and close-capture records it held in memory: at most "+
+			"queue.max_records + kafka.max_inflight_records, plus the destroy events not yet read (docs/collector/sink.md)."),
 
 		RolloutStateOK:     f.gauge("rollout_state_ok", "1 if the rollout agent's state file was read, 0 if missing or unreadable (arm and rollout_id are then empty)."),
 		RolloutStateErrors: f.counterVec("rollout_state_errors_total", "Failed reads of the rollout agent's state file, by reason.", "reason"),

@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -147,6 +148,7 @@ type Sink struct {
 	inSpool    *PosSet
 
 	safeMs atomic.Int64
+	run    RunMark // this process's run mark (runmark.go), rewritten "stopped" at the end of shutdown
 
 	// hot-path caches, owned by the loop goroutine
 	keyBytes   []byte                 // cfg.Key: shared, read-only, by every record
@@ -277,6 +279,22 @@ func New(cfg Config, p Producer, rb Readback, m *metrics.Metrics, log *slog.Logg
 	if err := buf.SaveState(false, now.UnixMilli()); err != nil {
 		buf.Close()
 		return nil, err
+	}
+	prev, unclean, run, err := startRun(cfg.Spool.Dir, os.Getpid(), now.UnixMilli())
+	if err != nil {
+		buf.Close()
+		return nil, err
+	}
+	s.run = run
+	m.UncleanStops.Add(float64(run.UncleanStops))
+	if unclean {
+		log.Warn("the previous collector process died without shutting down (SIGKILL, crash, OOM kill or power loss): "+
+			"the tcp_info sampler's and the close capture's records it held only in memory are lost, uncounted "+
+			"(tailed log lines are read again); also lost: connections that closed while no collector ran",
+			"previous_pid", prev.Pid, "previous_started_ms", prev.StartedMs,
+			"lost_records_at_most", cfg.QueueMaxRecords+cfg.MaxInflight,
+			"bound", "queue.max_records + kafka.max_inflight_records, plus close-capture events not yet read (one close_capture.coalesce)",
+			"unclean_stops_total", run.UncleanStops)
 	}
 	m.KafkaUp.Set(1)
 	return s, nil
@@ -796,6 +814,10 @@ func (s *Sink) shutdown() {
 	}
 	if err := s.buf.Close(); err != nil {
 		s.log.Error("closing spool failed", "err", err)
+	}
+	// Nothing of the sink is only in memory any more: the next start need not warn.
+	if err := stopRun(s.cfg.Spool.Dir, s.run, time.Now().UnixMilli()); err != nil {
+		s.log.Error("saving the run mark failed: the next start will report this stop as unclean", "err", err)
 	}
 	s.p.Close()
 	s.publish(now)

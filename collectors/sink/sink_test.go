@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -378,4 +381,77 @@ func TestPosSet(t *testing.T) {
 		t.Error("nil set has something")
 	}
 	_ = fmt.Sprint(s.Len())
+}
+
+// A process that dies without Close (SIGKILL) is seen by the next start: unclean_stops_total
+// counts it, kept across restarts in run.json, and a warning names the bound of what was lost.
+// A clean stop is not counted; a shutdown that had to abandon records in flight (spool state
+// unclean, records spooled) is not a died process either.
+func TestSinkCountsProcessesThatDiedWithoutShuttingDown(t *testing.T) {
+	dir := t.TempDir()
+	// New writes the mark and the warning; a sink "killed" here is never started (its
+	// loop would write to logs while the test reads them)
+	open := func() (*Sink, *metrics.Metrics, *strings.Builder) {
+		t.Helper()
+		m := metrics.New()
+		var logs strings.Builder
+		s, err := New(testConfig(dir), &fakeKafka{up: true}, nil, m, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, m, &logs
+	}
+	const warning = "the previous collector process died without shutting down"
+
+	s, m, logs := open() // first start: no mark
+	if v := testutil.ToFloat64(m.UncleanStops); v != 0 || strings.Contains(logs.String(), warning) {
+		t.Fatalf("first start: unclean_stops_total %v, log %q", v, logs)
+	}
+	s.Start()
+	s.Close()
+
+	s, m, logs = open() // after a clean stop
+	if v := testutil.ToFloat64(m.UncleanStops); v != 0 || strings.Contains(logs.String(), warning) {
+		t.Fatalf("after a clean stop: unclean_stops_total %v, log %q", v, logs)
+	}
+	// killed: no Close (the mark says running)
+	s2, m, logs := open()
+	if v := testutil.ToFloat64(m.UncleanStops); v != 1 {
+		t.Fatalf("after a kill: unclean_stops_total %v, want 1", v)
+	}
+	if l := logs.String(); !strings.Contains(l, warning) || !strings.Contains(l, "lost_records_at_most=1050") ||
+		!strings.Contains(l, "unclean_stops_total=1") {
+		t.Fatalf("after a kill the warning names the bound (queue 1000 + in flight 50): %q", l)
+	}
+	_ = s
+	// killed again: the count goes on across processes (a counter that only grows)
+	_, m, _ = open()
+	if v := testutil.ToFloat64(m.UncleanStops); v != 2 {
+		t.Fatalf("after a second kill: unclean_stops_total %v, want 2", v)
+	}
+	_ = s2
+	mk, err := os.ReadFile(filepath.Join(dir, runMarkFile))
+	if err != nil || !strings.Contains(string(mk), `"running":true`) || !strings.Contains(string(mk), `"unclean_stops":2`) {
+		t.Fatalf("run mark %s (%v)", mk, err)
+	}
+}
+
+// A torn run mark (a crash while writing it) counts as an unclean stop rather than failing
+// the start.
+func TestRunMarkTornCountsAsUnclean(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, runMarkFile), []byte(`{"running":fal`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	_, unclean, cur, err := startRun(dir, 7, 1000)
+	if err != nil || !unclean || cur.UncleanStops != 1 || !cur.Running || cur.Pid != 7 {
+		t.Fatalf("torn mark: unclean %v, %+v, %v", unclean, cur, err)
+	}
+	if err := stopRun(dir, cur, 2000); err != nil {
+		t.Fatal(err)
+	}
+	prev, unclean, cur, err := startRun(dir, 8, 3000)
+	if err != nil || unclean || prev.StoppedMs != 2000 || cur.UncleanStops != 1 {
+		t.Fatalf("after a stop: unclean %v, prev %+v, cur %+v, %v", unclean, prev, cur, err)
+	}
 }

@@ -322,7 +322,8 @@ func decodeLine(line []byte) (Entry, string) {
 // as needed. With FullShed it first sheds the oldest segments to stay within MaxBytes; with
 // FullBlock the caller checks Full before appending, and records that must be spooled
 // anyway (produce failures) may exceed the bound. It returns how many records were shed.
-// The records are durable only after the next Sync.
+// The records are in the kernel's hands when it returns (they survive a kill of the
+// process) and durable (they survive a power loss) only after the next Sync.
 func (s *Spool) Append(msgs []*Message, key string) (shed int, err error) {
 	var line []byte
 	for _, m := range msgs {
@@ -355,6 +356,15 @@ func (s *Spool) Append(msgs []*Message, key string) (shed int, err error) {
 		}
 	}
 	s.gauge()
+	// Hand the lines to the kernel now (one write per Append: the buffer only batches one
+	// call's lines): a SIGKILL before the next fsync then loses nothing spooled, only a power
+	// loss does. Left in the buffer they would die with the process, in no gauge.
+	if s.active != nil {
+		if err := s.w.Flush(); err != nil {
+			s.m.SpoolErrors.WithLabelValues("write").Inc()
+			return shed, fmt.Errorf("spool: write %s: %w", s.segPath(s.active.seq), err)
+		}
+	}
 	return shed, nil
 }
 
