@@ -224,6 +224,14 @@ LIMIT 50"""),
                               "what a crash (SIGKILL) would lose of the sampler's and the close capture's records "
                               "(the tailer re-reads its lines). Bounded by queue.max_records + "
                               "kafka.max_inflight_records; beyond that the sink spools to disk."),
+        PromPanel("Collector processes that died without shutting down", unit="short", w=6,
+                  expr="sum by (pop, host) (increase(ccab_collector_unclean_stops_total[$__rate_interval]))",
+                  legend="{{pop}} {{host}}",
+                  description="Starts that found the previous collector process had died (SIGKILL, OOM, power): "
+                              "each lost at most queue.max_records + kafka.max_inflight_records of its in-memory "
+                              "records, plus close events not yet read (docs/collector/sink.md). "
+                              "Alert: CcabCollectorDiedUnclean.",
+                  field_config={"custom": {"drawStyle": "bars", "fillOpacity": 60}}),
         PromPanel("Collectors not scraped, per PoP", unit="short", w=6,
                   expr="count by (pop) (up{job=\"ccab-collector\"} == 0)",
                   legend="{{pop}}",
