@@ -21,7 +21,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 from urllib.parse import urlparse
 
 import orjson
@@ -404,7 +404,27 @@ def connect(cfg: Settings | None = None, priority: int = 0) -> Warehouse:
     cfg = cfg or current_settings()
     if cfg.clickhouse_url:
         return ServerWarehouse(cfg.clickhouse_url, priority=priority)
-    return ServerWarehouse(cfg.local_warehouse_url, local_path=cfg.warehouse_path, priority=priority)
+    return wait_local(lambda: ServerWarehouse(cfg.local_warehouse_url, local_path=cfg.warehouse_path,
+                                              priority=priority), cfg.warehouse_wait_s)
+
+
+def wait_local(open_: Callable[[], Warehouse], wait_s: float, poll_s: float = 1.0) -> Warehouse:
+    """``open_()``, retried every ``poll_s`` while the local warehouse service does not answer (a
+    restart, its migrations at start) for up to ``wait_s``; then its one-line error, saying how
+    long it waited."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return open_()
+        except WarehouseUnavailable as exc:
+            down = LOCAL_DOWN in str(exc) or str(exc).startswith("cannot reach the local warehouse service")
+            if not down or time.monotonic() + poll_s > deadline:
+                if wait_s > 0 and LOCAL_DOWN in str(exc):
+                    raise WarehouseUnavailable(f"{exc}; waited {wait_s:g} s (CCAB_WAREHOUSE_WAIT_S)") from None
+                raise
+            time.sleep(poll_s)
 
 
 def shard_database(database: str, shard: int) -> str:

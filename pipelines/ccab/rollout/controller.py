@@ -361,7 +361,7 @@ class Controller:
         result = StepResult()
         self.apply_requests(result)
         try:
-            self.check_fresh()
+            self.check_fresh()  # a stale state is refused before anything acts on it
         except KafkaUnavailable:
             pass  # the breakers still run (on the warehouse) and record their decision; publishing waits
         if self.st.status == "running" and self.analysis.breakers is not None and self.plan.breakers:
@@ -420,7 +420,12 @@ class Controller:
             result.messages.append(why)
         self._save()
         if fired:
-            self._converge(result)
+            try:
+                self._converge(result)
+            except KafkaUnavailable as exc:  # the rollback is in the state: the next tick publishes it
+                result.unpublished = str(exc)
+                self._audit("publish_deferred", f"Kafka is down: the breaker's change is recorded and is "
+                            f"published when Kafka is back ({exc})")
         return fired
 
     # ------------------------------------------------------------------------------ the phase
