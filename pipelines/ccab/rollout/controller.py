@@ -420,12 +420,7 @@ class Controller:
             result.messages.append(why)
         self._save()
         if fired:
-            try:
-                self._converge(result)
-            except KafkaUnavailable as exc:  # the rollback is in the state: the next tick publishes it
-                result.unpublished = str(exc)
-                self._audit("publish_deferred", f"Kafka is down: the breaker's change is recorded and is "
-                            f"published when Kafka is back ({exc})")
+            self._converge(result)  # Kafka down: raises; the rollback is in the state, the next tick publishes it
         return fired
 
     # ------------------------------------------------------------------------------ the phase
