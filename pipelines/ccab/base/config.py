@@ -63,6 +63,9 @@ class Settings:
     #: None (one node), an int N (N shard databases on the one engine) or one URL per shard
     clickhouse_shards: int | tuple[str, ...] | None = None
     warehouse_port: int = DEFAULT_WAREHOUSE_PORT
+    #: how long a process that finds the local warehouse service down waits for it to answer (a
+    #: restart, its migrations) before the one-line error (CCAB_WAREHOUSE_WAIT_S; 0: fail at once)
+    warehouse_wait_s: float = 20.0
 
     @property
     def shard_count(self) -> int:
@@ -123,6 +126,13 @@ def settings() -> Settings:
     wh_port_text = env.get("CCAB_WAREHOUSE_PORT") or str(DEFAULT_WAREHOUSE_PORT)
     if not wh_port_text.isdigit() or not 0 < int(wh_port_text) < 65536:
         raise SystemExit(f"CCAB_WAREHOUSE_PORT must be a port number, got {wh_port_text!r}")
+    wait_text = env.get("CCAB_WAREHOUSE_WAIT_S") or "20"
+    try:
+        wh_wait_s = float(wait_text)
+        if not 0 <= wh_wait_s < 1e6:
+            raise ValueError
+    except ValueError:
+        raise SystemExit(f"CCAB_WAREHOUSE_WAIT_S must be seconds >= 0, got {wait_text!r}") from None
     cache = env.get("CCAB_CACHE_DIR") or os.path.join(
         env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ccab"
     )
@@ -142,4 +152,5 @@ def settings() -> Settings:
         java_home=Path(env["JAVA_HOME"]) if env.get("JAVA_HOME") else None,
         clickhouse_shards=parse_shards(env.get("CCAB_CLICKHOUSE_SHARDS")),
         warehouse_port=int(wh_port_text),
+        warehouse_wait_s=wh_wait_s,
     )

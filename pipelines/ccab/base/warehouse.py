@@ -21,7 +21,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 from urllib.parse import urlparse
 
 import orjson
@@ -397,14 +397,55 @@ class ServerWarehouse:
         self._client.close()
 
 
-def connect(cfg: Settings | None = None, priority: int = 0) -> Warehouse:
+def connect(cfg: Settings | None = None, priority: int = 0, wait_s: float | None = None,
+            say: Callable[[str], None] | None = None) -> Warehouse:
     """Open the warehouse the environment selects (see :mod:`ccab.base.config`): the server in
     ``CCAB_CLICKHOUSE_URL``, else the local warehouse service that owns ``$CCAB_DATA_DIR/warehouse``
-    (:class:`WarehouseUnavailable` when it is not running). ``priority``: see :class:`ServerWarehouse`."""
+    (:class:`WarehouseUnavailable` when it is not running). ``priority``: see :class:`ServerWarehouse`.
+    A local service that does not answer (a restart, its migrations) is waited for ``wait_s``
+    (default ``CCAB_WAREHOUSE_WAIT_S``; ``math.inf``: a service's start, until it answers), saying
+    so through ``say`` (default: one line on stderr) when the wait starts and once a minute."""
     cfg = cfg or current_settings()
     if cfg.clickhouse_url:
         return ServerWarehouse(cfg.clickhouse_url, priority=priority)
-    return ServerWarehouse(cfg.local_warehouse_url, local_path=cfg.warehouse_path, priority=priority)
+    return wait_local(lambda: ServerWarehouse(cfg.local_warehouse_url, local_path=cfg.warehouse_path,
+                                              priority=priority),
+                      cfg.warehouse_wait_s if wait_s is None else wait_s, say=say)
+
+
+def _stderr(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
+
+
+def wait_local(open_: Callable[[], Warehouse], wait_s: float, say: Callable[[str], None] | None = None,
+               poll_s: float = 1.0, max_poll_s: float = 5.0, say_every_s: float = 60.0) -> Warehouse:
+    """``open_()``, retried while the local warehouse service does not answer, for up to ``wait_s``
+    (polls from ``poll_s``, doubling to ``max_poll_s``); ``say`` tells when the wait starts and once
+    every ``say_every_s``. Then the service's one-line error, saying how long it waited."""
+    import math
+    import time
+
+    say = say or _stderr
+    started = time.monotonic()
+    told = None
+    while True:
+        try:
+            return open_()
+        except WarehouseUnavailable as exc:
+            down = LOCAL_DOWN in str(exc) or str(exc).startswith("cannot reach the local warehouse service")
+            waited = time.monotonic() - started
+            if not down or waited + poll_s > wait_s:
+                if down and wait_s > 0:
+                    raise WarehouseUnavailable(f"{exc}; waited {waited:.0f} s (CCAB_WAREHOUSE_WAIT_S)") from None
+                raise
+            if told is None or time.monotonic() - told >= say_every_s:
+                limit = "until it answers" if math.isinf(wait_s) else f"up to {wait_s:g} s (CCAB_WAREHOUSE_WAIT_S)"
+                say(f"waiting for the local warehouse service ({waited:.0f} s so far, {limit}): {exc}")
+                told = time.monotonic()
+            time.sleep(poll_s)
+            poll_s = min(poll_s * 2, max_poll_s)
 
 
 def shard_database(database: str, shard: int) -> str:

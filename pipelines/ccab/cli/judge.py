@@ -281,9 +281,9 @@ def run_power(args: argparse.Namespace) -> int:
           f"alpha {args.alpha:g} ({'one' if args.one_sided else 'two'}-sided); history {hours} h with rollups "
           f"in {span_h:.0f} h from {start:%Y-%m-%d %H:%M} UTC{' in ' + args.pop if args.pop else ''}"
           f"{', arm ' + args.arm if args.arm else ''}")
-    if not rows:
+    if not rows:  # an answer, like --json's []: the history cannot size a canary yet
         print("not enough history: need at least 2 hosts in one window of 1 h")
-        return 1
+        return 0
     g_label = f"power @{args.hosts} hosts" if args.hosts else "power @hosts seen"
     print(f"{'duration':>9} {'windows':>8} {'hosts':>6} {'sd(log) between hosts':>22} {'hosts/arm needed':>17} "
           f"{g_label:>17} {'pre-period var cut':>19} {'hosts/arm adjusted':>19}")

@@ -4,6 +4,7 @@ through :mod:`ccab.ingest.loader`."""
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import sys
 from pathlib import Path
@@ -94,14 +95,16 @@ def _cmd_loader(args) -> int:
         check_reachable(cfg.bootstrap_servers, args.kafka_timeout, local=cfg.embedded_kafka)
     except KafkaUnreachable as exc:
         raise UserError(str(exc), 1) from None
-    shards = connect_shards(cfg) if cfg.clickhouse_shards is not None else None
-    wh = shards[0] if shards else connect(cfg)
-    for target in shards or [wh]:
-        migrate(target, log=log.info)  # idempotent: a fresh warehouse (or shard) just works
     metrics = LoaderMetrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port)
         log.info("metrics on http://127.0.0.1:%d/metrics", args.metrics_port)
+    # a service: a warehouse service that is down (restarting) is waited for, said once a minute
+    shards = connect_shards(cfg) if cfg.clickhouse_shards is not None else None
+    wh = shards[0] if shards else connect(cfg, wait_s=math.inf, say=log.warning)
+    metrics.warehouse_ready.set(1)
+    for target in shards or [wh]:
+        migrate(target, log=log.info)  # idempotent: a fresh warehouse (or shard) just works
     loader = Loader(wh, cfg.bootstrap_servers, topics, group=args.group, batch_rows=args.batch_rows,
                     batch_wait_s=args.batch_wait_s, max_record_bytes=args.max_record_bytes, metrics=metrics,
                     instance_id=args.instance_id, shards=shards)

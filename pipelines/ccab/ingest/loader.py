@@ -68,6 +68,9 @@ class LoaderMetrics:
         self.commit_errors = Counter("ccab_loader_commit_errors_total",
                                      "Offset commits that failed after the insert (Kafka away; the next commits "
                                      "again, a restart resumes from the warehouse)", registry=self.registry)
+        self.warehouse_ready = Gauge("ccab_loader_warehouse_ready",
+                                     "1 once the loader reached the warehouse; 0 while it waits for it at start "
+                                     "(the local warehouse service restarting)", registry=self.registry)
 
     def serve(self, port: int) -> None:
         from prometheus_client import start_http_server

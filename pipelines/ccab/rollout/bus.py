@@ -4,13 +4,14 @@ reads (:class:`KafkaBus` on ccab.rollout.publish; tests use an in-memory one), t
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 import json
 
 from ccab.base.contracts import TOPIC_AGENT_STATUS, TOPIC_ASSIGNMENTS, TOPIC_PREFIX_SETS
 from ccab.rollout.prefixset import key as set_key
-from ccab.rollout.publish import Publisher, read_agent_status, read_assignments, read_topic
+from ccab.rollout.publish import KafkaUnavailable, Publisher, read_agent_status, read_assignments, read_topic
 
 # why an agent refuses, from its reason text (rollout/agent/agent.go): what to check
 REFUSAL_CAUSES = (
@@ -45,37 +46,58 @@ class Bus(Protocol):
 
 
 class KafkaBus:
-    """The real bus: ccab.rollout.publish on the configured brokers."""
+    """The real bus: ccab.rollout.publish on the configured brokers.
+
+    A broker that did not answer is remembered for ``down_for_s`` (per bootstrap, in this process):
+    until then every read and publish raises :class:`KafkaUnavailable` at once instead of waiting
+    ``timeout_s`` again, so a controller loop over N rollouts waits on a Kafka outage once, not
+    several times per rollout, and the breakers (which need only the warehouse) stay on time."""
+
+    _down_until: dict[str, tuple[float, str]] = {}  # bootstrap -> (monotonic deadline, why)
 
     def __init__(self, bootstrap: str, assignments_topic: str | None = None, status_topic: str | None = None,
-                 timeout_s: float = 15.0, prefix_sets_topic: str | None = None):
+                 timeout_s: float = 15.0, prefix_sets_topic: str | None = None, down_for_s: float | None = None):
         self.bootstrap = bootstrap
         self.assignments_topic = assignments_topic or TOPIC_ASSIGNMENTS
         self.status_topic = status_topic or TOPIC_AGENT_STATUS
         self.prefix_sets_topic = prefix_sets_topic or TOPIC_PREFIX_SETS
         self.timeout_s = timeout_s
+        self.down_for_s = 2 * timeout_s if down_for_s is None else down_for_s
         self._pub = None
         self._sets_pub = None
+
+    def _call(self, fn, *args):
+        down = KafkaBus._down_until.get(self.bootstrap)
+        if down is not None and time.monotonic() < down[0]:
+            raise KafkaUnavailable(f"{down[1]} (not retried for {self.down_for_s:g} s)")
+        try:
+            out = fn(*args)
+        except KafkaUnavailable as exc:
+            KafkaBus._down_until[self.bootstrap] = (time.monotonic() + self.down_for_s, str(exc))
+            raise
+        KafkaBus._down_until.pop(self.bootstrap, None)
+        return out
 
     def publish(self, records: list[dict]) -> int:
         if self._pub is None:
             self._pub = Publisher(self.bootstrap, self.assignments_topic, self.timeout_s)
-        return self._pub.publish(records)
+        return self._call(self._pub.publish, records)
 
     def assignments(self) -> list[dict]:
-        return read_assignments(self.bootstrap, self.assignments_topic, self.timeout_s)
+        return self._call(read_assignments, self.bootstrap, self.assignments_topic, self.timeout_s)
 
     def agent_status(self) -> list[dict]:
-        return read_agent_status(self.bootstrap, self.status_topic, self.timeout_s)
+        return self._call(read_agent_status, self.bootstrap, self.status_topic, self.timeout_s)
 
     def publish_prefix_set(self, records: list[dict]) -> int:
         if self._sets_pub is None:
             self._sets_pub = Publisher(self.bootstrap, self.prefix_sets_topic, self.timeout_s)
-        return self._sets_pub.publish(records, key=lambda r: set_key(r["name"], r["version"], r["chunk"]))
+        return self._call(lambda: self._sets_pub.publish(
+            records, key=lambda r: set_key(r["name"], r["version"], r["chunk"])))
 
     def prefix_sets(self) -> list[dict]:
         out = []
-        for _k, v in read_topic(self.bootstrap, self.prefix_sets_topic, self.timeout_s):
+        for _k, v in self._call(read_topic, self.bootstrap, self.prefix_sets_topic, self.timeout_s):
             try:
                 rec = json.loads(v) if v else None
             except ValueError:

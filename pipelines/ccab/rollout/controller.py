@@ -394,7 +394,7 @@ class Controller:
         result = StepResult()
         self.apply_requests(result)
         try:
-            self.check_fresh()
+            self.check_fresh()  # a stale state is refused before anything acts on it
         except KafkaUnavailable:
             pass  # the breakers still run (on the warehouse) and record their decision; publishing waits
         if self.st.status == "running" and self.analysis.breakers is not None and self.plan.breakers:
@@ -424,10 +424,10 @@ class Controller:
         start = max(end - timedelta(minutes=longest + 2), _utc(st.started_ms or now).replace(second=0, microsecond=0))
         try:
             trips = list(self.analysis.breakers(start, end)) if end > start else []
-        except Exception as exc:  # noqa: BLE001 - no data, no decision: the next minute tries again
-            self._audit("breaker_failed", f"breakers on {_iso(start)}..{_iso(end)}: {type(exc).__name__}: {exc}")
-            st.breaker_checked_ms = now
-            self._save()
+        except Exception as exc:  # noqa: BLE001 - no data, no decision: the next tick tries again (not a
+            # minute later: a breaker due while the warehouse restarts must not lose its minute)
+            self._audit("breaker_failed", f"breakers on {_iso(start)}..{_iso(end)}: {type(exc).__name__}: {exc}; "
+                        "tried again at the next tick")
             return []
         st.breaker_checked_ms = now
         tripped = {arm: [t for t in trips if t.get("arm") == arm and t.get("pop") in plan.pops]
@@ -453,7 +453,7 @@ class Controller:
             result.messages.append(why)
         self._save()
         if fired:
-            self._converge(result)
+            self._converge(result)  # Kafka down: raises; the rollback is in the state, the next tick publishes it
         return fired
 
     # ------------------------------------------------------------------------------ the phase

@@ -157,7 +157,9 @@ def test_a_command_that_finds_it_down_says_so_in_one_line(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "CCAB_CLICKHOUSE_URL"}
-    env.update(CCAB_DATA_DIR=str(tmp_path / "data"), CCAB_WAREHOUSE_PORT=str(port))
+    # CCAB_WAREHOUSE_WAIT_S=0: at once (the default waits 20 s for a restarting service, saying so
+    # first: test_waiting_for_the_service.py)
+    env.update(CCAB_DATA_DIR=str(tmp_path / "data"), CCAB_WAREHOUSE_PORT=str(port), CCAB_WAREHOUSE_WAIT_S="0")
     for args in (["query", "SELECT 1"], ["db", "migrate"], ["power", "--metric", "retrans_pct", "--statistic", "ratio", "--mde", "0.1"],
                  ["verdicts"]):
         p = subprocess.run([*CCAB, *args], env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
