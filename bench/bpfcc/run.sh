@@ -26,6 +26,7 @@
 #
 #   CCAB_BENCH_SECONDS (20), CCAB_BENCH_RATE_MBIT (20), CCAB_BENCH_REPEATS (3),
 #   CCAB_BENCH_CASES (default "shallow deep rtt100 loss share probertt vivace"),
+#   CCAB_BENCH_LOSSES (the loss case's rates, default "0.005 0.01 0.02 0.05"),
 #   CCAB_BENCH_TRACE_DIR (if set, each flow's tcp_info samples and model go to a .trace file there)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,6 +34,7 @@ secs=${CCAB_BENCH_SECONDS:-20}
 rate=${CCAB_BENCH_RATE_MBIT:-20}
 cases=${CCAB_BENCH_CASES:-"shallow deep rtt100 loss share probertt vivace"}
 reps=${CCAB_BENCH_REPEATS:-3}
+losses=${CCAB_BENCH_LOSSES:-"0.005 0.01 0.02 0.05"}
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || [ ! -e /dev/net/tun ]; then
   echo "bpfcc bench: skipped (needs root, ip and /dev/net/tun)"
   exit 0
@@ -150,7 +152,7 @@ for c in $cases; do
     deep) pair_case 8bdp-20ms 10 8 ;;
     rtt100) pair_case 1bdp-100ms 50 1 ;;
     loss)
-      for p in 0.005 0.01 0.02 0.05; do
+      for p in $losses; do
         link "loss$p" 10 2 "$p"; start_sink
         for r in $(seq "$reps"); do
           for cc in bbr2 bbr cubic; do flows "loss$p-$cc-$r" "$cc" "0"; done

@@ -99,6 +99,7 @@ struct bbr2_state {
 	u32 inflight_lo;       /* short-term lower bound (U32_INF: none) */
 	u32 inflight_latest;   /* max delivered per sample this round */
 	u32 next_rtt_delivered;
+	u32 loss_round_delivered; /* the loss round's end (its own, not restarted by phase changes) */
 	u32 round_count;
 	u32 rounds_since_probe;
 	u32 prior_cwnd;
@@ -123,6 +124,7 @@ struct bbr2_state {
 	u8 full_bw_now;
 	u8 full_bw_cnt;
 	u8 round_start;
+	u8 loss_round_start;
 	u8 loss_in_round;
 	u8 packet_conservation;
 	u8 prev_ca_state;
@@ -397,14 +399,17 @@ static __always_inline void bbr_adapt_upper_bounds(struct bbr2_state *s, const s
 		bbr_probe_inflight_hi_upward(s, in);
 }
 
-/* Once per round: loss or CE marks outside probing lower bw_lo/inflight_lo (v2's "short-term
- * model"); ECN alpha. */
-static __always_inline void bbr_update_congestion_signals(struct bbr2_state *s, const struct bbr2_in *in)
+/* Once per loss round: loss or CE marks outside probing lower bw_lo/inflight_lo (v2's "short-term
+ * model"); ECN alpha. The loss round is the draft's (and Linux v2/v3's loss_round_delivered): its
+ * own packet-timed round over valid samples, not the one PROBE_BW's phase changes and recovery
+ * restart; the round's "latest" filters then start again from this ACK's sample (draft
+ * BBRAdvanceLatestDeliverySignals), not from zero. */
+static __always_inline void bbr_update_congestion_signals(struct bbr2_state *s, const struct bbr2_in *in, u64 sample_bw, int valid)
 {
 	u32 delivered, ce, ratio, ecn_cut;
 	int probing;
 
-	if (!s->round_start)
+	if (!s->loss_round_start)
 		return;
 	delivered = in->tp_delivered - s->delivered_round_start;
 	ce = in->tp_delivered_ce - s->ce_round_start;
@@ -439,8 +444,8 @@ static __always_inline void bbr_update_congestion_signals(struct bbr2_state *s, 
 	}
 	s->loss_in_round = 0;
 	s->loss_events_round = 0;
-	s->bw_latest = 0;
-	s->inflight_latest = 0;
+	s->bw_latest = valid ? sample_bw : 0;
+	s->inflight_latest = valid ? (u32)in->delivered : 0;
 	s->lost_round_start = in->tp_lost;
 	s->delivered_round_start = in->tp_delivered;
 	s->ce_round_start = in->tp_delivered_ce;
@@ -471,6 +476,7 @@ static __always_inline void bbr_init_state(struct bbr2_state *s, const struct bb
 	s->inflight_hi = U32_INF;
 	bbr_reset_lower_bounds(s);
 	s->next_rtt_delivered = in->tp_delivered;
+	s->loss_round_delivered = in->tp_delivered;
 	s->lost_round_start = in->tp_lost;
 	s->delivered_round_start = in->tp_delivered;
 	s->ce_round_start = in->tp_delivered_ce;
@@ -524,6 +530,11 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 		s->bw_latest = bbr_max64(s->bw_latest, sample_bw);
 		s->inflight_latest = bbr_max32(s->inflight_latest, (u32)in->delivered);
 		s->idle_restart = 0;
+	}
+	s->loss_round_start = 0;
+	if (valid && in->acked_sacked && in->prior_delivered - s->loss_round_delivered < 0x80000000U) {
+		s->loss_round_delivered = in->tp_delivered;
+		s->loss_round_start = 1;
 	}
 	if (in->losses > 0) {
 		s->loss_in_round = 1;
@@ -602,7 +613,7 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 			bbr_start_up(s, in, sample_bw);
 		}
 	}
-	bbr_update_congestion_signals(s, in);
+	bbr_update_congestion_signals(s, in, sample_bw, valid);
 	s->bw = bbr_min64(bbr_max_bw(s), s->bw_lo);
 	max_bw = s->bw;
 

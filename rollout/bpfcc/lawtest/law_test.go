@@ -299,3 +299,89 @@ func fit(x, y []float64) (b, tstat float64) {
 	}
 	return b, b / math.Sqrt(sse/(n-2)/sxx)
 }
+
+// driveToCruise runs a BBR socket over the modelled link (20 Mbit/s, 20 ms, 2 BDP, no loss) until
+// it has been in PROBE_BW CRUISE without a short-term bound for 50 ms; it returns the last ACK
+// fed and the law's answer (ok false if that never happened in 12 s).
+func driveToCruise(b *BBR, seed uint64) (last BBRIn, v BBRView, ok bool) {
+	l := newLink(20e6, 20, 2, 0)
+	r := rand.New(rand.NewPCG(seed, 1))
+	cwnd, pacing := uint32(10), uint64(2*10*1500*1000/20)
+	var pendAck float64
+	cruiseSince := -1
+	for i := 0; i < linkSecs*1_000_000/linkStepUs; i++ {
+		a, _, rttUs := l.step(pacing, cwnd)
+		if pendAck += a; pendAck < 1 {
+			continue
+		}
+		acked := math.Floor(pendAck)
+		pendAck -= acked
+		perRTT := math.Max(l.ratePPus*rttUs, 1)
+		in := BBRIn{NowUs: uint64(i * linkStepUs), PacingBps: pacing, IntervalUs: int64(rttUs), RTTUs: int64(rttUs),
+			Delivered: int32(math.Min(perRTT, l.delivered)), MSS: 1448, Cwnd: cwnd, Inflight: uint32(l.inflight),
+			SRTTUs: uint32(rttUs), TpDelivered: uint32(l.delivered), PriorDelivered: uint32(math.Max(l.delivered-perRTT, 0)),
+			PriorInFlight: uint32(l.inflight + acked), AckedSacked: uint32(acked), Rand: r.Uint32()}
+		v = b.OnAck(in)
+		cwnd, pacing, last = v.Cwnd, v.PacingBps, in
+		if v.Mode == 2 && v.Phase == 1 && v.InflightLo == u32Max {
+			if cruiseSince < 0 {
+				cruiseSince = i
+			} else if i-cruiseSince >= 50 {
+				return last, v, true
+			}
+		} else {
+			cruiseSince = -1
+		}
+	}
+	return last, v, false
+}
+
+// The short-term bounds (bw_lo, inflight_lo) react once per loss round, and the loss round is the
+// draft's own packet-timed round (Linux's loss_round_delivered): entering fast recovery restarts
+// BBR's round counter (packet conservation for a round) but not the loss round. In CRUISE: an ACK
+// that starts a round (A0), an ACK that reports a loss and enters recovery (A), then an ACK for a
+// packet sent after A0 but before A (B): B ends the loss round that saw the loss, so inflight_lo
+// is cut at B — at most to 0.7 x the window, never below what the round delivered. (When the
+// round counter was also the loss round, recovery pushed the cut a round later, after B.)
+func TestBBRLossRoundNotRestartedByRecovery(t *testing.T) {
+	for _, ver := range []int{2, 3} {
+		checked := false
+		for seed := uint64(1); seed <= 20 && !checked; seed++ {
+			b := NewBBR(ver)
+			last, v, ok := driveToCruise(b, seed)
+			if !ok {
+				b.Free()
+				continue
+			}
+			x := last.TpDelivered + 40
+			a0 := last
+			a0.NowUs += 1000
+			a0.TpDelivered, a0.PriorDelivered, a0.AckedSacked, a0.Delivered = x, x-1, 2, int32(v.Cwnd)
+			v = b.OnAck(a0)
+			a := a0
+			a.NowUs += 1000
+			a.TpDelivered, a.PriorDelivered, a.AckedSacked, a.Losses, a.TpLost, a.CAState = x+5, x-20, 2, 1, last.TpLost+1, 3
+			v = b.OnAck(a)
+			if v.Mode != 2 || v.Phase != 1 || v.InflightLo != u32Max {
+				b.Free()
+				continue // the random probe timer moved it out of CRUISE: another seed
+			}
+			cwndBefore := v.Cwnd
+			bb := a
+			bb.NowUs += 1000
+			bb.TpDelivered, bb.PriorDelivered, bb.Losses, bb.Delivered = x+10, x+1, 0, int32(v.Cwnd)
+			v = b.OnAck(bb)
+			b.Free()
+			if v.Mode != 2 || v.Phase != 1 {
+				continue
+			}
+			checked = true
+			if v.InflightLo == u32Max || v.InflightLo < cwndBefore*179/256 {
+				t.Errorf("bbr%d: after the ACK that ends the loss round, inflight_lo %d (window before %d): want a cut to at least 0.7 x the window", ver, v.InflightLo, cwndBefore)
+			}
+		}
+		if !checked {
+			t.Fatalf("bbr%d: never reached CRUISE in the modelled link", ver)
+		}
+	}
+}
