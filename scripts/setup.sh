@@ -61,12 +61,21 @@ fi
 
 # --- Python venv --------------------------------------------------------------------------------
 stamp=.venv/.ccab-setup-stamp
-want=$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)
+UV_VERSION=0.13.9  # the installer of the venv (not a dependency of ccab)
+want=$( (cat requirements.lock pyproject.toml; echo "uv $UV_VERSION") | sha256sum | cut -c1-16)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   step "python venv (.venv) from requirements.lock"
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv || die "could not create .venv (on Debian: apt-get install python3-venv)"
-  .venv/bin/pip install --quiet --disable-pip-version-check -r requirements.lock
-  .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
+  # uv installs the lock's exact versions like pip, in seconds instead of minutes (2.5 s vs
+  # 2m36s with warm caches, 46 s from empty ones); pip does it when uv cannot be had
+  if .venv/bin/pip install --quiet --disable-pip-version-check "uv==$UV_VERSION" && [ -x .venv/bin/uv ]; then
+    .venv/bin/uv pip install --quiet --python .venv/bin/python -r requirements.lock
+    .venv/bin/uv pip install --quiet --python .venv/bin/python --no-deps -e .
+  else
+    printf 'setup: warning: could not install uv %s; installing with pip (slower)\n' "$UV_VERSION" >&2
+    .venv/bin/pip install --quiet --disable-pip-version-check -r requirements.lock
+    .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
+  fi
   echo "$want" > "$stamp"
 else
   step "python venv up to date"

@@ -438,7 +438,11 @@ func (a *Agent) apply(raw []byte) (Outcome, status.Status) {
 	err = ensure(false)
 	usedBPF, berr := a.useBPF(as.CC, errors.Is(err, kernelcc.ErrNotAvailable))
 	if berr != nil {
-		return a.refuse(s, "not_available", fmt.Sprintf("%v; ccab's BPF %s could not be loaded: %v", err, as.CC, berr))
+		reason := fmt.Sprintf("ccab's BPF %s could not be loaded: %v", as.CC, berr)
+		if err != nil {
+			reason = fmt.Sprintf("%v; %s", err, reason)
+		}
+		return a.refuse(s, "not_available", reason)
 	}
 	if usedBPF {
 		err = ensure(true)
