@@ -145,7 +145,8 @@ def cli_env(tmp_path):
     import os
 
     env = dict(os.environ, CCAB_DATA_DIR=str(tmp_path), CCAB_ROLLOUT_KEY=str(VECTORS / "test_ed25519_seed.hex"),
-               CCAB_KAFKA_BROKERS=f"127.0.0.1:{_free_port()}")  # nothing listens there: Kafka is down
+               CCAB_KAFKA_BROKERS=f"127.0.0.1:{_free_port()}",  # nothing listens there: Kafka is down
+               CCAB_WAREHOUSE_WAIT_S="0")  # no warehouse either: the alerts' bookkeeping fails at once
     env.pop("CCAB_CLICKHOUSE_URL", None)
     env.pop("CCAB_ALERT_WEBHOOK_URL", None)
     return env
