@@ -100,7 +100,7 @@ class Connections(threading.Thread):
         self.listener.close()
 
 
-def test_sigkill_loses_at_most_the_in_memory_window(collector_bin, kafka_broker, fresh_topic, tmp_path):
+def test_sigkill_loses_at_most_the_in_memory_window(collector_bin, kafka_broker, fresh_topic, tmp_path, summary_line):
     conn_topic = fresh_topic("crash-conn", partitions=1)
     gen = Connections()
     col = Collector(collector_bin, [
@@ -190,8 +190,10 @@ def test_sigkill_loses_at_most_the_in_memory_window(collector_bin, kafka_broker,
         assert lost <= queue + inflight + since_scrape, lines[-1]
     print("\n" + "\n".join(lines))
     print(f"{closed_total} connections, {len(seen)} in Kafka, {duplicates} duplicate records")
-    print(f"crash window: kills {len(lost_per_kill)}, lost max {max(lost_per_kill)} (bound {max(bounds)}), "
-          f"median {statistics.median(lost_per_kill):g}")
+    summary = (f"crash window: kills {len(lost_per_kill)}, lost max {max(lost_per_kill)} (bound {max(bounds)}), "
+               f"median {statistics.median(lost_per_kill):g}")
+    print(summary)
+    summary_line(summary)  # at the end of the tier's output, beside the adversarial suite's line
     # not vacuous: the window was full at some kill, the sink spooled beyond it, and kills lost records
     assert max(inflight_seen) >= INFLIGHT_MAX // 2, f"no scrape saw the Kafka client near its bound: {inflight_seen}"
     assert spooled_backpressure > 0, "the sink never spooled for backpressure: the bound was not reached"
