@@ -1,24 +1,11 @@
--- _request_values (a fragment: `-- include: _request_values.sql` after WITH): the hour's bulk nginx requests with their weights, RTT classes and goodput values, used by
+-- _request_values (a fragment: `-- include: _request_values.sql` after _bulk_requests.sql): the
+-- hour's bulk nginx requests with their RTT classes, size classes and goodput values, used by
 -- request_cells.sql and request_metrics.sql.
 -- Ends with a comma: the including statement's WITH list goes on after it.
-bulk_requests AS (
-    SELECT toStartOfHour(ts) AS hour, pop, rollout_id, arm, kernel, cc, host, peer_prefix, body_bytes_sent, request_time_ms,
-           if(sample_rate > 0, 1 / sample_rate, 0)                              AS weight
-    FROM http_requests
-    WHERE ts >= {hour_start:DateTime('UTC')}
-      AND ts < {hour_end:DateTime('UTC')}
-      AND body_bytes_sent >= {bulk_min_bytes:UInt64}
-),
 classes AS (
     SELECT hour, pop, peer_prefix, rtt_class
     FROM cohort_prefix_hourly_stage
     WHERE hour >= {hour_start:DateTime('UTC')} AND hour < {hour_end:DateTime('UTC')}
-),
-versions AS (
-    SELECT hour, pop, host, cc, max(cc_version) AS cc_version
-    FROM cohort_connections_stage
-    WHERE hour >= {hour_start:DateTime('UTC')} AND hour < {hour_end:DateTime('UTC')}
-    GROUP BY hour, pop, host, cc
 ),
 computed AS (
     SELECT r.hour AS hour, r.pop AS pop, r.rollout_id AS rollout_id, r.arm AS arm, r.kernel AS kernel, r.cc AS cc,

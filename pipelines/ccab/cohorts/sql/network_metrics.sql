@@ -12,6 +12,7 @@
 -- Parameters: hour_start, hour_end DateTime('UTC') (whole hours).
 WITH
 -- include: _connection_values.sql
+client_prefixes AS (SELECT peer_prefix FROM connections),
 -- include: _prefix_networks.sql
 segment_codes AS (
     SELECT cityHash64(peer_prefix) AS prefix_key, access_segment, country_segment, asn_segment FROM prefixes

@@ -7,6 +7,9 @@
 -- Several hours run as one statement (grouped by `hour`): a window costs one plan, not one per hour.
 -- Parameters: hour_start, hour_end DateTime('UTC') (whole hours), bulk_min_bytes UInt64.
 WITH
+-- include: _bulk_requests.sql
+client_prefixes AS (SELECT peer_prefix FROM bulk_requests),
+-- include: _prefix_networks.sql
 -- include: _network_request_values.sql
 cells AS (
     SELECT cohort_id, segment, toInt32(floor(log2(assumeNotNull(value)) * 128)) AS bin,

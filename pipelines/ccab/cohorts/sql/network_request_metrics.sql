@@ -4,6 +4,9 @@
 -- Several hours run as one statement (grouped by `hour`): a window costs one plan, not one per hour.
 -- Parameters: hour_start, hour_end DateTime('UTC') (whole hours), bulk_min_bytes UInt64.
 WITH
+-- include: _bulk_requests.sql
+client_prefixes AS (SELECT peer_prefix FROM bulk_requests),
+-- include: _prefix_networks.sql
 -- include: _network_request_values.sql
 finest AS (
     SELECT cohort_id, access_segment, country_segment, asn_segment,

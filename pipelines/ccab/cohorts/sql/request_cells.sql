@@ -7,6 +7,7 @@
 -- Several hours run as one statement (grouped by `hour`): a window costs one plan, not one per hour.
 -- Parameters: hour_start, hour_end DateTime('UTC') (whole hours), bulk_min_bytes UInt64.
 WITH
+-- include: _bulk_requests.sql
 -- include: _request_values.sql
 cells AS (
     SELECT cohort_id, toInt32(floor(log2(assumeNotNull(value)) * 128)) AS bin,

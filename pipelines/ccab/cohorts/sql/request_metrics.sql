@@ -15,6 +15,7 @@
 -- Several hours run as one statement (grouped by `hour`): a window costs one plan, not one per hour.
 -- Parameters: hour_start, hour_end DateTime('UTC') (whole hours), bulk_min_bytes UInt64.
 WITH
+-- include: _bulk_requests.sql
 -- include: _request_values.sql
 finest AS (
     SELECT cohort_id, rtt_class, size_class,
