@@ -139,6 +139,34 @@ def test_helpers_split_inserts_and_name_external_tables():
     assert replace_identifier(sql, "ccab_input", "F") == "SELECT F.x, 'ccab_input' FROM F -- ccab_input\nJOIN t.ccab_input"
 
 
+def test_answers_are_not_held_back_by_nagles_algorithm():
+    """Every answer is two writes (headers, then the body); with Nagle's algorithm on, the body
+    waited for the client's delayed ACK (40 ms on Linux): every statement took >= 40 ms. The
+    service's connections have TCP_NODELAY set."""
+    import socket
+
+    from ccab.warehouse_service.http import WarehouseHTTPServer
+
+    seen = []
+    server = WarehouseHTTPServer(("127.0.0.1", 0), engine=None, log=lambda _line: None)
+    real = server.RequestHandlerClass
+
+    class Recording(real):
+        def handle(self):
+            seen.append(self.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            super().handle()
+
+    server.RequestHandlerClass = Recording
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/ping", timeout=5).read() == b"Ok.\n"
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen and all(seen), seen
+
+
 def test_health_metrics_and_ping(warehouse_service, both):
     _, remote = both
     remote.query("SELECT 1", settings={"priority": 1})
