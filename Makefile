@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export CCAB_DATA_DIR ?= $(CURDIR)/.ccab
 PY := .venv/bin/python
 
-.PHONY: bpf bpf-check setup demo test test-python test-system test-slow test-airflow test-go test-fuzz test-prometheus bench clean help lab live-canary soak
+.PHONY: bpf bpf-check setup demo test test-python test-system test-slow test-airflow test-go test-go-kernel test-fuzz test-prometheus bench clean help lab live-canary soak
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -14,7 +14,7 @@ setup:  ## install everything (venv, Go binaries, Kafka jars); idempotent
 demo: setup  ## run the main job end to end on the embedded engines
 	@scripts/demo.sh
 
-test: setup bpf-check test-go test-python test-prometheus  ## set everything up, then the fast tier (budget 8 min): BPF objects current, Go unit tests and fuzz, Python unit + engine (chdb), Prometheus rules
+test: setup bpf-check test-go test-python test-prometheus  ## set everything up, then the fast tier (budget 8 min): BPF objects current, Go unit tests, Python unit + engine (chdb), Prometheus rules
 
 bpf:  ## regenerate the committed BPF objects and Go bindings from rollout/bpf/ (bpf2go, clang)
 	@scripts/bpf-generate.sh
@@ -22,8 +22,11 @@ bpf:  ## regenerate the committed BPF objects and Go bindings from rollout/bpf/ 
 bpf-check:  ## the committed BPF objects are what rollout/bpf/ compiles to (CI)
 	@scripts/bpf-generate.sh --check
 
-test-go:  ## Go unit tests (rollout/ one package at a time: its BPF tests register congestion controls kernel-wide) with the fuzz targets beside them
+test-go:  ## Go unit tests (-short: no kernel tests; fuzz targets on their seed corpora), two packages at a time
 	@scripts/test-go.sh
+
+test-go-kernel:  ## Go kernel tests (namespaces, BPF congestion controls, ccab-link packet counts), one package at a time; part of make test-system
+	@scripts/test-go.sh --kernel
 
 test-fuzz:  ## each Go fuzz target for FUZZTIME (default 100000x executions)
 	@scripts/fuzz.sh
@@ -31,11 +34,13 @@ test-fuzz:  ## each Go fuzz target for FUZZTIME (default 100000x executions)
 test-python:  ## Python unit + engine tests (pure code, chdb on shared worlds); the tiers: README "Tests"
 	@scripts/pytest-tier.sh test-python "not system and not slow and not airflow_scheduler" -n $(TEST_WORKERS) --dist loadfile
 
-test-system: setup  ## system tier, run by CI after make test: real Kafka, Go binaries, Alertmanager, e2e, lab (SYSTEM_WORKERS files at a time; kernel-state tests one at a time)
+test-system: setup  ## system tier, run by CI after make test: Go kernel tests, Go fuzzing, then real Kafka, Go binaries, Alertmanager, e2e, lab (SYSTEM_WORKERS files at a time; kernel-state tests one at a time)
+	@scripts/test-go.sh --kernel
+	@scripts/fuzz.sh
 	@scripts/pytest-tier.sh test-system "system and not slow and not airflow_scheduler" -n $(SYSTEM_WORKERS) --dist loadgroup
 
-test-slow: setup  ## slower tier, run by CI after make test-system: Kafka cluster leader kill, 1M-record and sharded loader SIGKILLs, Kafka outage replay, collector SIGKILL crash window, daily-rollup late rows, spillover through records
-	@scripts/pytest-tier.sh test-slow "slow and not airflow_scheduler"
+test-slow: setup  ## slower tier, run by CI after make test-system: Kafka cluster leader kill, 1M-record and sharded loader SIGKILLs, Kafka outage replay, collector SIGKILL crash window, daily-rollup late rows, spillover through records (SLOW_WORKERS files at a time; kernel-state tests one at a time)
+	@scripts/pytest-tier.sh test-slow "slow and not airflow_scheduler" -n $(SLOW_WORKERS) --dist loadgroup
 
 test-airflow: setup  ## slower tier (~5 min quiet, ~15 min loaded): a real Airflow 3 scheduler runs ccab_cohorts_hourly
 	@scripts/pytest-tier.sh test-airflow airflow_scheduler pipelines/tests/dags
@@ -46,10 +51,11 @@ live-canary:  ## root, ~30 min, not in make test: the controller service rolls b
 soak:  ## root, >= 30 min, not in make test: every service side by side (Kafka, warehouse, loader, controller, hourly job, analysts, Alertmanager, edge hosts) under seeded chaos; one table of goals (docs/soak.md)
 	scripts/soak.sh
 
-#: pytest-xdist workers of the fast tier (auto: one per core) and of the system tier (its tests mostly
-#: wait on brokers, services and timers); the slow tier runs one test at a time
+#: pytest-xdist workers of the fast tier (auto: one per core) and of the system and slow tiers (their
+#: tests mostly wait on brokers, services and timers)
 TEST_WORKERS ?= auto
 SYSTEM_WORKERS ?= 2
+SLOW_WORKERS ?= 2
 PROMTOOL ?= promtool
 AMTOOL ?= amtool
 AM_CONFIG := deploy/prometheus/alertmanager.yml

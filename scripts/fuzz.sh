@@ -2,7 +2,7 @@
 # Run every Go fuzz target under collectors/ for a bounded number of executions (FUZZTIME, default
 # 100000x each: a count, not a duration — a duration that expires while the fuzzer minimizes a new
 # input fails with "context deadline exceeded", a known go test -fuzz flake).
-# `make test` runs this so parsers meet fresh random input on every CI run; crashers land in
+# `make test-system` runs this so parsers meet fresh random input on every CI run; crashers land in
 # the package's testdata/fuzz/ and fail the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -27,6 +27,7 @@ import (
 // BBR fields; the policy generation comes from the policy lookup when it set the cc. Encoded,
 // the record carries both optional fields.
 func TestSamplesOfBPFAndKernelCC(t *testing.T) {
+	netnstest.SkipShort(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (bpf, network namespaces)")
 	}

@@ -22,9 +22,13 @@ import (
 	"github.com/ccab-dev/ccab/internal/netns"
 )
 
-// Require skips the test unless it runs as root with the given commands on PATH.
+// Require skips the test unless it runs as root with the given commands on PATH, and in
+// `go test -short` (make test's unit tier): a test that builds network labs changes the host's
+// kernel state, so it runs in make test-system (scripts/test-go.sh --kernel), one package at a
+// time.
 func Require(t testing.TB, cmds ...string) {
 	t.Helper()
+	SkipShort(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces, veth pairs and qdiscs (runs as root in CI)")
 	}
@@ -32,6 +36,15 @@ func Require(t testing.TB, cmds ...string) {
 		if _, err := exec.LookPath(c); err != nil {
 			t.Skipf("needs %s on PATH: %v", c, err)
 		}
+	}
+}
+
+// SkipShort skips a kernel test in `go test -short` (make test): kernel tests run in make
+// test-system (scripts/test-go.sh --kernel).
+func SkipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a kernel test (namespaces, BPF, real packets): runs in make test-system, not with -short")
 	}
 }
 

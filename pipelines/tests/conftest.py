@@ -13,8 +13,8 @@ automatically, so ``pytest -m "not kafka"`` skips everything that needs Java.
 
 Tiers (README, "Tests"): ``pytest_collection_modifyitems`` marks ``system`` every test that needs a
 real outside process — Kafka (the ``kafka`` marker), a Go binary built or run (``collector_bin``,
-``agent_bin``), Alertmanager (``alertmanager``, ``alertmanager_factory``) — and every test in
-``e2e/``, ``lab/`` and ``kafka/``. ``make test`` runs the rest (pure code and the chdb engine),
+``agent_bin``), Alertmanager (``alertmanager``, ``alertmanager_factory``) —, every end-to-end run on
+the large canary world (``canary_world``) and every test in ``e2e/``, ``lab/`` and ``kafka/``. ``make test`` runs the rest (pure code and the chdb engine),
 ``make test-system`` the ``system`` tests, ``make test-slow`` the ``slow`` ones; a new test lands in
 its tier by the fixtures it uses.
 
@@ -97,10 +97,11 @@ def fresh_topic(kafka_broker: str) -> Iterator[Callable[..., str]]:
             future.exception(timeout=30)  # best effort: wait, ignore failures
 
 
-#: a test using one of these needs a real outside process: the ``system`` tier (``airflow``: Airflow 3's
-#: own CLI, DAG runs through ``airflow dags test``, pipelines/tests/dags)
+#: a test using one of these needs a real outside process — or, ``canary_world``, is an end-to-end run
+#: on the 150k-connection canary world (486 MB of records, a minute to generate): the ``system`` tier
+#: (``airflow``: Airflow 3's own CLI, DAG runs through ``airflow dags test``, pipelines/tests/dags)
 SYSTEM_FIXTURES = frozenset({"kafka_broker", "collector_bin", "agent_bin", "alertmanager", "alertmanager_factory",
-                             "airflow"})
+                             "airflow", "canary_world"})
 #: every test in these folders of pipelines/tests is in the ``system`` tier
 SYSTEM_FOLDERS = frozenset({"e2e", "lab", "kafka"})
 TESTS = Path(__file__).resolve().parent

@@ -16,6 +16,7 @@ import (
 // bpffs directory of its own, and unloads at cleanup.
 func testLoader(t *testing.T) (Loader, string) {
 	t.Helper()
+	netnstest.SkipShort(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (bpf, network namespaces)")
 	}
