@@ -22,6 +22,8 @@ Warehouse and worlds, built once per test run (session scope) and copied or only
 - ``warehouse_template``: a warehouse directory migrated once and closed; ``warehouse`` (per test)
   is a copy of it, opened (0.2-0.4 s to copy a closed chdb directory vs 11-12 s to migrate one, at load 15).
 - ``tiny_world``: ``ccab sim tiny --hours 2`` generated once; tests only read its files.
+- ``tiny_rolled_up_template``: a warehouse with ``tiny_world`` loaded and its hours rolled up, built
+  once; ``tiny_warehouse`` (per test) is a copy of it, opened.
 "Once per test run" is once for all pytest-xdist workers of the run (``once_per_run``: the first
 worker builds, the others wait on a file lock).
 
@@ -38,6 +40,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
@@ -169,6 +172,53 @@ def warehouse(tmp_path, warehouse_template):
     from ccab.base.warehouse import ChdbWarehouse
 
     wh = ChdbWarehouse(warehouse_template(tmp_path / "warehouse"))
+    try:
+        yield wh
+    finally:
+        wh.close()
+
+
+#: the hours of ``tiny_world`` (its window: [TINY_START, TINY_END))
+TINY_START = datetime(2025, 11, 20, 12, tzinfo=timezone.utc)
+TINY_END = datetime(2025, 11, 20, 14, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="session")
+def tiny_rolled_up_template(tmp_path_factory, tiny_world, warehouse_template) -> Callable[[Path], Path]:
+    """``tiny_rolled_up_template(dest) -> dest``: a copy of a warehouse directory in which
+    ``tiny_world``'s tcp samples and requests were loaded by the real loader (no dead letters), its
+    two hours rolled up by the hourly job (``run_window``) and the analyst views installed — built
+    once per test run, so a test that starts from that state does not load and roll up again."""
+    from ccab.base.warehouse import ChdbWarehouse
+    from ccab.cohorts.job import run_window
+    from ccab.cohorts.views import install_views
+    from ccab.ingest.loader import load_files
+
+    def build(root: Path) -> None:
+        wh = ChdbWarehouse(warehouse_template(root / "warehouse"))
+        try:
+            report = load_files(wh, [tiny_world / "ccab.tcp.v1.jsonl", tiny_world / "ccab.http.v1.jsonl"])
+            assert not report.dead, report.dead
+            assert [h.skipped for h in run_window(wh, TINY_START, TINY_END).hours] == [False, False]
+            install_views(wh)
+        finally:
+            wh.close()
+
+    template = once_per_run(tmp_path_factory, "tiny-rolled-up", build) / "warehouse"
+
+    def copy_to(dest: Path) -> Path:
+        shutil.copytree(template, dest, symlinks=True)
+        return dest
+
+    return copy_to
+
+
+@pytest.fixture
+def tiny_warehouse(tmp_path, tiny_rolled_up_template):
+    """An embedded warehouse holding ``tiny_world`` loaded and rolled up (``tiny_rolled_up_template``)."""
+    from ccab.base.warehouse import ChdbWarehouse
+
+    wh = ChdbWarehouse(tiny_rolled_up_template(tmp_path / "warehouse"))
     try:
         yield wh
     finally:

@@ -17,9 +17,7 @@ from ccab import cli
 from ccab.base.schema import REPO_ROOT
 from ccab.base.warehouse import WarehouseError
 from ccab.base import bins
-from ccab.cohorts.job import run_window
 from ccab.cohorts.views import VIEWS_DIR, install_views, view_files
-from ccab.ingest.loader import load_files
 from cohort_reference import MIB, ZERO_BIN, connections, hour_str, prefix_classes, read_jsonl
 
 WINDOW = "t_from = '2025-11-20 00:00:00', t_to = '2025-11-21 00:00:00'"
@@ -37,11 +35,8 @@ def records(sim_dir):
 
 
 @pytest.fixture
-def wh(warehouse, sim_dir):
-    assert not load_files(warehouse, [sim_dir / "ccab.tcp.v1.jsonl", sim_dir / "ccab.http.v1.jsonl"]).dead
-    run_window(warehouse, datetime(2025, 11, 20, 12, tzinfo=timezone.utc), datetime(2025, 11, 20, 14, tzinfo=timezone.utc))
-    install_views(warehouse)
-    return warehouse
+def wh(tiny_warehouse):
+    return tiny_warehouse  # the tiny world loaded, rolled up, views installed (conftest)
 
 
 def test_every_view_file_is_one_documented_query():

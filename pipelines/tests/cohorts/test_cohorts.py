@@ -83,9 +83,8 @@ def test_batches_are_runs_of_consecutive_hours_of_bounded_length():
     assert batches([]) == []
 
 
-def test_rerunning_an_interval_three_times_changes_nothing(warehouse, sim_dir):
-    load(warehouse, sim_dir / "ccab.tcp.v1.jsonl", sim_dir / "ccab.http.v1.jsonl")
-    run_window(warehouse, H12, H15)
+def test_rerunning_an_interval_three_times_changes_nothing(tiny_warehouse):
+    warehouse = tiny_warehouse  # loaded and rolled up (conftest)
     first = snapshot(warehouse)
     for _ in range(3):
         run_window(warehouse, H12, H13)  # the scheduled interval again
@@ -148,9 +147,8 @@ def test_bulk_filter_is_a_parameter_and_recorded(warehouse, sim_dir, records):
     assert stale_hours(warehouse, H12, H15, cfg) == {}
 
 
-def test_hours_whose_raw_rows_are_gone_keep_their_rollup(warehouse, sim_dir):
-    load(warehouse, sim_dir / "ccab.tcp.v1.jsonl", sim_dir / "ccab.http.v1.jsonl")
-    run_window(warehouse, H12, H15)
+def test_hours_whose_raw_rows_are_gone_keep_their_rollup(tiny_warehouse):
+    warehouse = tiny_warehouse  # loaded and rolled up (conftest)
     before = snapshot(warehouse)
     warehouse.command("TRUNCATE TABLE tcp_samples")  # as if the 90-day TTL had expired them
     warehouse.command("TRUNCATE TABLE http_requests")
@@ -175,15 +173,11 @@ QUANTILE_METRICS = ("retrans_pct", "rtt_us", "min_rtt_us", "delivery_rate_bps", 
                     "inflight_bytes_per_sample")
 
 
-def test_histogram_quantiles_are_within_the_bin_width_of_exact_ones(warehouse, sim_dir, records):
+def test_histogram_quantiles_are_within_the_bin_width_of_exact_ones(tiny_warehouse, records):
     """p10/p50/p90/p99 per arm from the merged rollup histograms (the view, and the Python reader)
     vs the exact quantiles of the same values computed from the records."""
     tcp, http = records
-    load(warehouse, sim_dir / "ccab.tcp.v1.jsonl", sim_dir / "ccab.http.v1.jsonl")
-    run_window(warehouse, H12, H15)
-    from ccab.cohorts.views import install_views
-
-    install_views(warehouse)
+    warehouse = tiny_warehouse  # loaded, rolled up, views installed (conftest)
     worst: dict[str, float] = {}
     for metric in QUANTILE_METRICS:
         values = exact_values(tcp, http, metric)

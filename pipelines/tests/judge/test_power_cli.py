@@ -16,13 +16,14 @@ ARGS = ["power", "--metric", "retrans_pct", "--statistic", "ratio", "--mde", "0.
 
 
 def test_power_with_one_host_of_history_answers_not_enough_history_with_exit_0(warehouse_env):
+    from ccab.pipeline import open_warehouse
+
     env = dict(os.environ)
-    assert subprocess.run([*CCAB, "db", "migrate"], env=env, cwd=REPO, capture_output=True, timeout=300).returncode == 0
-    # one host, one hour of rollups: a window needs at least 2 hosts
-    p = subprocess.run([*CCAB, "query", "--write", "INSERT INTO cohort_hourly (hour, pop, arm, host, segment, metric, n, "
-                        "ratio_num, ratio_den) SELECT toDateTime('2026-11-28 08:00:00', 'UTC'), 'lab', 'control', "
-                        "'h1', 'all', 'retrans_pct', 10, 1, 100"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr
+    # one host, one hour of rollups (warehouse_env's database is migrated): a window needs at least 2 hosts
+    with open_warehouse() as wh:
+        wh.command("INSERT INTO cohort_hourly (hour, pop, arm, host, segment, metric, n, ratio_num, ratio_den) "
+                   "SELECT toDateTime('2026-11-28 08:00:00', 'UTC'), 'lab', 'control', 'h1', 'all', 'retrans_pct', "
+                   "10, 1, 100")
     p = subprocess.run([*CCAB, *ARGS], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, (p.stdout, p.stderr)  # was: exit 1, stderr empty
     assert p.stdout.strip().splitlines()[-1] == "not enough history: need at least 2 hosts in one window of 1 h"
