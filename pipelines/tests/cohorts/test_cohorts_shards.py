@@ -9,6 +9,9 @@ import pytest
 from ccab import cli
 from ccab.base.warehouse import connect, shard_database
 
+#: a cluster's layout (3 shard databases, every shard migrated and loaded) end to end: the system tier
+pytestmark = pytest.mark.system
+
 SHARDS = 3
 WINDOW = ["--from", "2025-11-20T12:00Z", "--to", "2025-11-20T14:00Z"]
 

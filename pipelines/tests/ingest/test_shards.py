@@ -22,6 +22,9 @@ from ccab.ingest.shards import resume_offset, split
 from factories import http_request, line, tcp_sample
 from test_loader_kafka import _produce, _spawn_loader
 
+#: a cluster's layout (3 shard databases, every shard migrated and loaded) end to end: the system tier
+pytestmark = pytest.mark.system
+
 SHARDS = 3
 
 

@@ -10,6 +10,7 @@ import math
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from ccab.judge.core import effect_of
 from ccab.judge.power import hosts_needed
 from judge_synth import experiment_with_pre
@@ -24,6 +25,7 @@ def _band(n: int, alpha: float = ALPHA) -> tuple[float, float]:
     return alpha - 2 * se, alpha + 2 * se
 
 
+@pytest.mark.slow  # a calibration (400 simulated experiments), like test_judge_calibration's
 def test_aa_with_adjustment_rejects_at_alpha_for_mean_ratio_and_quantiles():
     """400 A/A experiments, 4–20 hosts per arm (unequal), host effects, heavy tails: the adjusted
     permutation test keeps its size for every statistic."""
