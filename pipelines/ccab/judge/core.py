@@ -382,7 +382,7 @@ def segment_results(wh, pop, rollout, start, end, guardrails, arm, control_arm, 
     out: list[Result] = []
     needed = {g.metric for g in guardrails}
     segments = sorted({s for m in needed for s in _segments_for(m)})
-    cache = {s: data.host_rows(wh, pop, rollout, s, start, end, sorted(needed), arms) for s in segments}
+    cache = data.segments_host_rows(wh, pop, rollout, segments, start, end, sorted(needed), arms)
     per_kernel = data.hosts_per_kernel(wh, pop, rollout, start, end)
     in_pair = {k: v for k, v in per_kernel.items() if v.get(arm) or v.get(control_arm)}
     kernels = sorted(k for k, v in in_pair.items() if v.get(arm, 0) >= 2 and v.get(control_arm, 0) >= 2) \
@@ -391,8 +391,7 @@ def segment_results(wh, pop, rollout, start, end, guardrails, arm, control_arm, 
         cache[f"kernel:{k}"] = data.host_rows(wh, pop, rollout, "all", start, end, sorted(needed), arms, kernel=k)
     # the client's network (access type, country, ASN top-N): the families present in the rollups
     networks = tuple(data.segments_present(wh, pop, rollout, start, end, NETWORK_SEGMENT_FAMILIES))
-    for s in networks:
-        cache[s] = data.host_rows(wh, pop, rollout, s, start, end, sorted(needed), arms)
+    cache.update(data.segments_host_rows(wh, pop, rollout, list(networks), start, end, sorted(needed), arms))
     done: set[tuple[str, str]] = set()
     for g in guardrails:
         if (g.metric, g.statistic) in done:  # one family per metric x statistic, whatever the

@@ -32,7 +32,7 @@ hists AS (
     FROM (SELECT {group}, bin, sum(count) AS c FROM cohort_cells_hourly WHERE {where} GROUP BY {group}, bin)
     GROUP BY {group}
 )
-SELECT s.metric, {'s.arm' if 'arm' in group else "'' AS arm"}, s.host, s.n, s.n_zero, s.n_above, s.value_sum,
+SELECT {'s.segment, ' if 'segment' in group else ''}s.metric, {'s.arm' if 'arm' in group else "'' AS arm"}, s.host, s.n, s.n_zero, s.n_above, s.value_sum,
        s.ratio_num, s.ratio_den, arrayMap(x -> x.1, h.cells) AS bins, arrayMap(x -> x.2, h.cells) AS counts
 FROM sums AS s LEFT JOIN hists AS h USING ({group})
 ORDER BY {group}
@@ -43,6 +43,11 @@ _HOST_SUMS = _host_sums("metric, arm, host", """pop = {pop:String} AND rollout_i
       AND segment = {segment:String} AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
       AND has({metrics:Array(String)}, metric) AND has({arms:Array(String)}, arm)
       AND ({kernel:String} = '' OR kernel = {kernel:String})""")
+
+
+_SEGMENTS_HOST_SUMS = _host_sums("segment, metric, arm, host", """pop = {pop:String} AND rollout_id = {rollout:String}
+      AND has({segments:Array(String)}, segment) AND hour >= {a:DateTime('UTC')} AND hour < {b:DateTime('UTC')}
+      AND has({metrics:Array(String)}, metric) AND has({arms:Array(String)}, arm)""")
 
 
 @dataclass
@@ -70,6 +75,22 @@ def host_rows(wh: Warehouse, pop: str, rollout_id: str, segment: str, start: dat
     for metric, arm, host, n, nz, na, vs, rn, rd, bins, counts in res.rows:
         out.setdefault(metric, []).append(HostRow(arm, host, float(n), float(nz), float(na), float(vs or 0),
                                                   float(rn or 0), float(rd or 0), bins, counts))
+    return out
+
+
+def segments_host_rows(wh: Warehouse, pop: str, rollout_id: str, segments: list[str], start: datetime,
+                       end: datetime, metrics: list[str], arms: list[str]) -> dict[str, dict[str, list[HostRow]]]:
+    """segment -> :func:`host_rows` of that segment, for many segments in one query (a segment
+    without rows maps to ``{}``)."""
+    out: dict[str, dict[str, list[HostRow]]] = {s: {} for s in segments}
+    if not segments:
+        return out
+    res = wh.query(_SEGMENTS_HOST_SUMS, params={"pop": pop, "rollout": rollout_id, "segments": list(segments),
+                                                "a": sql_time(start), "b": sql_time(end),
+                                                "metrics": list(metrics), "arms": list(arms)})
+    for segment, metric, arm, host, n, nz, na, vs, rn, rd, bins, counts in res.rows:
+        out[segment].setdefault(metric, []).append(HostRow(arm, host, float(n), float(nz), float(na), float(vs or 0),
+                                                           float(rn or 0), float(rd or 0), bins, counts))
     return out
 
 
