@@ -38,12 +38,12 @@ from ccab.rollout.state import Store
 
 
 @contextmanager
-def open_warehouse(priority: int = 0) -> Iterator[Warehouse]:
+def open_warehouse(priority: int = 0, wait_s: float | None = None) -> Iterator[Warehouse]:
     """The environment's warehouse with the schema and the analysts' views in place.
     ``priority`` 1: short statements that must not wait behind long analytical work (the
     controller's breakers and alerts): the warehouse service admits them first, on a slot of
     their own (:class:`ccab.base.warehouse.ServerWarehouse`)."""
-    wh = connect(priority=priority)
+    wh = connect(priority=priority, wait_s=wait_s)
     try:
         schema.migrate(wh, log=lambda _m: None)
         install_views(wh)
@@ -135,9 +135,9 @@ def segment_prefixes(segments: tuple[str, ...]) -> list[str]:
         return networks.segment_prefixes(wh, segments)
 
 
-def record_action(alert_ids: list[str], action: str) -> None:
+def record_action(alert_ids: list[str], action: str, wait_s: float | None = None) -> None:
     """Record on the alerts what the controller did because of them (``halted``, ``rolled_back``)."""
-    with open_warehouse(priority=1) as wh:
+    with open_warehouse(priority=1, wait_s=wait_s) as wh:
         set_action(wh, list(alert_ids), action)
 
 
@@ -169,11 +169,11 @@ def controller_breakers(plan: Plan) -> Callable[[datetime, datetime], list[dict]
     return breakers
 
 
-def known_alerts(rollout_id: str) -> Callable[[list[str]], set]:
+def known_alerts(rollout_id: str, wait_s: float | None = None) -> Callable[[list[str]], set]:
     """``known(ids) -> the ids that are alerts of rollout_id`` (the controller refuses the others)."""
 
     def known(ids: list[str]) -> set:
-        with open_warehouse(priority=1) as wh:
+        with open_warehouse(priority=1, wait_s=wait_s) as wh:
             return {a.alert_id for a in read_alerts(wh, rollout_id=rollout_id, alert_ids=list(ids))}
 
     return known
@@ -185,24 +185,28 @@ def alert_payloads(ids: list[str]) -> list[dict]:
         return alertmanager_payload(read_alerts(wh, alert_ids=list(ids)))
 
 
-def arm_done(rollout_id: str) -> Callable[[str, str], list[dict]]:
+def arm_done(rollout_id: str, wait_s: float | None = None) -> Callable[[str, str], list[dict]]:
     """``done(arm, state)``: resolve the open alerts of ``arm`` (promoted, rolled back, halted) in
     the warehouse; returns them as Alertmanager alerts with ``endsAt``."""
 
     def done(arm: str, state: str) -> list[dict]:
-        with open_warehouse(priority=1) as wh:
+        with open_warehouse(priority=1, wait_s=wait_s) as wh:
             return alertmanager_payload(resolve_arm(wh, rollout_id, arm, state))
 
     return done
 
 
-def controller_analysis(plan: Plan, run_rollups: bool = True) -> ControllerAnalysis:
+def controller_analysis(plan: Plan, run_rollups: bool = True,
+                        bookkeeping_wait_s: float | None = None) -> ControllerAnalysis:
     """Everything a rollout's controller asks of the warehouse, in one object (the one place it is
     built: `ccab rollout …`, `ccab controller run` and the lab): the looks' judge
     (:func:`controller_judge`), the per-minute breakers (:func:`controller_breakers`), the alerts'
     bookkeeping (:func:`record_action`, :func:`known_alerts`, :func:`alert_payloads`,
-    :func:`arm_done`) and a segment plan's prefixes (:func:`segment_prefixes`)."""
+    :func:`arm_done`) and a segment plan's prefixes (:func:`segment_prefixes`). ``bookkeeping_wait_s``:
+    how long the alerts' bookkeeping waits for a local warehouse service that does not answer
+    (default ``CCAB_WAREHOUSE_WAIT_S``; an operator's halt/rollback passes a short one)."""
     return ControllerAnalysis(judge=controller_judge(plan, run_rollups), breakers=controller_breakers(plan),
-                              record_action=record_action, known_alerts=known_alerts(plan.rollout_id),
-                              alert_payloads=alert_payloads, arm_done=arm_done(plan.rollout_id),
+                              record_action=lambda ids, action: record_action(ids, action, bookkeeping_wait_s),
+                              known_alerts=known_alerts(plan.rollout_id, bookkeeping_wait_s),
+                              alert_payloads=alert_payloads, arm_done=arm_done(plan.rollout_id, bookkeeping_wait_s),
                               segment_prefixes=segment_prefixes)

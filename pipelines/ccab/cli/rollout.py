@@ -13,6 +13,8 @@ from ccab.base.errors import fail
 
 #: how long a person's command waits for the controller service's tick of the same rollout to end
 LOCK_WAIT_S = 30.0
+#: how long a halt/rollback by hand waits for the warehouse's alert bookkeeping, after publishing
+MANUAL_BOOKKEEPING_WAIT_S = 2.0
 
 EPILOG = """\
 examples:
@@ -210,7 +212,7 @@ def _alertmanager_url(explicit: str | None) -> str | None:
     return url[: -len("/alerts")] if url.endswith("/api/v2/alerts") else url
 
 
-def _controller(args, plan=None):
+def _controller(args, plan=None, bookkeeping_wait_s: float | None = None):
     from ccab.pipeline import controller_analysis
     from ccab.rollout.controller import Controller, load_state_plan
     from ccab.rollout.service import AlertmanagerPager
@@ -224,7 +226,7 @@ def _controller(args, plan=None):
     store = Store.for_rollout(plan.rollout_id)
     rollups = getattr(args, "rollups", "run") == "run"
     am = _alertmanager_url(getattr(args, "alertmanager", None))
-    return Controller(plan, store, _bus(args), _key(args), analysis=controller_analysis(plan, rollups),
+    return Controller(plan, store, _bus(args), _key(args), analysis=controller_analysis(plan, rollups, bookkeeping_wait_s),
                       pager=AlertmanagerPager(am) if am else None, say=lambda m: print(m, flush=True), **(
                           {"page_min_firing_s": args.page_min_firing}
                           if getattr(args, "page_min_firing", None) is not None else {}))
@@ -382,7 +384,9 @@ def cmd_manual(args) -> int:
 
     if not args.reason.strip():
         return _fail(f"--reason is empty: say why you {args.action} (it goes to the audit log)", 2)
-    ctl = _controller(args)
+    # an operator in an incident never waits for the warehouse: a halt/rollback is published first,
+    # and the alerts' bookkeeping after it waits at most MANUAL_BOOKKEEPING_WAIT_S for the service
+    ctl = _controller(args, bookkeeping_wait_s=MANUAL_BOOKKEEPING_WAIT_S if args.action in ("halt", "rollback") else None)
     fn = getattr(ctl, args.action)
     kwargs = {"reason": args.reason, "arm": args.arm}
     if args.action in ("halt", "rollback"):

@@ -13,7 +13,11 @@ How a batch goes in (no per-row Python objects on the hot path):
    run; a line holding two objects makes a row too many and the insert throws instead of
    shifting positions. Same landing table, settings, one block and dedup token as step 2. A
    batch it refuses (a bad row; nothing was inserted) goes to step 3 directly; one that is not
-   plain (or cut in more than ``MAX_PLAIN_RUNS`` runs) takes steps 1-3.
+   plain (or cut in more than ``MAX_PLAIN_RUNS`` runs) takes steps 1-3. The rows reach a
+   server as the body of ``INSERT ... SELECT ... FROM input('structure') FORMAT JSONEachRow``
+   (ClickHouse's HTTP form; the warehouse service reads them from a tmpfs file). One insert per
+   batch: the same rows as consecutive parts (so the next part's checks overlap one part's
+   insert) cost the engine 1.6-2.4x as much (4-8 parts of a 60,000-record batch, bench/README).
 1. Cheap byte checks per record: size limit, and "starts with ``{"schema":"<the expected
    schema>",`` and ends with ``}``" (what every producer of ours writes). One regex and one
    UTF-8 check over the whole batch look for what ClickHouse's JSON reader would bend rather

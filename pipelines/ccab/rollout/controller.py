@@ -524,17 +524,17 @@ class Controller:
         except Exception as exc:  # noqa: BLE001 - the pages stay in state: resent on the next tick
             self._audit("page_failed", f"{type(exc).__name__}: {exc}", arm=arm)
 
-    def _arm_done(self, arm: str, state: str) -> None:
+    def _arm_done(self, arm: str, state: str) -> bool:
         """The arm was promoted, rolled back or halted: its alerts are resolved in the warehouse,
         and in Alertmanager at once unless the controller paged them (those resolve when the hosts
-        are back on control: :meth:`resolve_pages`)."""
+        are back on control: :meth:`resolve_pages`). False: the warehouse did not answer."""
         if self.analysis.arm_done is None:
-            return
+            return True
         try:
             alerts = self.analysis.arm_done(arm, state)
         except Exception as exc:  # noqa: BLE001 - the warehouse is down: the alerts stay open, said so
             self._audit("resolve_failed", f"alerts of {arm}: {type(exc).__name__}: {exc}", arm=arm)
-            return
+            return False
         paged = {json.dumps(a["labels"], sort_keys=True) for a in self.st.pages.get(arm, [])}
         now = [a for a in alerts if json.dumps(a["labels"], sort_keys=True) not in paged]
         if now and self.pager is not None:
@@ -542,10 +542,11 @@ class Controller:
                 self.pager.resolve(now)
             except Exception as exc:  # noqa: BLE001
                 self._audit("resolve_failed", f"{type(exc).__name__}: {exc}", arm=arm)
-                return
+                return True  # resolved in the warehouse; Alertmanager's copy ends by its own timeout
         if alerts:
             self._audit("alerts_resolved", f"{len(alerts)} alert(s) of {arm} resolved: arm {state}", arm=arm,
                         alert_ids=[a["labels"].get("alert_id") for a in alerts])
+        return True
 
     def resolve_pages(self, result: StepResult) -> None:
         """Resolve (``endsAt``) the pages of an arm that is no longer active: rolled back or halted
@@ -890,13 +891,23 @@ class Controller:
 
     # ------------------------------------------------------------------------------ by hand
     def _manual(self, reason: str, action: str = "", force: bool = False,
-                alert_ids: list[str] | None = None) -> None:
+                alert_ids: list[str] | None = None) -> list[str]:
+        """Checks before an action by hand; returns notes for the operator (an unchecked alert id)."""
         self._require_state()
         if not reason.strip():
             raise ControllerError("--reason is required for a manual action (it goes to the audit log)")
+        notes: list[str] = []
         if alert_ids:
             known = self.analysis.known_alerts
-            unknown = sorted(set(alert_ids) - set(known(list(alert_ids)) if known else alert_ids))
+            try:
+                found = set(known(list(alert_ids))) if known else set(alert_ids)
+            except Exception as exc:  # noqa: BLE001 - the warehouse is down: a halt/rollback must not wait for it
+                if action not in ("halt", "rollback"):
+                    raise
+                found = set(alert_ids)
+                notes.append(f"alert id(s) {', '.join(alert_ids)} not checked: the warehouse does not answer "
+                             f"({type(exc).__name__})")
+            unknown = sorted(set(alert_ids) - found)
             if unknown:
                 rid = self.plan.rollout_id
                 raise ControllerError(f"unknown alert id(s) {', '.join(unknown)}: not an alert of rollout {rid} "
@@ -912,13 +923,14 @@ class Controller:
             records = self.bus.assignments()
             self.check_fresh(records)
             self.reconcile(records)
-            return
+            return notes
         try:  # a halt/rollback is recorded even when Kafka is down; the publish waits for Kafka
             records = self.bus.assignments()
             self.check_fresh(records, adopt=True)  # moving hosts to safety is never blocked by a stale state
             self.reconcile(records)
         except KafkaUnavailable as exc:
             self.offline = str(exc)
+        return notes
 
     def _converge_or_defer(self, result: StepResult) -> None:
         """After a manual halt/rollback saved in the state: publish it, or, with Kafka down, say
@@ -986,34 +998,46 @@ class Controller:
 
     def halt(self, reason: str, arm: str | None = None, alert_ids: list[str] | None = None,
              force: bool = False) -> StepResult:
-        self._manual(reason, "halt", force, alert_ids)
+        notes = self._manual(reason, "halt", force, alert_ids)
         self._command("halt", reason, arm, force)
         if arm is not None:
             self._audit("halt_arm", f"by hand: {arm} halted, its hosts go back to {self.plan.control_arm}: {reason}",
                         actor="operator", arm=arm, alert_ids=alert_ids or [])
-            self._arm_done(arm, "halted")
         else:
             self._audit("pause", f"by hand: rollout paused, hosts keep their arm, nothing advances: {reason}",
                         actor="operator", alert_ids=alert_ids or [])
-        self._record_action(alert_ids or [], "halted")
-        result = StepResult()
-        self._converge_or_defer(result)
+        result = StepResult(messages=notes)
+        self._converge_or_defer(result)  # the agents first: the alerts' bookkeeping never delays them
+        self._manual_bookkeeping(result, [arm] if arm is not None else [], "halted", alert_ids or [])
         return result
 
     def rollback(self, reason: str, arm: str | None = None, alert_ids: list[str] | None = None,
                  force: bool = False) -> StepResult:
-        self._manual(reason, "rollback", force, alert_ids)
+        notes = self._manual(reason, "rollback", force, alert_ids)
         step = self._command("rollback", reason, arm, force)
         self._audit("rollback_arm" if arm else "rollback",
                     f"by hand: {arm or 'every treatment arm'} rolled back to {self.plan.control_arm}: {reason}",
                     actor="operator", arm=arm, alert_ids=alert_ids or [])
-        for eff in step.effects:  # RolledBack: the arms whose alerts resolve
-            for a in eff.arms:
-                self._arm_done(a, "rolled_back")
-        self._record_action(alert_ids or [], "rolled_back")
-        result = StepResult()
-        self._converge_or_defer(result)
+        result = StepResult(messages=notes)
+        self._converge_or_defer(result)  # the agents first: the alerts' bookkeeping never delays them
+        arms = [a for eff in step.effects for a in eff.arms]  # RolledBack: the arms whose alerts resolve
+        self._manual_bookkeeping(result, arms, "rolled_back", alert_ids or [])
         return result
+
+    def _manual_bookkeeping(self, result: StepResult, arms: list[str], state: str, alert_ids: list[str]) -> None:
+        """After a halt/rollback by hand was published (or deferred): the arms' alerts resolved and
+        the evidence alerts' action recorded in the warehouse. A warehouse that does not answer
+        (within the analysis' short wait) leaves them for later, said in one line."""
+        failed = [a for a in arms if not self._arm_done(a, state)]
+        try:
+            self._record_action(alert_ids, state)
+        except Exception as exc:  # noqa: BLE001 - the warehouse is down: the action is said, not lost
+            self._audit("action_failed", f"alerts {', '.join(alert_ids)} not marked {state}: "
+                        f"{type(exc).__name__}: {exc}", alert_ids=alert_ids)
+            failed.append("evidence alerts")
+        if failed:
+            result.messages.append(f"alerts not updated ({', '.join(failed)}): the warehouse does not answer; "
+                                   f"the {state} itself is done (audit log: resolve_failed/action_failed)")
 
     def resume(self, reason: str, arm: str | None = None) -> StepResult:
         self._manual(reason)

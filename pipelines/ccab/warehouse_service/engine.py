@@ -18,7 +18,9 @@ parallel (measured: ``bench/warehouse``). So:
   (only what differs from the session's last request), the statement runs with its bind
   parameters, and its output format is the statement's ``FORMAT`` clause or ``default_format``.
 - an ``INSERT ... FORMAT f`` with data runs as ``INSERT ... FROM INFILE`` of the data written to a
-  private tmpfs file; an external table (multipart upload) is read by ``file()`` from one, named
+  private tmpfs file; an ``INSERT ... SELECT ... FROM input('structure') FORMAT f`` (the rows are
+  the request's body, as on a ClickHouse server) reads that file with ``file()`` where the
+  statement names ``input()``; an external table (multipart upload) is read by ``file()`` from one, named
   where the statement names the table.
 """
 
@@ -51,6 +53,11 @@ _INSERT_RE = re.compile(rb"\A\s*INSERT\s+INTO\s+(.+?)\s+FORMAT\s+([A-Za-z0-9_]+)
 _SETTINGS_RE = re.compile(r"\s+SETTINGS\s+", re.I)
 _FORMAT_CLAUSE_RE = re.compile(r"\bFORMAT\s+([A-Za-z0-9_]+)\s*;?\s*\Z", re.I)
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# ClickHouse's input('structure') table function (an INSERT ... SELECT reading the request's
+# body), found after replace_identifier marked the word where it is an identifier
+_INPUT_MARK = "\x00input\x00"
+_INPUT_CALL_RE = re.compile(r"\x00input\x00\s*\(\s*'((?:[^'\\]|\\.)*)'\s*\)")
+_INSERT_SELECT_FORMAT_RE = re.compile(r"\A\s*INSERT\s+INTO\s.*\bFORMAT\s+([A-Za-z0-9_]+)\s*;?\s*\Z", re.I | re.S)
 
 
 class StatementError(Exception):
@@ -81,9 +88,11 @@ class ExternalTable:
 class Request:
     """One statement as the HTTP layer parsed it."""
 
-    sql: str  # an insert with rows: its target, ``t [(c1, c2)] [SETTINGS ...]``
+    sql: str  # an insert with rows: its target, ``t [(c1, c2)] [SETTINGS ...]``; with ``input_structure``: the
+    # whole INSERT ... SELECT, ``{input}`` where its input('...') call was
     data: bytes | memoryview | None = None  # the rows of an INSERT ... FORMAT f
     insert_format: str = ""
+    input_structure: str = ""  # the structure of an INSERT ... SELECT ... FROM input('...') FORMAT f
     database: str | None = None
     settings: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
@@ -117,6 +126,23 @@ def split_insert(text: bytes) -> tuple[str, str, memoryview] | None:
     if not m or _QUERY_WORD_RE.search(m.group(1)):  # INSERT ... SELECT ... FORMAT f: a query, no data
         return None
     return m.group(1).decode(), m.group(2).decode(), memoryview(text)[m.end():]  # no copy of the rows
+
+
+def split_input_insert(sql: str) -> tuple[str, str, str] | None:
+    """``INSERT INTO t ... SELECT ... FROM input('structure') ... FORMAT f`` (ClickHouse's way to
+    transform rows sent as the request's body) -> (the statement without its ``FORMAT`` clause
+    and with ``{input}`` where the ``input(...)`` call was, f, structure); None when ``sql`` is
+    not such an insert (exactly one ``input()`` call, outside quotes and comments)."""
+    m = _INSERT_SELECT_FORMAT_RE.match(sql)
+    if not m or "\x00" in sql or "{input}" in sql:
+        return None
+    marked = replace_identifier(sql[:m.start(1)].rstrip()[:-len("FORMAT")].rstrip(), "input", _INPUT_MARK)
+    calls = list(_INPUT_CALL_RE.finditer(marked))
+    if len(calls) != 1 or marked.count(_INPUT_MARK) != 1:
+        return None
+    call = calls[0]
+    structure = re.sub(r"\\(.)", r"\1", call.group(1))
+    return marked[:call.start()] + "{input}" + marked[call.end():], m.group(1), structure
 
 
 def replace_identifier(sql: str, name: str, replacement: str) -> str:
@@ -383,6 +409,12 @@ class Engine:
     def _statement(self, req: Request, files: _TempFiles) -> tuple[str, str]:
         """The SQL chdb runs for ``req`` and its output format."""
         sql = req.sql.strip()
+        if req.data is not None and req.input_structure:  # INSERT ... SELECT ... FROM input(...): the rows
+            if not _IDENT_RE.match(req.insert_format) or "'" in req.input_structure:
+                raise StatementError(f"Code: 36. DB::Exception: bad input() format or structure. (BAD_ARGUMENTS)", 36)
+            path = files.write(req.data)
+            source = f"file({_quote(path)}, {req.insert_format}, {_quote(req.input_structure)})"
+            return sql.replace("{input}", source, 1), req.default_format
         if req.data is not None:
             parts = _SETTINGS_RE.split(sql, 1)
             target = parts[0]

@@ -2,7 +2,8 @@
 
 ``POST /`` and ``GET /`` run one statement: the ``query`` parameter and/or the body (an
 ``INSERT ... FORMAT f`` takes its rows from the rest of the body, or from the whole body when the
-statement is in ``query``), ``database``, ``session_id``/``session_timeout``, ``default_format``,
+statement is in ``query``; so does ``INSERT ... SELECT ... FROM input('structure') FORMAT f`` in
+``query``, the rows transformed by its ``SELECT``), ``database``, ``session_id``/``session_timeout``, ``default_format``,
 ``query_id``, ``param_<name>`` bind parameters, every other parameter a ClickHouse setting
 (the HTTP-only ones — compression, progress headers — are accepted and ignored: responses are not
 compressed and carry no progress headers); request bodies may be compressed (``Content-Encoding``
@@ -25,7 +26,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
 
-from ccab.warehouse_service.engine import Engine, ExternalTable, Request, StatementError, split_insert
+from ccab.warehouse_service.engine import Engine, ExternalTable, Request, StatementError, split_input_insert, split_insert
 
 #: request parameters that are not settings (ClickHouse's HTTP interface's own)
 NOT_SETTINGS = {"query", "database", "default_format", "session_id", "session_timeout", "session_check",
@@ -97,18 +98,21 @@ def parse_request(method: str, target: str, headers, body: bytes) -> Request:
     ext_params = {f"{e.name}_{k}" for e in externals for k in ("format", "structure", "types")}
     sql = params.get("query", "")
     data: bytes | None = None
-    insert_format = ""
-    text = sql.encode() + (b"\n" + body if sql and body else body)
+    insert_format = input_structure = ""
     split = split_insert(sql.encode() + b"\n") if sql else None
-    if split is not None and not bytes(split[2]).strip():  # statement in `query`, rows in the body
-        target_sql, insert_format, _ = split
+    transform = split_input_insert(sql) if sql and split is None and not externals else None
+    if transform is not None:  # INSERT ... SELECT ... FROM input('s') FORMAT f in `query`, rows in the body
+        sql, insert_format, input_structure = transform
         data = body
-        sql = target_sql
-    elif (split := split_insert(text)) is not None:
-        target_sql, insert_format, data = split
-        sql = target_sql
-    else:
-        sql = text.decode()
+    elif split is not None and not bytes(split[2]).strip():  # statement in `query`, rows in the body
+        sql, insert_format, _ = split
+        data = body
+    else:  # the statement (and an insert's rows) in the body, after `query` if both (a copy: small bodies)
+        text = sql.encode() + (b"\n" + body if sql and body else body)
+        if (split := split_insert(text)) is not None:
+            sql, insert_format, data = split
+        else:
+            sql = text.decode()
     if not sql.strip():
         raise StatementError("Code: 62. DB::Exception: Empty query. (SYNTAX_ERROR)", 62)
     settings = {k: v for k, v in params.items()
@@ -118,7 +122,7 @@ def parse_request(method: str, target: str, headers, body: bytes) -> Request:
         timeout_s = float(params.get("session_timeout") or 60)
     except ValueError:
         raise StatementError("Code: 36. DB::Exception: session_timeout must be a number. (BAD_ARGUMENTS)", 36) from None
-    return Request(sql=sql, data=data, insert_format=insert_format, database=params.get("database") or None,
+    return Request(sql=sql, data=data, insert_format=insert_format, input_structure=input_structure, database=params.get("database") or None,
                    settings=settings, params={k[6:]: v for k, v in params.items() if k.startswith("param_")},
                    session_id=params.get("session_id") or None, session_timeout_s=timeout_s,
                    default_format=params.get("default_format") or "TabSeparated", external=externals,

@@ -351,3 +351,39 @@ def test_a_look_never_records_an_empty_reason(tmp_path):
     looks = [e for e in c.store.read_audit() if e["event"] == "look"]
     assert all(not e["reason"].rstrip().endswith(":") for e in looks), [e["reason"] for e in looks]
     assert "no active treatment arm" in looks[-1]["reason"] and "halted" in looks[-1]["reason"]
+
+
+def test_a_rollback_with_the_warehouse_down_is_published_first_and_never_waits_its_full_wait(tmp_path, cli_env,
+                                                                                                 monkeypatch, capsys):
+    """An operator in an incident: the warehouse service is down (CCAB_WAREHOUSE_WAIT_S 20 s, the
+    default) and Kafka too. The rollback is recorded and its publication attempted before any
+    alert bookkeeping, which asks the warehouse with the short manual wait only (each wait the
+    CLI would have waited is counted here, none is slept), and says in one line that the alerts
+    were not updated. Real CLI (in this process), real state; the warehouse waits are observed."""
+    import ccab.base.warehouse as warehouse
+    from ccab.cli import main
+    from ccab.cli.rollout import MANUAL_BOOKKEEPING_WAIT_S
+
+    bus = ContractAgents()
+    _ctl(tmp_path, "r1", bus).start()
+    bus.run()
+    for k, v in {**cli_env, "CCAB_WAREHOUSE_WAIT_S": "20"}.items():
+        monkeypatch.setenv(k, v)
+    waits: list[tuple[str, float]] = []  # (the rollout's status when the warehouse was asked, the wait)
+    store = Store(tmp_path / "rollouts" / "r1")
+
+    def down(_open, wait_s, say=None, **_kw):  # the service does not answer: the wait runs out
+        waits.append((store.load().status, wait_s))
+        raise warehouse.WarehouseUnavailable(warehouse.LOCAL_DOWN)
+
+    monkeypatch.setattr(warehouse, "wait_local", down)
+    rc = main(["rollout", "rollback", "r1", "--reason", "INC-6", "--alert", "a-1", "--kafka-timeout", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert waits and max(w for _, w in waits) <= MANUAL_BOOKKEEPING_WAIT_S < 20, waits
+    # the alert id check before it (status still running), then the bookkeeping after it is recorded
+    assert waits[0][0] == "running" and [s for s, _ in waits[1:]] == ["rolled_back"] * (len(waits) - 1) != [], waits
+    assert "not yet published: Kafka is down" in out, out
+    assert "alerts not updated" in out and "the warehouse does not answer" in out, out
+    assert "alert id(s) a-1 not checked" in out, out
+    assert store.load().status == "rolled_back"

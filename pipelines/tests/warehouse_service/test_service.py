@@ -10,12 +10,13 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 import uuid
 
 import pytest
 from ccab.base.warehouse import ChdbWarehouse, ServerWarehouse, WarehouseError
-from ccab.warehouse_service.engine import Admission, replace_identifier, split_insert
+from ccab.warehouse_service.engine import Admission, replace_identifier, split_input_insert, split_insert
 from paths import REPO
 
 CCAB = [sys.executable, "-m", "ccab.cli"]
@@ -105,6 +106,34 @@ def test_inserts_external_tables_and_a_sessions_temporary_tables(both, warehouse
         other.close()
 
 
+def test_an_insert_select_from_input_takes_its_rows_from_the_raw_body(both, warehouse_service):
+    """``INSERT ... SELECT ... FROM input('structure') FORMAT f`` in ``query``, the rows as the whole
+    request body (ClickHouse's HTTP form; how the loader's plain path sends a batch): read back
+    in order, each transformed by the SELECT (bind parameters, row numbers), nothing else taken
+    from the body as SQL, and a bad row refuses the insert as a whole."""
+    _, remote = both
+    n = 5000
+    rows = b"\n".join(b'{"id":%d,"s":"r%d \'q\' FORMAT x; input(\'y\')"}' % (i, i) for i in range(n))
+    remote.command_input("INSERT INTO t (id, s, f) SELECT id + {k:UInt64}, s, rowNumberInAllBlocks() FROM {input}",
+                         rows, "JSONEachRow", "id UInt64, s String", params={"k": 1000},
+                         settings={"max_threads": 1})
+    got = remote.query("SELECT count(), countIf(id != toUInt64(f) + 1000), countIf(s != concat('r', toString(id - 1000), "
+                       "' \\'q\\' FORMAT x; input(\\'y\\')')) FROM t").rows
+    assert got == [(n, 0, 0)]
+    # the same request by hand: statement in `query`, the rows as the raw body (no multipart form)
+    sql = "INSERT INTO t (id, s) SELECT id, upper(s) FROM input('id UInt64, s String') FORMAT JSONEachRow"
+    req = urllib.request.Request(f"{warehouse_service}/?database={remote.database}&query={urllib.parse.quote(sql)}",
+                                 data=b'{"id":1,"s":"abc"}\n{"id":2,"s":"de"}\n', method="POST",
+                                 headers={"Content-Type": "application/octet-stream"})
+    assert urllib.request.urlopen(req, timeout=30).status == 200
+    assert remote.query("SELECT groupArray(s) FROM (SELECT s FROM t WHERE id < 1000 ORDER BY id)").scalar() == ["ABC", "DE"]
+    with pytest.raises(WarehouseError) as e:  # a string where an int belongs: nothing of the body goes in
+        remote.command_input("INSERT INTO t (id, s) SELECT id, s FROM {input}", b'{"id":3,"s":"a"}\n{"id":"x","s":"b"}',
+                             "JSONEachRow", "id UInt64, s String")
+    assert e.value.code in (26, 27, 6, 117), e.value
+    assert remote.query("SELECT count() FROM t WHERE id = 3").scalar() == 0
+
+
 def test_a_priority_statement_goes_first_and_has_a_slot_batch_work_cannot_take():
     adm = Admission(slots=2, reserved=1)
     order: list[str] = []
@@ -135,6 +164,13 @@ def test_helpers_split_inserts_and_name_external_tables():
     assert split_insert(b"INSERT INTO t (a, b) FORMAT JSONEachRow\n{}\n") [:2] == ("t (a, b)", "JSONEachRow")
     assert bytes(split_insert(b"INSERT INTO t FORMAT Native\n\x01\x02")[2]) == b"\x01\x02"
     assert split_insert(b"INSERT INTO t SELECT 1") is None
+    assert split_input_insert("INSERT INTO t (a) SELECT a + 1 FROM input('a UInt8, b String') FORMAT JSONEachRow") == (
+        "INSERT INTO t (a) SELECT a + 1 FROM {input}", "JSONEachRow", "a UInt8, b String")
+    assert split_input_insert("INSERT INTO t SELECT 'input(\\'x\\')' FROM input('a UInt8') FORMAT CSV")[0] == (
+        "INSERT INTO t SELECT 'input(\\'x\\')' FROM {input}")
+    assert split_input_insert("INSERT INTO t SELECT * FROM input('a UInt8')") is None  # no FORMAT: no rows
+    assert split_input_insert("INSERT INTO t SELECT * FROM u FORMAT CSV") is None  # no input()
+    assert split_input_insert("SELECT * FROM input('a UInt8') FORMAT CSV") is None
     sql = "SELECT ccab_input.x, 'ccab_input' FROM ccab_input -- ccab_input\nJOIN t.ccab_input"
     assert replace_identifier(sql, "ccab_input", "F") == "SELECT F.x, 'ccab_input' FROM F -- ccab_input\nJOIN t.ccab_input"
 
