@@ -21,9 +21,10 @@ from collections import Counter, defaultdict
 from datetime import datetime
 
 import numpy as np
+# scipy and statsmodels are imported in the functions that use them: together ~1.5 s at import,
+# which every command that reaches the judge (the rollout CLI, the controller) would pay
 from ccab.base.chtime import hours_between, sql_time
 from ccab.judge.model import GateCheck
-from scipy import stats as sps
 
 CC_COMPLIANCE_MAX = 0.01
 SAMPLING_HOST_FACTOR = 2.0
@@ -71,6 +72,7 @@ def _hours_text(hours: list[str]) -> str:
 def sampling_gate(conns: dict[str, int], requests: dict[str, float], arm_of: dict[str, str],
                   control_arm: str) -> list[GateCheck]:
     """``conns``: host -> sampled tcp connections; ``requests``: host -> nginx requests."""
+    from scipy import stats as sps
     ratio = {h: conns[h] / requests[h] for h in conns if requests.get(h, 0) > 0 and conns[h] > 0}
     out: list[GateCheck] = []
     if len(ratio) < 2:

@@ -24,7 +24,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats as sps
+# scipy and statsmodels are imported in the functions that use them: together ~1.5 s at import,
+# which every command that reaches the judge (the rollout CLI, the controller) would pay
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Line:
         return v, math.sqrt(max(var, 0.0))
 
     def slope_ci(self, level: float = 0.95) -> tuple[float, float]:
+        from scipy import stats as sps
         t = float(sps.t.ppf(0.5 + level / 2, max(self.df, 1)))
         return self.slope - t * self.se_slope, self.slope + t * self.se_slope
 
