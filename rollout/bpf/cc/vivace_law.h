@@ -6,9 +6,10 @@
  * Monitor intervals (MIs): the sender keeps a rate for one MI (max(srtt, 10 ms)); the ACKs that
  * arrive one srtt later are that MI's feedback, and when they are in the MI is scored:
  *   u(x) = x^0.9 - 900 x dRTT/dt - 11.35 x L          (x in Mbit/s, L the loss rate)
- * (dRTT/dt: the RTT's slope over the MI's ACKs by least squares, 0 when |slope| < 0.01 or when
- * it is not significant: |t| < 2, see vv_rtt_slope_q16; L: the loss rate, lost /
- * (delivered+lost), averaged over the last MIs: an EWMA, 1/8 per scored MI — see vv_loss_q16).
+ * (dRTT/dt: the RTT's slope over the MI's ACKs by least squares, 0 when negative (as the
+ * authors' PCC-Uspace), when |slope| < 0.01 or when it is not significant: |t| < 2, see
+ * vv_rtt_slope_q16; L: the loss rate, lost / (delivered+lost), averaged over the last MIs: an
+ * EWMA, 1/8 per scored MI — see vv_loss_q16).
  * STARTING doubles the rate each MI until an MI scores lower than the one before; PROBING sends
  * two pairs of MIs at r(1+e) and r(1-e) (e = 5 %); when both pairs agree, MOVING steps the rate by
  * m(t) * theta0 * gradient, the confidence amplifier m(t) growing with t consecutive steps in one
