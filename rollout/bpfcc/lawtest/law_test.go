@@ -304,6 +304,13 @@ func fit(x, y []float64) (b, tstat float64) {
 // it has been in PROBE_BW CRUISE without a short-term bound for 50 ms; it returns the last ACK
 // fed and the law's answer (ok false if that never happened in 12 s).
 func driveToCruise(b *BBR, seed uint64) (last BBRIn, v BBRView, ok bool) {
+	return driveUntil(b, seed, func(v BBRView) bool { return v.Mode == 2 && v.Phase == 1 && v.InflightLo == u32Max }, 50)
+}
+
+// driveUntil runs a BBR socket over the modelled link (20 Mbit/s, 20 ms, 2 BDP, no loss) until
+// want has held for holdMs; it returns the last ACK fed and the law's answer (ok false if that
+// never happened in 12 s).
+func driveUntil(b *BBR, seed uint64, want func(BBRView) bool, holdMs int) (last BBRIn, v BBRView, ok bool) {
 	l := newLink(20e6, 20, 2, 0)
 	r := rand.New(rand.NewPCG(seed, 1))
 	cwnd, pacing := uint32(10), uint64(2*10*1500*1000/20)
@@ -323,10 +330,11 @@ func driveToCruise(b *BBR, seed uint64) (last BBRIn, v BBRView, ok bool) {
 			PriorInFlight: uint32(l.inflight + acked), AckedSacked: uint32(acked), Rand: r.Uint32()}
 		v = b.OnAck(in)
 		cwnd, pacing, last = v.Cwnd, v.PacingBps, in
-		if v.Mode == 2 && v.Phase == 1 && v.InflightLo == u32Max {
+		if want(v) {
 			if cruiseSince < 0 {
 				cruiseSince = i
-			} else if i-cruiseSince >= 50 {
+			}
+			if i-cruiseSince >= holdMs {
 				return last, v, true
 			}
 		} else {
@@ -429,5 +437,43 @@ func TestVivaceDrainingQueueNotRewarded(t *testing.T) {
 	want := float64(uFlat)/65536 - 1800
 	if got := float64(VivaceUtility(rate, 0, ts, rising)) / 65536; math.Abs(got-want) > 20 {
 		t.Errorf("rising RTT: utility %.1f, want %.1f", got, want)
+	}
+}
+
+// v2's rs->tx_in_flight (the inflight when the ACKed packet was sent), which sets inflight_hi when
+// a probe finds too much loss, is rs->delivered + the packets lost since, not the inflight at the
+// ACK: in PROBE_UP, an ACK reporting 2 losses (> 2 %) for a packet delivered 50 packets after its
+// send (52 in flight then), arriving when the inflight has fallen to 30, sets inflight_hi to about
+// 52 (before: 30, the level after the probe,
+// and CRUISE's 15 % headroom then put the window below the BDP).
+func TestBBRInflightHiFromTxInFlight(t *testing.T) {
+	for _, ver := range []int{2, 3} {
+		checked := false
+		for seed := uint64(1); seed <= 20 && !checked; seed++ {
+			b := NewBBR(ver)
+			last, v, ok := driveUntil(b, seed, func(v BBRView) bool { return v.Mode == 2 && v.Phase == 3 }, 0)
+			if !ok {
+				b.Free()
+				continue
+			}
+			a := last
+			a.NowUs += 500
+			a.TpDelivered += 2
+			a.PriorDelivered = a.TpDelivered - 50
+			a.AckedSacked, a.Delivered, a.Losses, a.TpLost = 2, 50, 2, last.TpLost+2
+			a.PriorInFlight, a.Inflight = 30, 28
+			v = b.OnAck(a)
+			b.Free()
+			checked = true
+			if v.InflightHi < 50 || v.InflightHi > 53 {
+				t.Errorf("bbr%d: inflight_hi %d after a too-high loss (2 packets) on a packet sent with 52 in flight (30 now): want ~52", ver, v.InflightHi)
+			}
+			if v.Phase == 3 {
+				t.Errorf("bbr%d: still in PROBE_UP after a loss above the threshold", ver)
+			}
+		}
+		if !checked {
+			t.Fatalf("bbr%d: never reached PROBE_UP in the modelled link", ver)
+		}
 	}
 }
