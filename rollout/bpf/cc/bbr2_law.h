@@ -312,7 +312,7 @@ static __always_inline u32 bbr_inflight_with_headroom(const struct bbr2_state *s
  * rate_sample, but follows from what is: every packet in flight when the ACKed one was sent was
  * sent before it, so by its ACK each has been delivered or marked lost (a reordered or not yet
  * marked hole aside): tx_in_flight = rs->delivered (delivered since its send) + the packets lost
- * since (v2's rs->lost, approximated by the loss round's, bbr_lost_in_round). Not the inflight now:
+ * since (v2's rs->lost, approximated by BBR's round's: bbr_lost_in_round). Not the inflight now:
  * after a probe it has fallen (DOWN) and a loss reported then would set inflight_hi at the lower
  * level, not at the one that lost; before it has risen a round's growth. Without a rate sample:
  * prior_in_flight, bounded by the previous round's largest (the packets ACKed in a round were sent
