@@ -27,6 +27,8 @@
 #   CCAB_BENCH_SECONDS (20), CCAB_BENCH_RATE_MBIT (20), CCAB_BENCH_REPEATS (3),
 #   CCAB_BENCH_CASES (default "shallow deep rtt100 loss share probertt vivace"),
 #   CCAB_BENCH_LOSSES (the loss case's rates, default "0.005 0.01 0.02 0.05"),
+#   CCAB_BENCH_LOSS_RTT_MS (the loss case's base RTT, default 20; other values add "rtt N ms" to
+#   its lines),
 #   CCAB_BENCH_TRACE_DIR (if set, each flow's tcp_info samples and model go to a .trace file there)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,6 +37,7 @@ rate=${CCAB_BENCH_RATE_MBIT:-20}
 cases=${CCAB_BENCH_CASES:-"shallow deep rtt100 loss share probertt vivace"}
 reps=${CCAB_BENCH_REPEATS:-3}
 losses=${CCAB_BENCH_LOSSES:-"0.005 0.01 0.02 0.05"}
+loss_rtt=${CCAB_BENCH_LOSS_RTT_MS:-20}
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || [ ! -e /dev/net/tun ]; then
   echo "bpfcc bench: skipped (needs root, ip and /dev/net/tun)"
   exit 0
@@ -153,16 +156,17 @@ for c in $cases; do
     rtt100) pair_case 1bdp-100ms 50 1 ;;
     loss)
       for p in $losses; do
-        link "loss$p" 10 2 "$p"; start_sink
+        link "loss$p" $((loss_rtt / 2)) 2 "$p"; start_sink
         for r in $(seq "$reps"); do
           for cc in bbr2 bbr cubic; do flows "loss$p-$cc-$r" "$cc" "0"; done
         done
-        py "$p" "$rate" <<PYEOF
+        py "$p" "$rate" "$loss_rtt" <<PYEOF
 $pyhead
 p, rate = args[0], float(args[1]) * 1e6
+at = "" if args[2] == "20" else " rtt %s ms" % args[2]
 u = {cc: [ld(f"loss{p}-{cc}-{rep}")[0]["goodput_bps"] / rate for rep in range(1, reps + 1)] for cc in ("bbr2", "bbr", "cubic")}
-print("bpfcc detail loss %g%% repeats %s" % (float(p) * 100, "  ".join("%s %s" % (cc, each(v)) for cc, v in u.items())))
-print("bpfcc loss %g%% util bbr2 %.3f bbr %.3f cubic %.3f" % (float(p) * 100, med(u["bbr2"]), med(u["bbr"]), med(u["cubic"])))
+print("bpfcc detail loss %g%%%s repeats %s" % (float(p) * 100, at, "  ".join("%s %s" % (cc, each(v)) for cc, v in u.items())))
+print("bpfcc loss %g%%%s util bbr2 %.3f bbr %.3f cubic %.3f" % (float(p) * 100, at, med(u["bbr2"]), med(u["bbr"]), med(u["cubic"])))
 PYEOF
       done ;;
     share)

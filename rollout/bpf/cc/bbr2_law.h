@@ -103,7 +103,8 @@ struct bbr2_state {
 	u32 round_count;
 	u32 rounds_since_probe;
 	u32 prior_cwnd;
-	u32 lost_round_start;  /* tp->lost at the round's start */
+	u32 lost_round_start;  /* tp->lost at the loss round's start */
+	u32 lost_rtt_start;    /* tp->lost at BBR's last round start (v2's rs->lost: see bbr_lost_in_round) */
 	u32 delivered_round_start;
 	u32 ce_round_start;
 	u32 loss_events_round; /* ACKs that marked packets lost this round */
@@ -308,14 +309,25 @@ static __always_inline u32 bbr_inflight_with_headroom(const struct bbr2_state *s
 }
 
 /* v2's rs->tx_in_flight (packets in flight when the ACKed packet was sent) is not in mainline's
- * rate_sample. The packets ACKed in this round were sent during the previous one, so the largest
- * inflight seen then bounds it from above; the inflight before this ACK does too. Without the
- * bound (the current inflight alone), a window that grew while the loss was still unseen set
- * inflight_hi a round's growth above the level that lost. */
+ * rate_sample, but follows from what is: every packet in flight when the ACKed one was sent was
+ * sent before it, so by its ACK each has been delivered or marked lost (a reordered or not yet
+ * marked hole aside): tx_in_flight = rs->delivered (delivered since its send) + the packets lost
+ * since (v2's rs->lost, approximated by BBR's round's: bbr_lost_in_round). Not the inflight now:
+ * after a probe it has fallen (DOWN) and a loss reported then would set inflight_hi at the lower
+ * level, not at the one that lost; before it has risen a round's growth. Without a rate sample:
+ * prior_in_flight, bounded by the previous round's largest (the packets ACKed in a round were sent
+ * during the one before). */
+static __always_inline u32 bbr_lost_in_round(const struct bbr2_state *s, const struct bbr2_in *in)
+{
+	return in->tp_lost - s->lost_rtt_start;
+}
+
 static __always_inline u32 bbr_tx_in_flight(const struct bbr2_state *s, const struct bbr2_in *in)
 {
 	u32 x = in->prior_in_flight;
 
+	if (in->delivered > 0 && in->interval_us > 0)
+		return bbr_min32((u32)in->delivered + bbr_min32(bbr_lost_in_round(s, in), BBR_CWND_MAX), BBR_CWND_MAX);
 	if (s->inflight_prev_round_max)
 		x = bbr_min32(x, s->inflight_prev_round_max);
 	return bbr_max32(x, 1);
@@ -325,7 +337,7 @@ static __always_inline u32 bbr_tx_in_flight(const struct bbr2_state *s, const st
  * began (tp->lost now minus at the round start) over the estimated tx_in_flight. */
 static __always_inline int bbr_inflight_too_high(const struct bbr2_state *s, const struct bbr2_in *in)
 {
-	u32 lost = in->tp_lost - s->lost_round_start;
+	u32 lost = bbr_lost_in_round(s, in);
 	u32 delivered = in->tp_delivered - s->delivered_round_start;
 	u32 ce = in->tp_delivered_ce - s->ce_round_start;
 	u32 tx_in_flight = bbr_tx_in_flight(s, in);
@@ -387,10 +399,13 @@ static __always_inline void bbr_adapt_upper_bounds(struct bbr2_state *s, const s
 			return;
 		}
 	}
-	if (s->bw_probe_samples && bbr_inflight_too_high(s, in)) {
-		bbr_handle_inflight_too_high(s, in);
+	if (bbr_inflight_too_high(s, in)) {
+		if (s->bw_probe_samples) /* a sample of the probe's packets: the probe found the limit */
+			bbr_handle_inflight_too_high(s, in);
 		return;
 	}
+	/* the loss rate is safe: a higher level seen in any phase raises inflight_hi (v2: resilience
+	 * to random loss) */
 	if (s->inflight_hi == U32_INF)
 		return;
 	if (bbr_tx_in_flight(s, in) > s->inflight_hi)
@@ -478,6 +493,7 @@ static __always_inline void bbr_init_state(struct bbr2_state *s, const struct bb
 	s->next_rtt_delivered = in->tp_delivered;
 	s->loss_round_delivered = in->tp_delivered;
 	s->lost_round_start = in->tp_lost;
+	s->lost_rtt_start = in->tp_lost;
 	s->delivered_round_start = in->tp_delivered;
 	s->ce_round_start = in->tp_delivered_ce;
 	s->prior_cwnd = in->cwnd;
@@ -531,14 +547,20 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 		s->inflight_latest = bbr_max32(s->inflight_latest, (u32)in->delivered);
 		s->idle_restart = 0;
 	}
+	/* draft BBRNoteLoss: the first loss of a loss round restarts it, so that the round whose
+	 * delivery signals set bw_lo/inflight_lo is the one after the loss (its samples span the
+	 * loss's recovery), not the rest of the round in which it was found (each of whose samples
+	 * lacks the lost packet: at 34 packets per round, 3 % per lossy round) */
+	if (in->losses > 0) {
+		if (!s->loss_in_round)
+			s->loss_round_delivered = in->tp_delivered;
+		s->loss_in_round = 1;
+		s->loss_events_round++;
+	}
 	s->loss_round_start = 0;
 	if (valid && in->acked_sacked && in->prior_delivered - s->loss_round_delivered < 0x80000000U) {
 		s->loss_round_delivered = in->tp_delivered;
 		s->loss_round_start = 1;
-	}
-	if (in->losses > 0) {
-		s->loss_in_round = 1;
-		s->loss_events_round++;
 	}
 
 	/* 2. min_rtt, and the 5 s PROBE_RTT window */
@@ -614,6 +636,8 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 		}
 	}
 	bbr_update_congestion_signals(s, in, sample_bw, valid);
+	if (s->round_start)
+		s->lost_rtt_start = in->tp_lost;
 	s->bw = bbr_min64(bbr_max_bw(s), s->bw_lo);
 	max_bw = s->bw;
 

@@ -304,6 +304,13 @@ func fit(x, y []float64) (b, tstat float64) {
 // it has been in PROBE_BW CRUISE without a short-term bound for 50 ms; it returns the last ACK
 // fed and the law's answer (ok false if that never happened in 12 s).
 func driveToCruise(b *BBR, seed uint64) (last BBRIn, v BBRView, ok bool) {
+	return driveUntil(b, seed, func(v BBRView) bool { return v.Mode == 2 && v.Phase == 1 && v.InflightLo == u32Max }, 50)
+}
+
+// driveUntil runs a BBR socket over the modelled link (20 Mbit/s, 20 ms, 2 BDP, no loss) until
+// want has held for holdMs; it returns the last ACK fed and the law's answer (ok false if that
+// never happened in 12 s).
+func driveUntil(b *BBR, seed uint64, want func(BBRView) bool, holdMs int) (last BBRIn, v BBRView, ok bool) {
 	l := newLink(20e6, 20, 2, 0)
 	r := rand.New(rand.NewPCG(seed, 1))
 	cwnd, pacing := uint32(10), uint64(2*10*1500*1000/20)
@@ -323,10 +330,11 @@ func driveToCruise(b *BBR, seed uint64) (last BBRIn, v BBRView, ok bool) {
 			PriorInFlight: uint32(l.inflight + acked), AckedSacked: uint32(acked), Rand: r.Uint32()}
 		v = b.OnAck(in)
 		cwnd, pacing, last = v.Cwnd, v.PacingBps, in
-		if v.Mode == 2 && v.Phase == 1 && v.InflightLo == u32Max {
+		if want(v) {
 			if cruiseSince < 0 {
 				cruiseSince = i
-			} else if i-cruiseSince >= 50 {
+			}
+			if i-cruiseSince >= holdMs {
 				return last, v, true
 			}
 		} else {
@@ -337,12 +345,14 @@ func driveToCruise(b *BBR, seed uint64) (last BBRIn, v BBRView, ok bool) {
 }
 
 // The short-term bounds (bw_lo, inflight_lo) react once per loss round, and the loss round is the
-// draft's own packet-timed round (Linux's loss_round_delivered): entering fast recovery restarts
-// BBR's round counter (packet conservation for a round) but not the loss round. In CRUISE: an ACK
-// that starts a round (A0), an ACK that reports a loss and enters recovery (A), then an ACK for a
-// packet sent after A0 but before A (B): B ends the loss round that saw the loss, so inflight_lo
-// is cut at B — at most to 0.7 x the window, never below what the round delivered. (When the
-// round counter was also the loss round, recovery pushed the cut a round later, after B.)
+// draft's own (Linux's loss_round_delivered) with the draft's BBRNoteLoss: the first loss restarts
+// it, so the cut comes a round after the loss and uses that round's delivery signals, whose
+// samples span the loss's recovery. Entering fast recovery (packet conservation: BBR's round
+// counter restarts) does not move it. In CRUISE: an ACK that starts a round (A0), an ACK that
+// reports a loss (A, tp_delivered x+5), one that enters recovery (R, x+8), then an ACK for a packet
+// sent before the loss was seen (B, a low sample: it lacks the lost packet) — no cut yet (before
+// BBRNoteLoss, B ended the round and cut to B's round) — then one for a packet sent after the
+// loss, before R (C, a full sample): the cut, at least to what C delivered.
 func TestBBRLossRoundNotRestartedByRecovery(t *testing.T) {
 	for _, ver := range []int{2, 3} {
 		checked := false
@@ -360,28 +370,110 @@ func TestBBRLossRoundNotRestartedByRecovery(t *testing.T) {
 			v = b.OnAck(a0)
 			a := a0
 			a.NowUs += 1000
-			a.TpDelivered, a.PriorDelivered, a.AckedSacked, a.Losses, a.TpLost, a.CAState = x+5, x-20, 2, 1, last.TpLost+1, 3
+			a.TpDelivered, a.PriorDelivered, a.AckedSacked, a.Losses, a.TpLost = x+5, x-20, 2, 1, last.TpLost+1
 			v = b.OnAck(a)
+			r := a
+			r.NowUs += 1000
+			r.TpDelivered, r.PriorDelivered, r.Losses, r.CAState = x+8, x-18, 0, 3
+			v = b.OnAck(r)
 			if v.Mode != 2 || v.Phase != 1 || v.InflightLo != u32Max {
 				b.Free()
 				continue // the random probe timer moved it out of CRUISE: another seed
 			}
 			cwndBefore := v.Cwnd
-			bb := a
+			bb := r
 			bb.NowUs += 1000
-			bb.TpDelivered, bb.PriorDelivered, bb.Losses, bb.Delivered = x+10, x+1, 0, int32(v.Cwnd)
+			bb.TpDelivered, bb.PriorDelivered, bb.Delivered = x+10, x+1, int32(cwndBefore/2)
 			v = b.OnAck(bb)
+			if v.Mode != 2 || v.Phase != 1 {
+				b.Free()
+				continue
+			}
+			if v.InflightLo != u32Max {
+				t.Errorf("bbr%d: inflight_lo %d after an ACK for a packet sent before the loss was seen: want no cut until a round after the loss (draft BBRNoteLoss)", ver, v.InflightLo)
+			}
+			c := bb
+			c.NowUs += 1000
+			c.TpDelivered, c.PriorDelivered, c.Delivered = x+12, x+6, int32(cwndBefore)
+			v = b.OnAck(c)
 			b.Free()
 			if v.Mode != 2 || v.Phase != 1 {
 				continue
 			}
 			checked = true
-			if v.InflightLo == u32Max || v.InflightLo < cwndBefore*179/256 {
-				t.Errorf("bbr%d: after the ACK that ends the loss round, inflight_lo %d (window before %d): want a cut to at least 0.7 x the window", ver, v.InflightLo, cwndBefore)
+			if v.InflightLo == u32Max || v.InflightLo < cwndBefore*179/256 || v.InflightLo < uint32(c.Delivered) {
+				t.Errorf("bbr%d: after the ACK that ends the loss round, inflight_lo %d (window before %d, the round's sample %d): want a cut to at least 0.7 x the window and no lower than the round delivered", ver, v.InflightLo, cwndBefore, c.Delivered)
 			}
 		}
 		if !checked {
 			t.Fatalf("bbr%d: never reached CRUISE in the modelled link", ver)
+		}
+	}
+}
+
+// Vivace penalises a growing queue and does not reward a draining one (as the authors' PCC-Uspace
+// takes a negative RTT gradient as 0): an MI whose RTT falls scores as one whose RTT is flat at the
+// same rate, so while a queue drains a lower rate does not outscore a higher one (rewarded, the
+// bounded steps took the rate down to 0.6-0.8 of the link after each overshoot); a rising RTT
+// still costs b x rate x slope.
+func TestVivaceDrainingQueueNotRewarded(t *testing.T) {
+	ts := make([]uint64, 40)
+	flat, falling, rising := make([]int64, 40), make([]int64, 40), make([]int64, 40)
+	for i := range ts {
+		ts[i] = uint64(1_000_000 + i*500) // 20 ms, a sample every 0.5 ms
+		flat[i] = 20_000
+		falling[i] = 30_000 - int64(i)*50 // -0.1 us per us: a queue draining
+		rising[i] = 20_000 + int64(i)*50
+	}
+	const rate = 2_500_000 // 20 Mbit/s
+	uFlat := VivaceUtility(rate, 0, ts, flat)
+	if got := VivaceUtility(rate, 0, ts, falling); got != uFlat {
+		t.Errorf("falling RTT: utility %d, flat %d: want equal (a draining queue is not rewarded)", got, uFlat)
+	}
+	if got := VivaceUtility(rate*9/10, 0, ts, falling); got >= uFlat {
+		t.Errorf("10 %% lower rate with a draining queue scores %d >= %d at the higher rate", got, uFlat)
+	}
+	// 20 Mbit/s x 900 x 0.1 = 1800 below the flat MI's (x^0.9 = 14.9)
+	want := float64(uFlat)/65536 - 1800
+	if got := float64(VivaceUtility(rate, 0, ts, rising)) / 65536; math.Abs(got-want) > 20 {
+		t.Errorf("rising RTT: utility %.1f, want %.1f", got, want)
+	}
+}
+
+// v2's rs->tx_in_flight (the inflight when the ACKed packet was sent), which sets inflight_hi when
+// a probe finds too much loss, is rs->delivered + the packets lost since, not the inflight at the
+// ACK: in PROBE_UP, an ACK reporting 2 losses (> 2 %) for a packet delivered 50 packets after its
+// send (52 in flight then), arriving when the inflight has fallen to 30, sets inflight_hi to about
+// 52 (before: 30, the level after the probe,
+// and CRUISE's 15 % headroom then put the window below the BDP).
+func TestBBRInflightHiFromTxInFlight(t *testing.T) {
+	for _, ver := range []int{2, 3} {
+		checked := false
+		for seed := uint64(1); seed <= 20 && !checked; seed++ {
+			b := NewBBR(ver)
+			last, v, ok := driveUntil(b, seed, func(v BBRView) bool { return v.Mode == 2 && v.Phase == 3 }, 0)
+			if !ok {
+				b.Free()
+				continue
+			}
+			a := last
+			a.NowUs += 500
+			a.TpDelivered += 2
+			a.PriorDelivered = a.TpDelivered - 50
+			a.AckedSacked, a.Delivered, a.Losses, a.TpLost = 2, 50, 2, last.TpLost+2
+			a.PriorInFlight, a.Inflight = 30, 28
+			v = b.OnAck(a)
+			b.Free()
+			checked = true
+			if v.InflightHi < 50 || v.InflightHi > 53 {
+				t.Errorf("bbr%d: inflight_hi %d after a too-high loss (2 packets) on a packet sent with 52 in flight (30 now): want ~52", ver, v.InflightHi)
+			}
+			if v.Phase == 3 {
+				t.Errorf("bbr%d: still in PROBE_UP after a loss above the threshold", ver)
+			}
+		}
+		if !checked {
+			t.Fatalf("bbr%d: never reached PROBE_UP in the modelled link", ver)
 		}
 	}
 }

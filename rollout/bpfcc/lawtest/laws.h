@@ -32,6 +32,8 @@ struct law_vv_in {
 };
 /* vivace's dRTT/dt (Q16, 0 when not significant) of these RTT samples as one MI's */
 s64 law_vv_rtt_slope(u32 n, const u64 *now_us, const s64 *rtt_us);
+/* vivace's utility (Q16) of an MI sent at rate_bps with these RTT samples and loss rate (Q16) */
+s64 law_vv_utility(u64 rate_bps, u32 loss_q16, u32 n, const u64 *now_us, const s64 *rtt_us);
 struct law_vv_view {
 	u32 cwnd;
 	u64 pacing_bps, rate_bps;

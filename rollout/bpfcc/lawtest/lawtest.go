@@ -131,3 +131,18 @@ func VivaceRTTSlope(nowUs []uint64, rttUs []int64) int64 {
 	copy(unsafe.Slice((*int64)(r), len(rttUs)), rttUs)
 	return int64(C.law_vv_rtt_slope(C.u32(len(nowUs)), (*C.u64)(t), (*C.s64)(r)))
 }
+
+// VivaceUtility is vivace's utility (Q16) of one monitor interval sent at rateBps (bytes/s) with
+// these RTT samples and the loss rate lossQ16 (Q16: 65536 = all lost).
+func VivaceUtility(rateBps uint64, lossQ16 uint32, nowUs []uint64, rttUs []int64) int64 {
+	if len(nowUs) == 0 || len(nowUs) != len(rttUs) {
+		return 0
+	}
+	t := C.malloc(C.size_t(8 * len(nowUs)))
+	r := C.malloc(C.size_t(8 * len(rttUs)))
+	defer C.free(t)
+	defer C.free(r)
+	copy(unsafe.Slice((*uint64)(t), len(nowUs)), nowUs)
+	copy(unsafe.Slice((*int64)(r), len(rttUs)), rttUs)
+	return int64(C.law_vv_utility(C.u64(rateBps), C.u32(lossQ16), C.u32(len(nowUs)), (*C.u64)(t), (*C.s64)(r)))
+}

@@ -30,3 +30,14 @@ s64 law_vv_rtt_slope(u32 n, const u64 *now_us, const s64 *rtt_us)
 		vv_mi_add_rtt(&mi, now_us[i], rtt_us[i]);
 	return vv_rtt_slope_q16(&mi);
 }
+
+s64 law_vv_utility(u64 rate_bps, u32 loss_q16, u32 n, const u64 *now_us, const s64 *rtt_us)
+{
+	struct vv_mi mi = {0};
+	u32 i;
+
+	mi.rate_bps = rate_bps;
+	for (i = 0; i < n; i++)
+		vv_mi_add_rtt(&mi, now_us[i], rtt_us[i]);
+	return vv_utility(&mi, loss_q16);
+}
