@@ -251,9 +251,10 @@ def run_power(args: argparse.Namespace) -> int:
         return 2
     with warehouse() as wh:
         span = rollup_span(wh)
-        if span is None:
-            print("ccab power: the rollups are empty; load data and run `ccab analyze` first", file=sys.stderr)
-            return 1
+        if span is None:  # an answer, like too little history below: nothing to size a canary from yet
+            print("[]" if args.json else
+                  "not enough history: the rollups are empty (load data and run `ccab analyze` first)")
+            return 0
         try:
             start = parse_hour(args.t_from, "--from") if args.t_from else span[0]
             end = parse_hour(args.t_to, "--to") if args.t_to else span[1]

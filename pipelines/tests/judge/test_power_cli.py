@@ -29,3 +29,17 @@ def test_power_with_one_host_of_history_answers_not_enough_history_with_exit_0(w
     assert p.stdout.strip().splitlines()[-1] == "not enough history: need at least 2 hosts in one window of 1 h"
     p = subprocess.run([*CCAB, *ARGS, "--json"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and json.loads(p.stdout) == [], (p.stdout, p.stderr)
+
+
+def test_power_on_empty_rollups_answers_not_enough_history_with_exit_0(warehouse_env, capsys):
+    """The soak's analysts before the first hourly run: 8 `ccab power` exits 1 ("the rollups are
+    empty") — the same answer as too little history, so the same exit code."""
+    from ccab import cli
+
+    capsys.readouterr()
+    assert cli.main(ARGS) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == "not enough history: the rollups are empty (load data and run `ccab analyze` first)"
+    assert out.err == ""
+    assert cli.main([*ARGS, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
