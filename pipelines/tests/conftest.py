@@ -157,7 +157,12 @@ def warehouse_template(tmp_path_factory) -> Callable[[Path], Path]:
         finally:
             wh.close()
 
-    template = once_per_run(tmp_path_factory, "warehouse-template", build) / "warehouse"
+    return _copier(once_per_run(tmp_path_factory, "warehouse-template", build) / "warehouse")
+
+
+def _copier(template: Path) -> Callable[[Path], Path]:
+    """``copy_to(dest) -> dest``: a copy of the closed warehouse directory ``template`` at ``dest``
+    (its store links are relative, so the copy is whole)."""
 
     def copy_to(dest: Path) -> Path:
         shutil.copytree(template, dest, symlinks=True)
@@ -166,16 +171,21 @@ def warehouse_template(tmp_path_factory) -> Callable[[Path], Path]:
     return copy_to
 
 
-@pytest.fixture
-def warehouse(tmp_path, warehouse_template):
-    """A migrated embedded warehouse (real ClickHouse engine via chdb) in a fresh directory."""
+def _opened_copy(tmp_path: Path, copy_to: Callable[[Path], Path]) -> Iterator:
+    """An embedded warehouse opened on a copy made by ``copy_to``; closed afterwards."""
     from ccab.base.warehouse import ChdbWarehouse
 
-    wh = ChdbWarehouse(warehouse_template(tmp_path / "warehouse"))
+    wh = ChdbWarehouse(copy_to(tmp_path / "warehouse"))
     try:
         yield wh
     finally:
         wh.close()
+
+
+@pytest.fixture
+def warehouse(tmp_path, warehouse_template):
+    """A migrated embedded warehouse (real ClickHouse engine via chdb) in a fresh directory."""
+    yield from _opened_copy(tmp_path, warehouse_template)
 
 
 #: the hours of ``tiny_world`` (its window: [TINY_START, TINY_END))
@@ -204,25 +214,13 @@ def tiny_rolled_up_template(tmp_path_factory, tiny_world, warehouse_template) ->
         finally:
             wh.close()
 
-    template = once_per_run(tmp_path_factory, "tiny-rolled-up", build) / "warehouse"
-
-    def copy_to(dest: Path) -> Path:
-        shutil.copytree(template, dest, symlinks=True)
-        return dest
-
-    return copy_to
+    return _copier(once_per_run(tmp_path_factory, "tiny-rolled-up", build) / "warehouse")
 
 
 @pytest.fixture
 def tiny_warehouse(tmp_path, tiny_rolled_up_template):
     """An embedded warehouse holding ``tiny_world`` loaded and rolled up (``tiny_rolled_up_template``)."""
-    from ccab.base.warehouse import ChdbWarehouse
-
-    wh = ChdbWarehouse(tiny_rolled_up_template(tmp_path / "warehouse"))
-    try:
-        yield wh
-    finally:
-        wh.close()
+    yield from _opened_copy(tmp_path, tiny_rolled_up_template)
 
 
 def _free_port() -> int:
