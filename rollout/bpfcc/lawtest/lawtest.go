@@ -120,6 +120,14 @@ func (v *Vivace) OnAck(in VivaceIn) VivaceView {
 // VivaceRTTSlope is vivace's dRTT/dt (Q16: 65536 = 1 us per us) of these RTT samples taken as
 // one monitor interval's, 0 when the slope is not significant.
 func VivaceRTTSlope(nowUs []uint64, rttUs []int64) int64 {
+	return withSamples(nowUs, rttUs, func(n C.u32, t *C.u64, r *C.s64) int64 {
+		return int64(C.law_vv_rtt_slope(n, t, r))
+	})
+}
+
+// withSamples calls law with the RTT samples copied into C memory (cgo may not keep Go pointers),
+// 0 when there are none or the two slices differ in length.
+func withSamples(nowUs []uint64, rttUs []int64, law func(n C.u32, t *C.u64, r *C.s64) int64) int64 {
 	if len(nowUs) == 0 || len(nowUs) != len(rttUs) {
 		return 0
 	}
@@ -129,20 +137,13 @@ func VivaceRTTSlope(nowUs []uint64, rttUs []int64) int64 {
 	defer C.free(r)
 	copy(unsafe.Slice((*uint64)(t), len(nowUs)), nowUs)
 	copy(unsafe.Slice((*int64)(r), len(rttUs)), rttUs)
-	return int64(C.law_vv_rtt_slope(C.u32(len(nowUs)), (*C.u64)(t), (*C.s64)(r)))
+	return law(C.u32(len(nowUs)), (*C.u64)(t), (*C.s64)(r))
 }
 
 // VivaceUtility is vivace's utility (Q16) of one monitor interval sent at rateBps (bytes/s) with
 // these RTT samples and the loss rate lossQ16 (Q16: 65536 = all lost).
 func VivaceUtility(rateBps uint64, lossQ16 uint32, nowUs []uint64, rttUs []int64) int64 {
-	if len(nowUs) == 0 || len(nowUs) != len(rttUs) {
-		return 0
-	}
-	t := C.malloc(C.size_t(8 * len(nowUs)))
-	r := C.malloc(C.size_t(8 * len(rttUs)))
-	defer C.free(t)
-	defer C.free(r)
-	copy(unsafe.Slice((*uint64)(t), len(nowUs)), nowUs)
-	copy(unsafe.Slice((*int64)(r), len(rttUs)), rttUs)
-	return int64(C.law_vv_utility(C.u64(rateBps), C.u32(lossQ16), C.u32(len(nowUs)), (*C.u64)(t), (*C.s64)(r)))
+	return withSamples(nowUs, rttUs, func(n C.u32, t *C.u64, r *C.s64) int64 {
+		return int64(C.law_vv_utility(C.u64(rateBps), C.u32(lossQ16), n, t, r))
+	})
 }
