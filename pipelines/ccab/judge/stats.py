@@ -439,21 +439,28 @@ def _shift_treated(bins: np.ndarray, hist: np.ndarray, treated: np.ndarray, shif
 
 
 def shift_statistic_rows(hist: np.ndarray, zeros: np.ndarray, a: np.ndarray, tail_floor: float = 1e-3) -> np.ndarray:
-    """Variance-weighted sup distance between the pooled CDFs of the two label groups, per row."""
-    return _by_chunks(_shift_chunk, a, hist, zeros, tail_floor)
+    """Variance-weighted sup distance between the pooled CDFs of the two label groups, per row.
 
-
-def _shift_chunk(a: np.ndarray, hist: np.ndarray, zeros: np.ndarray, tail_floor: float) -> np.ndarray:
-    af = a.astype(np.float64)
-    ct = np.hstack([(af @ zeros)[:, None], af @ hist])
-    cc = np.hstack([((1 - af) @ zeros)[:, None], (1 - af) @ hist])
-    nt = ct.sum(axis=1, keepdims=True)
-    nc = cc.sum(axis=1, keepdims=True)
-    ft = np.cumsum(ct, axis=1) / nt
-    fc = np.cumsum(cc, axis=1) / nc
-    pooled = (np.cumsum(ct, axis=1) + np.cumsum(cc, axis=1)) / (nt + nc)
+    Cumulating is linear, so each host's cumulative counts are computed once and a row's treated
+    CDF is one product with them; the control's is the total's minus the treated's, and the pooled
+    CDF (both groups together) is the same for every relabelling. A bin no host has values in
+    repeats the CDFs of the bin before it, so only occupied bins are compared."""
+    counts = np.hstack([zeros[:, None], hist]).astype(np.float64)  # hosts × (zeros + bins)
+    occupied = counts.sum(axis=0) > 0
+    occupied[0] = True
+    cum = np.cumsum(counts, axis=1)[:, occupied]
+    total = cum.sum(axis=0)
+    pooled = total / total[-1]
     w = np.clip(pooled * (1 - pooled), tail_floor * (1 - tail_floor), None)
-    return np.max(np.abs(ft - fc) / np.sqrt(w), axis=1)
+    return _by_chunks(_shift_chunk, a, cum, total, np.sqrt(w))
+
+
+def _shift_chunk(a: np.ndarray, cum: np.ndarray, total: np.ndarray, sqrt_w: np.ndarray) -> np.ndarray:
+    cum_t = a.astype(np.float64) @ cum
+    cum_c = total - cum_t
+    ft = cum_t / cum_t[:, -1:]
+    fc = cum_c / cum_c[:, -1:]
+    return np.max(np.abs(ft - fc) / sqrt_w, axis=1)
 
 
 def shift_test(arr: HostArrays, seed_key: str = "") -> Effect:

@@ -102,10 +102,12 @@ def test_late_rows_make_their_hours_stale_and_are_picked_up(warehouse, sim_dir, 
     tcp, http = records
     rng = np.random.default_rng(5)
     h13_ms = int(H13.timestamp() * 1000)
-    late_tcp = [r for r in tcp if r["ts_ms"] >= h13_ms or rng.random() < 0.1]
-    early_tcp = [r for r in tcp if r not in late_tcp]
-    late_http = [r for r in http if rng.random() < 0.1]
-    early_http = [r for r in http if r not in late_http]
+    tcp_is_late = [r["ts_ms"] >= h13_ms or rng.random() < 0.1 for r in tcp]
+    late_tcp = [r for r, late in zip(tcp, tcp_is_late) if late]
+    early_tcp = [r for r, late in zip(tcp, tcp_is_late) if not late]
+    http_is_late = [rng.random() < 0.1 for _ in http]
+    late_http = [r for r, late in zip(http, http_is_late) if late]
+    early_http = [r for r, late in zip(http, http_is_late) if not late]
     load(warehouse, write_jsonl(tmp_path / "early.jsonl", early_tcp + early_http))
     run_window(warehouse, H12, H15)
     assert_rollups_match(expected_rollup(early_tcp, early_http), actual_rollup(warehouse))

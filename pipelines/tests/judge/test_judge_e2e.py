@@ -2,7 +2,7 @@
 
 - canary-tyo1: the BBRv1 retransmit regression and the BBRv2 high-loss tail are flagged (and the
   alerts reach a webhook in Alertmanager's shape); re-running does not duplicate alerts.
-- aa: nothing is flagged, no gate fails.
+- aa: nothing is flagged, no gate fails (one load: the CLI's analysis, then the judge again without writing).
 - data-quality gates on the aa data made bad the way edges go bad (one host silent for 2 hours,
   halved sampling on the treatment arm, 5 % of connections on the wrong cc): "no decision".
 """
@@ -149,12 +149,26 @@ def test_canary_flags_bbr1_retransmits_and_bbr2_high_loss_tail(canary_sim, wareh
     assert 0 <= table[0]["variance_reduction"] <= 1  # consecutive hours of the same hosts: with adjustment
 
 
-def test_aa_flags_nothing(aa_sim, warehouse_env, capsys):
+def test_aa_flags_nothing_and_every_gate_passes(aa_sim, warehouse_env, capsys):
     assert cli.main(["load", str(aa_sim / "ccab.tcp.v1.jsonl"), str(aa_sim / "ccab.http.v1.jsonl")]) == 0
     assert cli.main(["analyze", *WINDOW, "--no-progress", "--control", "control"]) == 0
     out = capsys.readouterr().out
     assert "data-quality gate failed" not in out
     assert _alerts_json(capsys, "--rollout", "tyo1-aa") == []
+
+    # the same clean data, judged again without writing: every gate passes and the verdict is a
+    # decision; one kernel for every host: no kernel segment (it would only repeat 'all')
+    from ccab.dags.tasks import warehouse
+
+    with warehouse() as wh:
+        report = judge_window(wh, START, END, "tyo1-aa", write=False)
+    (verdict,) = report.verdicts
+    assert [g for g in report.rollouts[0].gates if g.status == "fail"] == []
+    assert verdict.decision in ("pass", "halt", "continue")  # a decision, not "no_decision"
+    results = report.rollouts[0].results
+    assert not [r for r in results if r.segment.startswith("kernel:")]
+    assert {r.segment for r in results if r.role == "segment"} >= {"rtt:0-20ms", "size:<4MiB"}
+
     assert cli.main(["analyze", *WINDOW, "--no-progress", "--control", "nonesuch", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert all(v["decision"] == "no_decision" and "no control arm 'nonesuch'" in v["reasons"][0]
@@ -182,7 +196,10 @@ def _judge_modified(warehouse, aa_sim, tmp_path, edit_tcp=None, edit_http=None):
         http = _rewrite(http, tmp_path / "http.jsonl", edit_http)
     assert not load_files(warehouse, [tcp, http]).dead
     run_window(warehouse, START, END)
-    report = judge_window(warehouse, START, END, "tyo1-aa", write=False)
+    return judge_window(warehouse, START, END, "tyo1-aa", write=False)
+
+
+def _verdict_and_gates(report):
     (verdict,) = report.verdicts
     return verdict, report.rollouts[0].gates
 
@@ -197,7 +214,7 @@ def test_gate_one_host_silent_for_two_hours(warehouse, aa_sim, tmp_path):
     def drop(rec):
         return None if rec["host"] == silent and _hour(rec) >= 1 else rec
 
-    verdict, gates = _judge_modified(warehouse, aa_sim, tmp_path, drop, drop)
+    verdict, gates = _verdict_and_gates(_judge_modified(warehouse, aa_sim, tmp_path, drop, drop))
     assert verdict.decision == "no_decision"
     failed = [g for g in gates if g.status == "fail"]
     assert [(g.gate, g.host) for g in failed] == [("host_completeness", silent), ("traffic_share", silent)]
@@ -214,7 +231,7 @@ def test_gate_halved_sampling_on_the_treatment_arm(warehouse, aa_sim, tmp_path):
             return None
         return {**rec, "sample_rate": rec["sample_rate"] / 2}
 
-    verdict, gates = _judge_modified(warehouse, aa_sim, tmp_path, edit_tcp=halve)
+    verdict, gates = _verdict_and_gates(_judge_modified(warehouse, aa_sim, tmp_path, edit_tcp=halve))
     assert verdict.decision == "no_decision"
     assert any(g.gate == "sampling_rate" and g.arm == "treatment" and g.host == "" and g.status == "fail"
                for g in gates)
@@ -227,20 +244,10 @@ def test_gate_five_percent_of_connections_on_the_wrong_cc(warehouse, aa_sim, tmp
             return {**rec, "cc": "bbr"}
         return rec
 
-    verdict, gates = _judge_modified(warehouse, aa_sim, tmp_path, edit_tcp=mislabel)
+    verdict, gates = _verdict_and_gates(_judge_modified(warehouse, aa_sim, tmp_path, edit_tcp=mislabel))
     assert verdict.decision == "no_decision"
     bad = [g for g in gates if g.gate == "cc_compliance" and g.status == "fail"]
     assert bad and all(g.arm == "treatment" and 0.02 < g.value < 0.09 for g in bad)
-
-
-def test_gates_pass_on_clean_aa_data(warehouse, aa_sim, tmp_path):
-    verdict, gates = _judge_modified(warehouse, aa_sim, tmp_path)
-    assert [g for g in gates if g.status == "fail"] == []
-    assert verdict.decision in ("pass", "halt", "continue")  # a decision, not "no_decision"
-    # one kernel for every host: no kernel segment (it would only repeat 'all')
-    results = judge_window(warehouse, START, END, "tyo1-aa", write=False).rollouts[0].results
-    assert not [r for r in results if r.segment.startswith("kernel:")]
-    assert {r.segment for r in results if r.role == "segment"} >= {"rtt:0-20ms", "size:<4MiB"}
 
 
 def test_the_rollout_plan_sets_control_guardrails_and_breakers(warehouse_env):
@@ -273,8 +280,7 @@ def test_kernel_is_a_heterogeneity_segment_when_both_arms_run_several_kernels(wa
     def kernel(rec):
         return {**rec, "kernel": "6.12.0-test"} if rec["host"] in newer else rec
 
-    _judge_modified(warehouse, aa_sim, tmp_path, kernel, kernel)
-    report = judge_window(warehouse, START, END, "tyo1-aa", write=False)
+    report = _judge_modified(warehouse, aa_sim, tmp_path, kernel, kernel)
     segs = [r for r in report.rollouts[0].results if r.role == "segment" and r.segment.startswith("kernel:")]
     assert {r.segment for r in segs} == {"kernel:6.12.0-test", "kernel:6.1.0-18-amd64"}
     assert {(r.metric, r.statistic) for r in segs} == {(g.metric, g.statistic) for g in DEFAULT_GUARDRAILS}
