@@ -315,6 +315,11 @@ class ServerWarehouse:
             raise WarehouseError(f"bad database name {database!r} in the warehouse URL")
         port = parsed.port or (8443 if parsed.scheme == "https" else 8123)
         self._local = local_path is not None
+        self._port, self._local_path = port, local_path
+        #: a read whose connection to the local service drops (the service was killed or restarted
+        #: mid-statement) waits up to this long for the service to answer again and is run once more
+        #: (reads only: a write may have landed); :func:`connect` sets it to CCAB_WAREHOUSE_WAIT_S
+        self.read_retry_wait_s = 0.0
         if local_path is not None:
             problem = _local_service_problem(port, local_path)
             if problem:
@@ -350,6 +355,23 @@ class ServerWarehouse:
         return _error_from(exc, sql)
 
     def query(self, sql: str, params: dict | None = None, settings: dict | None = None) -> QueryResult:
+        try:
+            return self._query(sql, params, settings)
+        except WarehouseUnavailable as exc:
+            if not (self._local and self.read_retry_wait_s > 0 and "stopped answering" in str(exc)):
+                raise
+            _stderr(f"the local warehouse service stopped answering during a read; waiting up to "
+                    f"{self.read_retry_wait_s:g} s (CCAB_WAREHOUSE_WAIT_S) to run it again")
+            wait_local(self._service_answers, self.read_retry_wait_s)
+        return self._query(sql, params, settings)
+
+    def _service_answers(self) -> ServerWarehouse:
+        problem = _local_service_problem(self._port, self._local_path)
+        if problem:
+            raise WarehouseUnavailable(problem)
+        return self
+
+    def _query(self, sql: str, params: dict | None, settings: dict | None) -> QueryResult:
         try:
             raw = self._client.raw_query(sql.strip().rstrip(";"), parameters=params, fmt="JSONCompact",
                                          settings={"output_format_json_quote_64bit_integers": 0, **(settings or {})})
@@ -408,13 +430,17 @@ def connect(cfg: Settings | None = None, priority: int = 0, wait_s: float | None
     (:class:`WarehouseUnavailable` when it is not running). ``priority``: see :class:`ServerWarehouse`.
     A local service that does not answer (a restart, its migrations) is waited for ``wait_s``
     (default ``CCAB_WAREHOUSE_WAIT_S``; ``math.inf``: a service's start, until it answers), saying
-    so through ``say`` (default: one line on stderr) when the wait starts and once a minute."""
+    so through ``say`` (default: one line on stderr) when the wait starts and once a minute. A read
+    whose connection to the local service drops mid-statement waits as long again and runs once more
+    (:attr:`ServerWarehouse.read_retry_wait_s`)."""
     cfg = cfg or current_settings()
     if cfg.clickhouse_url:
         return ServerWarehouse(cfg.clickhouse_url, priority=priority)
-    return wait_local(lambda: ServerWarehouse(cfg.local_warehouse_url, local_path=cfg.warehouse_path,
-                                              priority=priority),
-                      cfg.warehouse_wait_s if wait_s is None else wait_s, say=say)
+    wait_s = cfg.warehouse_wait_s if wait_s is None else wait_s
+    wh = wait_local(lambda: ServerWarehouse(cfg.local_warehouse_url, local_path=cfg.warehouse_path,
+                                            priority=priority), wait_s, say=say)
+    wh.read_retry_wait_s = wait_s
+    return wh
 
 
 def _stderr(message: str) -> None:

@@ -67,10 +67,14 @@ def run(args: argparse.Namespace) -> int:
     except WarehouseError as exc:
         return _fail(str(exc), 1)
     if res is None:
-        return _fail(f"no judge results or rollups for rollout {args.rollout!r}"
-                     + (f" in PoP {args.pop!r}" if args.pop else "") + ": run `ccab analyze` first", 1)
+        return _fail(f"no assignments, rollups or judge results for rollout {args.rollout!r}"
+                     + (f" in PoP {args.pop!r}" if args.pop else "") + ": check the id (`ccab rollout list`), "
+                     "or load its data and run `ccab analyze` first", 1)
     if args.json:
         print(json.dumps(res.as_dict(), indent=1))
+    elif res.pending:
+        print(f"{args.rollout}: not rolled up yet: {res.pending}")
+        print(res.index)
     else:
         for key, decision in res.as_dict()["decisions"].items():
             print(f"{key}: {decision}")

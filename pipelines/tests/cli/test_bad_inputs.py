@@ -70,7 +70,7 @@ CASES = [
     # a reversed window is a usage error everywhere (issue 29: plot said exit 1 "nothing matched")
     (["plot", "cdf", "--metric", "rtt_us", "--from", "2025-11-20T05:00Z", "--to", "2025-11-20T01:00Z", "--out",
       "{tmp}/x.png"], 2, r"--from must be before --to"),
-    (["report", "--rollout", "nope"], 1, r"no judge results .*ccab analyze"),
+    (["report", "--rollout", "nope"], 1, r"no assignments, rollups or judge results .*ccab analyze"),
     (["sim", "tiny", "--out", "{tmp}/a-file"], 2, r"a-file is a file"),
     (["sim", "no-such-scenario", "--out", "{tmp}/s"], 2, r"no-such-scenario"),
     (["sim", "tiny", "--out", "{tmp}/s", "--connections", "0"], 2, r"--connections"),

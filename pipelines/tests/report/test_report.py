@@ -401,3 +401,29 @@ def test_every_number_in_the_host_table_is_the_rollups(written, judged):
         w = want[row[3][0]]
         assert int(row[4][0].replace(",", "")) == w["connections"], row
         assert _near(row[5][0], w["retrans_pct"]), (row[3][0], row[5][0], w["retrans_pct"])
+
+
+def test_a_rollout_with_hosts_assigned_but_nothing_rolled_up_gets_a_page_saying_so(warehouse_env, tmp_path, capsys):
+    """The first minutes of a rollout (the soak's analysts, issue 28): its assignments are loaded,
+    no hour is rolled up. The report says what exists and when it fills in (exit 0); an id the
+    warehouse knows nothing of is still an error (exit 1)."""
+    import json
+
+    def assignment(host: str, ms: int) -> dict:
+        return {"schema": "assignment/1", "rollout_id": "early-1", "generation": 1, "pop": "tyo1", "host": host,
+                "arm": "bbr2", "cc": "bbr2", "qdisc": None, "issued_at_ms": ms, "signature": "c2ln"}
+
+    path = tmp_path / "assignments.jsonl"
+    path.write_text("".join(json.dumps(assignment(h, 1763769600000 + i * 1000)) + "\n" for i, h in enumerate(("h1", "h2"))))
+    assert cli.main(["load", str(path)]) == 0
+    capsys.readouterr()
+    assert cli.main(["report", "--rollout", "early-1", "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("early-1: not rolled up yet: 2 host(s) in tyo1 assigned between 2025-11-22 00:00")
+    page = (tmp_path / "r" / "index.html").read_text()
+    assert "Nothing to show yet" in page and "no hour of their data is rolled up yet" in page
+    assert cli.main(["report", "--rollout", "early-1", "--out", str(tmp_path / "j"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rollout_id"] == "early-1" and not doc["judged"] and doc["pending"] and doc["decisions"] == {}
+    assert cli.main(["report", "--rollout", "early-2", "--out", str(tmp_path / "x")]) == 1
+    assert "no assignments, rollups or judge results for rollout 'early-2'" in capsys.readouterr().err

@@ -108,3 +108,40 @@ def test_the_loader_waits_for_the_warehouse_service_at_start(down_service, kafka
             loader.kill()
             loader.communicate()
     assert loader.returncode == 0
+
+
+def test_a_read_cut_off_by_a_killed_service_runs_again_when_the_service_is_back(down_service, capfd):
+    """The soak's analysts (issue 28): a `ccab report` whose statement was running when the service
+    was SIGKILLed failed with 'it stopped answering' — only opening a connection waited. A read is
+    safe to run again: it waits CCAB_WAREHOUSE_WAIT_S for the restarted service and answers."""
+    import threading
+    import time
+
+    from ccab.base.warehouse import connect
+    from ccab.warehouse_service import daemon
+
+    down_service()
+    wh = connect(wait_s=300)
+    killed = daemon.service_pid()
+    watcher = connect(wait_s=300)
+
+    def kill_mid_statement_then_restart():
+        for _ in range(600):  # until the read is running in the service
+            if watcher.query("SELECT count() FROM system.processes WHERE query LIKE '%sleepEachRow(0.5)%' "
+                             "AND query NOT LIKE '%system.processes%'").scalar():
+                break
+            time.sleep(0.05)
+        os.kill(killed, signal.SIGKILL)
+        time.sleep(1)
+        down_service()  # restarted, as systemd (Restart=always) or the soak's supervisor does
+
+    t = threading.Thread(target=kill_mid_statement_then_restart)
+    t.start()
+    try:
+        rows = wh.query("SELECT count() FROM numbers(6) WHERE sleepEachRow(0.5) = 0",
+                        settings={"function_sleep_max_microseconds_per_block": 10_000_000}).rows
+    finally:
+        t.join()
+    assert rows == [(6,)]
+    assert daemon.service_pid() not in (None, killed)  # it answered from the restarted service
+    assert "stopped answering during a read; waiting up to 300 s" in capfd.readouterr().err
