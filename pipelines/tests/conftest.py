@@ -321,6 +321,19 @@ def warehouse_service_template(warehouse_service: str) -> str:
     return "t_template"
 
 
+@pytest.fixture(scope="session")
+def migrated_service_database(warehouse_service, warehouse_service_template) -> Callable[[], str]:
+    """``new() -> url``: the URL of a new database of the session's warehouse service, a copy of
+    the migrated template — for module-scoped fixtures (``warehouse_env`` is per test)."""
+
+    def new() -> str:
+        database = f"t_{uuid.uuid4().hex[:12]}"
+        clone_database(warehouse_service, warehouse_service_template, database)
+        return f"{warehouse_service}/{database}"
+
+    return new
+
+
 @pytest.fixture
 def empty_warehouse_env(tmp_path, monkeypatch, warehouse_service):
     """Like ``warehouse_env``, but the database is new and empty: nothing migrated (tests of

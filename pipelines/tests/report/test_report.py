@@ -28,12 +28,9 @@ def _url(data_dir: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def judged(tmp_path_factory, tiny_world, warehouse_service):
+def judged(tmp_path_factory, tiny_world, migrated_service_database):
     """A data dir with 2 hours of the tiny scenario loaded, rolled up and judged, in a database of
     the session's warehouse service."""
-    import uuid
-
-    from ccab.base import schema as migrate
     from ccab.base.warehouse import ServerWarehouse
     from ccab.cohorts.job import run_window
     from ccab.ingest.loader import load_files
@@ -41,10 +38,9 @@ def judged(tmp_path_factory, tiny_world, warehouse_service):
 
     sim = tiny_world
     data_dir = tmp_path_factory.mktemp("report-data")
-    (data_dir / "warehouse.url").write_text(f"{warehouse_service}/t_report_{uuid.uuid4().hex[:8]}")
+    (data_dir / "warehouse.url").write_text(migrated_service_database())
     wh = ServerWarehouse(_url(data_dir))
     try:
-        migrate.migrate(wh, log=lambda _m: None)
         assert not load_files(wh, [sim / "ccab.tcp.v1.jsonl", sim / "ccab.http.v1.jsonl"]).dead
         run_window(wh, START, END)
         report = judge_window(wh, START, END, report_url=f"file://{data_dir}/reports/{{rollout_id}}/index.html")
