@@ -336,6 +336,27 @@ func TestRealKernelBPFBBR2(t *testing.T) {
 		t.Errorf("heartbeat: %+v", hb)
 	}
 
+	// Registered, but the loader's check fails (here: a procfs whose tcp_allowed_congestion_control
+	// lacks it, as after someone wrote the host-wide sysctl) while the namespace's own check
+	// passed: the reason is the loader's alone, with no "<nil>; " in front (docs/rollout/live-canary.md).
+	fakeProc := t.TempDir()
+	ipv4 := filepath.Join(fakeProc, "sys/net/ipv4")
+	if err := os.MkdirAll(ipv4, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for f, v := range map[string]string{"tcp_available_congestion_control": "reno bbr cubic bbr2\n",
+		"tcp_allowed_congestion_control": "reno bbr cubic\n"} {
+		if err := os.WriteFile(filepath.Join(ipv4, f), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	notAllowed := &bpfcc.Loader{Dir: loader.Dir, UsersDir: loader.UsersDir, ProcFS: fakeProc}
+	e := newBPFAgent(t, l, "edge-test-1", filepath.Join(t.TempDir(), "state.json"), notAllowed)
+	if out, s := e.Apply(testkit.Sign(t, rec(1, "bbr2", nil))); out != agent.Refused ||
+		!strings.HasPrefix(s.Reason, "ccab's BPF bbr2 could not be loaded: bbr2 registered but not in tcp_allowed_congestion_control") {
+		t.Fatalf("loader check failed after the kernel's passed: %s reason %q", out, s.Reason)
+	}
+
 	// Another host uses it too: rolling this one back keeps it loaded; the other's release unloads.
 	if _, err := loader.Use("bbr2", "edge-other"); err != nil {
 		t.Fatal(err)

@@ -242,6 +242,18 @@ static __always_inline void bbr_start_round(struct bbr2_state *s, const struct b
 	s->next_rtt_delivered = in->tp_delivered;
 }
 
+/* Linux's bbr_save_cwnd (v1/v2/v3), on entering recovery or PROBE_RTT: the window to restore when
+ * either ends. Entering either from the other keeps the larger, so that a recovery that starts
+ * and ends inside PROBE_RTT (at 1 % loss nearly every PROBE_RTT has one) does not replace the
+ * window PROBE_RTT saved with PROBE_RTT's own small one. */
+static __always_inline void bbr_save_cwnd(struct bbr2_state *s, const struct bbr2_in *in)
+{
+	if (s->prev_ca_state < 3 && s->mode != B2_PROBE_RTT)
+		s->prior_cwnd = in->cwnd;
+	else
+		s->prior_cwnd = bbr_max32(s->prior_cwnd, in->cwnd);
+}
+
 static __always_inline void bbr_raise_inflight_hi_slope(struct bbr2_state *s, const struct bbr2_in *in)
 {
 	u32 growth = 1U << (s->probe_up_rounds & 31);
@@ -600,6 +612,8 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 	}
 	if (s->mode == B2_DRAIN && in->inflight <= bbr_inflight(s, in, max_bw, BBR_UNIT))
 		bbr_start_down(s, in);
+	if (s->mode == B2_PROBE_RTT && s->full_bw_reached)
+		bbr_adapt_upper_bounds(s, in); /* v3's bbr_update_cycle_phase: PROBE_RTT too */
 	if (s->mode == B2_PROBE_BW) {
 		bbr_adapt_upper_bounds(s, in);
 		if (s->mode == B2_PROBE_BW && s->phase == B2_UP) {
@@ -644,12 +658,16 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 	/* PROBE_RTT: every 5 s without a new low, the window drops to half a BDP for 200 ms and a round */
 	probe_rtt_cwnd = bbr_max32(bbr_bdp(s, max_bw, BBR_PROBE_RTT_CWND_GAIN), BBR_CWND_MIN);
 	if (s->mode != B2_PROBE_RTT && !s->idle_restart && probe_rtt_expired) {
+		bbr_save_cwnd(s, in);
 		s->mode = B2_PROBE_RTT;
-		s->prior_cwnd = bbr_max32(s->prior_cwnd, in->cwnd);
 		s->probe_rtt_done_stamp_us = 0;
 		s->probe_rtt_count++;
 		s->probe_rtt_last_us = in->now_us;
-		s->ack_phase = ACKS_INIT;
+		/* v2/v3: the probe's feedback stops here; a round later bw_probe_samples is cleared
+		 * (bbr_adapt_upper_bounds runs in PROBE_RTT too), so a loss reported after PROBE_RTT
+		 * is not taken for a probe's (it cut inflight_hi to 0.7 BDP) */
+		s->ack_phase = ACKS_PROBE_STOPPING;
+		bbr_start_round(s, in);
 	}
 	if (s->mode == B2_PROBE_RTT) {
 		if (!s->probe_rtt_done_stamp_us && in->inflight <= probe_rtt_cwnd) {
@@ -712,14 +730,13 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 		cwnd = cwnd > (u32)in->losses ? cwnd - (u32)in->losses : 1;
 	if (in->ca_state >= 3 && s->prev_ca_state < 3) {
 		/* entering recovery: packet conservation for a round */
-		s->prior_cwnd = bbr_max32(s->prior_cwnd, in->cwnd);
+		bbr_save_cwnd(s, in);
 		s->packet_conservation = 1;
 		bbr_start_round(s, in);
 		cwnd = in->inflight + in->acked_sacked;
 	} else if ((in->ca_state < 3 && s->prev_ca_state >= 3) || s->restore_cwnd) {
 		/* leaving recovery, or PROBE_RTT: restore */
 		cwnd = bbr_max32(cwnd, s->prior_cwnd);
-		s->prior_cwnd = 0;
 		s->packet_conservation = 0;
 		s->restore_cwnd = 0;
 	}
