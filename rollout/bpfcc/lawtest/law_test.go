@@ -456,33 +456,41 @@ func TestVivaceDrainingQueueNotRewarded(t *testing.T) {
 // 52 (before: 30, the level after the probe,
 // and CRUISE's 15 % headroom then put the window below the BDP).
 func TestBBRInflightHiFromTxInFlight(t *testing.T) {
+	eachVersionInProbeUp(t, 20, "never reached PROBE_UP in the modelled link", func(ver int, _ uint64, b *BBR, last BBRIn) bool {
+		a := last
+		a.NowUs += 500
+		a.TpDelivered += 2
+		a.PriorDelivered = a.TpDelivered - 50
+		a.AckedSacked, a.Delivered, a.Losses, a.TpLost = 2, 50, 2, last.TpLost+2
+		a.PriorInFlight, a.Inflight = 30, 28
+		v := b.OnAck(a)
+		if v.InflightHi < 50 || v.InflightHi > 53 {
+			t.Errorf("bbr%d: inflight_hi %d after a too-high loss (2 packets) on a packet sent with 52 in flight (30 now): want ~52", ver, v.InflightHi)
+		}
+		if v.Phase == 3 {
+			t.Errorf("bbr%d: still in PROBE_UP after a loss above the threshold", ver)
+		}
+		return true
+	})
+}
+
+// eachVersionInProbeUp drives bbr2 and bbr3 over the modelled link, seed by seed (up to seeds),
+// until the law is in PROBE_UP, and calls check with the law and the ACK that got it there; check
+// returns false when its seed did not set up the case (the next seed is tried). The law is freed
+// after check. A version for which no seed was checked fails with "bbrN: " + never.
+func eachVersionInProbeUp(t *testing.T, seeds uint64, never string, check func(ver int, seed uint64, b *BBR, last BBRIn) bool) {
+	t.Helper()
 	for _, ver := range []int{2, 3} {
 		checked := false
-		for seed := uint64(1); seed <= 20 && !checked; seed++ {
+		for seed := uint64(1); seed <= seeds && !checked; seed++ {
 			b := NewBBR(ver)
-			last, v, ok := driveUntil(b, seed, func(v BBRView) bool { return v.Mode == 2 && v.Phase == 3 }, 0)
-			if !ok {
-				b.Free()
-				continue
+			if last, _, ok := driveUntil(b, seed, func(v BBRView) bool { return v.Mode == 2 && v.Phase == 3 }, 0); ok {
+				checked = check(ver, seed, b, last)
 			}
-			a := last
-			a.NowUs += 500
-			a.TpDelivered += 2
-			a.PriorDelivered = a.TpDelivered - 50
-			a.AckedSacked, a.Delivered, a.Losses, a.TpLost = 2, 50, 2, last.TpLost+2
-			a.PriorInFlight, a.Inflight = 30, 28
-			v = b.OnAck(a)
 			b.Free()
-			checked = true
-			if v.InflightHi < 50 || v.InflightHi > 53 {
-				t.Errorf("bbr%d: inflight_hi %d after a too-high loss (2 packets) on a packet sent with 52 in flight (30 now): want ~52", ver, v.InflightHi)
-			}
-			if v.Phase == 3 {
-				t.Errorf("bbr%d: still in PROBE_UP after a loss above the threshold", ver)
-			}
 		}
 		if !checked {
-			t.Fatalf("bbr%d: never reached PROBE_UP in the modelled link", ver)
+			t.Fatalf("bbr%d: %s", ver, never)
 		}
 	}
 }
@@ -550,39 +558,25 @@ func TestBBRProbeRTTRestoresCwndAfterRecoveryInside(t *testing.T) {
 // PROBE_RTT, and the first loss after it set inflight_hi to max(PROBE_RTT's inflight, 0.7 BDP)
 // (bench at 100 ms: 216 -> 117 packets for a 167-packet BDP).
 func TestBBRProbeRTTEndsProbeFeedback(t *testing.T) {
-	for _, ver := range []int{2, 3} {
-		checked := false
-		for seed := uint64(1); seed <= 60 && !checked; seed++ {
-			b := NewBBR(ver)
-			last, _, ok := driveUntil(b, seed, func(v BBRView) bool { return v.Mode == 2 && v.Phase == 3 }, 0)
-			if !ok {
-				b.Free()
-				continue
-			}
-			last.NowUs += 5_100_000 // the next ACK finds the 5 s PROBE_RTT window expired: PROBE_RTT from PROBE_UP
-			in, v, ok := probeRTTFrom(b, last)
-			if !ok || v.Mode != 2 {
-				b.Free()
-				continue
-			}
-			hiBefore := v.InflightHi
-			// a loss of 5 packets with 20 in flight at send (25 %)
-			in.NowUs += 1000
-			in.TpDelivered += 2
-			in.PriorDelivered = in.TpDelivered - 15
-			in.Delivered, in.AckedSacked, in.Losses, in.TpLost = 15, 2, 5, in.TpLost+5
-			v = b.OnAck(in)
-			b.Free()
-			checked = true
-			if hiBefore != u32Max && v.InflightHi < hiBefore {
-				t.Errorf("bbr%d (seed %d): inflight_hi %d -> %d on a loss after PROBE_RTT: not a probe's loss", ver, seed, hiBefore, v.InflightHi)
-			}
-			if hiBefore == u32Max && v.InflightHi != u32Max {
-				t.Errorf("bbr%d (seed %d): inflight_hi set to %d by a loss after PROBE_RTT: not a probe's loss", ver, seed, v.InflightHi)
-			}
+	eachVersionInProbeUp(t, 60, "no seed had PROBE_RTT interrupt PROBE_UP in the modelled link", func(ver int, seed uint64, b *BBR, last BBRIn) bool {
+		last.NowUs += 5_100_000 // the next ACK finds the 5 s PROBE_RTT window expired: PROBE_RTT from PROBE_UP
+		in, v, ok := probeRTTFrom(b, last)
+		if !ok || v.Mode != 2 {
+			return false
 		}
-		if !checked {
-			t.Fatalf("bbr%d: no seed had PROBE_RTT interrupt PROBE_UP in the modelled link", ver)
+		hiBefore := v.InflightHi
+		// a loss of 5 packets with 20 in flight at send (25 %)
+		in.NowUs += 1000
+		in.TpDelivered += 2
+		in.PriorDelivered = in.TpDelivered - 15
+		in.Delivered, in.AckedSacked, in.Losses, in.TpLost = 15, 2, 5, in.TpLost+5
+		v = b.OnAck(in)
+		if hiBefore != u32Max && v.InflightHi < hiBefore {
+			t.Errorf("bbr%d (seed %d): inflight_hi %d -> %d on a loss after PROBE_RTT: not a probe's loss", ver, seed, hiBefore, v.InflightHi)
 		}
-	}
+		if hiBefore == u32Max && v.InflightHi != u32Max {
+			t.Errorf("bbr%d (seed %d): inflight_hi set to %d by a loss after PROBE_RTT: not a probe's loss", ver, seed, v.InflightHi)
+		}
+		return true
+	})
 }
