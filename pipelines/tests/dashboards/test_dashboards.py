@@ -7,9 +7,11 @@
   ClickHouse plugin's macros expanded (ccab.dashboards.expand), runs against chdb on a simulated
   rollout and returns > 0 rows in the shape its panel type needs;
 - no variable value can change a query (variables reach SQL only percent-encoded, see
-  dashboards/README.md): a value with quotes, backslashes, percent signs, commas, braces, unicode
-  or newlines returns nothing or the legitimate selection's rows, never another PoP's or
-  rollout's; legitimate values return the same rows as the former sqlstring/singlequote SQL.
+  dashboards/README.md): for every panel and every hostile value (quotes, backslashes, percent
+  signs, commas, braces, unicode, newlines) the query's text is the legitimate one's but for the
+  variable's inert literal, and the variable is only ever compared whole; run on chdb, a value of
+  each kind returns nothing or the legitimate selection's rows, never another PoP's or rollout's;
+  legitimate values return the same rows as the former sqlstring/singlequote SQL.
 
 Data: `ccab sim tiny` (PoP tst1, rollout tst1-tiny, arms control/bbr2/bbr1), loaded and rolled up
 by the hourly job; assignments, agent_status, judge_* , alerts and dead_letters rows are inserted
@@ -259,6 +261,12 @@ def wh(tmp_path_factory, tiny_world, warehouse_template):
         w.close()
 
 
+def _vars_static():
+    """The legitimate values without a warehouse (kernels as the tiny world names them; only their shape matters)."""
+    return {"pop": POP, "rollout": ROLLOUT, "arm": ARMS, "kernel": ["6.1.0-tiny", "6.8.0-tiny"], "metric": "retrans_pct",
+            "segment": "all"}
+
+
 def _vars(wh, **override):
     kernels = [r[0] for r in wh.query(f"SELECT DISTINCT kernel FROM cohort_hourly WHERE pop = '{POP}' ORDER BY kernel").rows]
     v = {"pop": POP, "rollout": ROLLOUT, "arm": ARMS, "kernel": kernels, "metric": "retrans_pct", "segment": "all"}
@@ -399,20 +407,65 @@ def test_percent_encoded_literals_are_inert_and_decode_exactly(wh):
             assert list(glob) == [value, "k2"] and list(many) == _items(value)
 
 
+# One value of each kind in INJECTIONS, run on every panel: a quote that would end the literal, a
+# backslash before it, a percent sign, a comma (a multi-value separator), braces (the multi-value
+# wrapper), a newline, Grafana's "all" token. Every value of INJECTIONS and NASTY is proven inert on
+# every panel by test_every_variable_value_reaches_the_sql_as_one_inert_literal (no engine needed:
+# the query's text outside the variable's literal is the same for any value), and its decoding is
+# checked on chdb by test_percent_encoded_literals_are_inert_and_decode_exactly.
+RUN_ON_EVERY_PANEL = ["{v}' OR 1=1 --", "{v}\\' OR 1=1 --", "{v}%", "{v},' OR 1=1 --", "{{{v}}}", "{v}\n OR 1=1",
+                      "$__all"]
+_LITERAL = re.compile(r"'((?:[^'\\]|\\.)*)'")
+# How a panel may use a variable: compared whole (pop/rollout) or as a set of whole items (arm/kernel).
+# Anything else (LIKE, match(), a prefix) could give a value more meaning than its own text.
+_USES = {False: re.compile(r"\b[\w.]+ = $"), True: re.compile(r"\bhas\($")}
+
+
+def _masked(sql: str) -> str:
+    return _LITERAL.sub("'?'", sql)
+
+
+@pytest.mark.parametrize("name,pid,panel", VAR_PANELS, ids=[f"{n}:{p.title}" for n, _, p in VAR_PANELS])
+def test_every_variable_value_reaches_the_sql_as_one_inert_literal(name, pid, panel):
+    assert set(RUN_ON_EVERY_PANEL) <= set(INJECTIONS)
+    legit = _vars_static()
+    used = {v for v, _ in variables_used(panel.sql)} & {"pop", "rollout", "arm", "kernel"}
+    for var in sorted(used):
+        multi = isinstance(legit[var], list)
+        wrapper = sql_values(var) if multi else sql_value(var)
+        # the variable appears only inside its wrapper, and the wrapper only where its value is compared whole
+        assert panel.sql.count("${" + var + ":") == panel.sql.count(wrapper) * (5 if multi else 1), (panel.title, var)
+        for m in re.finditer(re.escape(wrapper), panel.sql):
+            assert _USES[multi].search(panel.sql[max(0, m.start() - 40):m.start()]), (
+                f"{panel.title!r} uses ${var} as {panel.sql[max(0, m.start() - 40):m.end() + 10]!r}: compare it whole")
+        reference = expand(panel.sql, legit, T0, T1)
+        for value in [p.format(v=legit[var][0] if multi else legit[var]) for p in INJECTIONS] + NASTY:
+            sql = expand(panel.sql, {**legit, var: [value] if multi else value}, T0, T1)
+            assert _masked(sql) == _masked(reference), f"{var}={value!r} changed the text of {panel.title!r}"
+            # the same text around the same literals: only the variable's literals differ, and they are inert
+            changed = [lit for lit, was in zip(_LITERAL.findall(sql), _LITERAL.findall(reference)) if lit != was]
+            assert changed and all(re.fullmatch(r"[A-Za-z0-9_.~%-]*", lit) for lit in changed), (var, value, changed)
+
+
 @pytest.mark.parametrize("name,pid,panel", VAR_PANELS, ids=[f"{n}:{p.title}" for n, _, p in VAR_PANELS])
 def test_no_variable_value_can_change_the_query(wh, name, pid, panel):
     legit = _vars(wh)
     used = {v for v, _ in variables_used(panel.sql)}
+    ran = {}
 
     def run(var, value):
-        if panel.repeat == var:
-            return _run(wh, panel, legit, value).rows
-        return _run(wh, panel, {**legit, var: value}).rows
+        key = (var, tuple(value) if isinstance(value, list) else value)
+        if key not in ran:
+            if panel.repeat == var:
+                ran[key] = _run(wh, panel, legit, value).rows
+            else:
+                ran[key] = _run(wh, panel, {**legit, var: value}).rows
+        return ran[key]
 
     for var in sorted(used & {"pop", "rollout", "arm", "kernel"}):
         multi = isinstance(legit[var], list)
         nothing = run(var, [NOTHING] if multi else NOTHING)
-        for pattern in INJECTIONS:
+        for pattern in RUN_ON_EVERY_PANEL:
             evil = pattern.format(v=legit[var][0] if multi else legit[var])
             rows = run(var, [evil] if multi else evil)
             if multi:
