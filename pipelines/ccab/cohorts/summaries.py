@@ -9,30 +9,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ccab.base.chtime import sql_time, utc_hour
-from ccab.base.vocabulary import METRICS
 from ccab.base.warehouse import Warehouse
 
-_SUMMARY_COLUMNS = """
+#: every metric's rows in one pass of the view (``metric = ''``): 8x faster than one view call per
+#: metric joined by UNION ALL, whose planning alone cost more than the rows on a window's rollups
+_INSERT_SUMMARIES = """
 INSERT INTO cohort_arm_summaries (window_start, window_end, pop, rollout_id, arm, cc, metric, segment, hosts,
                                   n, n_zero, mean, ratio, share_above_50pct, p10, p50, p90, p99, p50_nonzero,
                                   computed_seq)
-"""
-#: one metric's rows (bind parameter ``{metric_param}``); the statement is one of these per metric
-#: joined by UNION ALL: one statement instead of one per metric (2x faster: each statement's
-#: planning and insert cost more than its rows on a window's rollups)
-_SUMMARY_SELECT = """
 SELECT {t_from:DateTime('UTC')}, {t_to:DateTime('UTC')}, {pop:String}, {rollout_id:String}, arm, cc,
-       {metric_param:String}, segment, hosts, n, n_zero, mean, ratio, share_above_50pct, p10, p50, p90, p99,
+       metric, segment, hosts, n, n_zero, mean, ratio, share_above_50pct, p10, p50, p90, p99,
        p50_nonzero, toUnixTimestamp64Nano(now64(9))
-FROM cohort_quantiles(pop = {pop:String}, rollout_id = {rollout_id:String}, metric = {metric_param:String},
+FROM cohort_quantiles(pop = {pop:String}, rollout_id = {rollout_id:String}, metric = '',
                       segment = '%', t_from = {t_from:DateTime('UTC')}, t_to = {t_to:DateTime('UTC')})
 """
-
-
-def _insert_summaries(metrics: list[str]) -> tuple[str, dict[str, str]]:
-    """The INSERT of every metric's summary rows, and its metric bind parameters."""
-    selects = [_SUMMARY_SELECT.replace("{metric_param:", f"{{metric_{i}:") for i in range(len(metrics))]
-    return _SUMMARY_COLUMNS + "UNION ALL".join(selects), {f"metric_{i}": m for i, m in enumerate(metrics)}
 
 
 @dataclass
@@ -62,10 +52,9 @@ def write_arm_summaries(wh: Warehouse, start: datetime, end: datetime, rollout_i
     """
     start, end = utc_hour(start), utc_hour(end)
     result = SummaryResult(start, end, rollouts_in(wh, start, end, rollout_id))
-    sql, metric_params = _insert_summaries([m.name for m in METRICS])
     for pop, rollout in result.rollouts:
-        wh.command(sql, params={"t_from": sql_time(start), "t_to": sql_time(end), "pop": pop, "rollout_id": rollout,
-                                **metric_params})
+        wh.command(_INSERT_SUMMARIES, params={"t_from": sql_time(start), "t_to": sql_time(end), "pop": pop,
+                                              "rollout_id": rollout})
     if result.rollouts:
         result.summary_rows = int(wh.query(
             """SELECT count() FROM cohort_arm_summaries FINAL
