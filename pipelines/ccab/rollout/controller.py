@@ -385,11 +385,12 @@ class Controller:
             result.messages = list(dict.fromkeys(result.messages))
 
     # ------------------------------------------------------------------------------ the service
-    def tick(self) -> StepResult:
+    def tick(self, breakers: bool = True) -> StepResult:
         """What ``ccab controller run`` does for one rollout every interval: finish an interrupted
         publish, publish what is due (within the blast radius), evaluate the circuit breakers on
         the freshest per-minute data (at most once a minute), run a look when the stage's
-        ``min_duration_minutes`` of data are there (:meth:`look_due_at`), and resolve the pages of arms that are back on control or promoted."""
+        ``min_duration_minutes`` of data are there (:meth:`look_due_at`), and resolve the pages of arms that are back on control or promoted.
+        ``breakers=False``: the service has just run them (:meth:`tick_breakers`)."""
         self._require_state()
         result = StepResult()
         self.apply_requests(result)
@@ -397,10 +398,8 @@ class Controller:
             self.check_fresh()  # a stale state is refused before anything acts on it
         except KafkaUnavailable:
             pass  # the breakers still run (on the warehouse) and record their decision; publishing waits
-        if self.st.status == "running" and self.analysis.breakers is not None and self.plan.breakers:
-            now = self.clock()
-            if self.st.breaker_checked_ms is None or now - self.st.breaker_checked_ms >= 60_000:
-                self.check_breakers(result)
+        if breakers and self.breakers_due():
+            self.check_breakers(result)
         if self.st.status in ("running", "paused"):
             res = self.step() if self.analysis.judge is not None else None
             if res is not None:
@@ -414,6 +413,28 @@ class Controller:
         self.resolve_pages(result)
         return result
 
+    def breakers_due(self) -> bool:
+        """A running rollout's circuit breakers are evaluated once a minute."""
+        st = self.st
+        return (st.status == "running" and self.analysis.breakers is not None and bool(self.plan.breakers)
+                and (st.breaker_checked_ms is None or self.clock() - st.breaker_checked_ms >= 60_000))
+
+    def tick_breakers(self) -> StepResult:
+        """Only the circuit breakers, when due (after the same freshness check as :meth:`tick`): the
+        service runs them for every rollout before any rollout's look or publish, so a long look of
+        one rollout never delays another's breaker."""
+        self._require_state()
+        result = StepResult()
+        if not self.breakers_due():
+            return result
+        try:
+            self.check_fresh()
+        except KafkaUnavailable:
+            pass  # as in tick: the breakers run on the warehouse; publishing waits
+        if self.breakers_due():
+            self.check_breakers(result)
+        return result
+
     def check_breakers(self, result: StepResult) -> list[dict]:
         """The plan's circuit breakers on [now - longest breaker - 2 min, now): an active arm that
         trips is rolled back (``policy.rollback``) in this tick, its hosts uncapped to control."""
@@ -422,6 +443,7 @@ class Controller:
         longest = max(b.minutes for b in plan.breakers)
         end = _utc(now).replace(second=0, microsecond=0)
         start = max(end - timedelta(minutes=longest + 2), _utc(st.started_ms or now).replace(second=0, microsecond=0))
+        began = time.monotonic()
         try:
             trips = list(self.analysis.breakers(start, end)) if end > start else []
         except Exception as exc:  # noqa: BLE001 - no data, no decision: the next tick tries again (not a
@@ -433,6 +455,11 @@ class Controller:
         tripped = {arm: [t for t in trips if t.get("arm") == arm and t.get("pop") in plan.pops]
                    for arm in [a for a, s in st.arms.items() if s == "active"]}
         tripped = {arm: mine for arm, mine in tripped.items() if mine}
+        # every evaluation is on record (not printed: once a minute), so "was each minute's breaker
+        # evaluated, and when?" has an answer (the soak's on-time count reads these)
+        self.store.audit("breakers_checked", "", "controller", stage=st.stage, checked_ms=now,
+                         window=[_iso(start), _iso(end)], took_ms=round((time.monotonic() - began) * 1000),
+                         tripped=sorted(tripped))
         step = phases.transition(self._phase(), phases.Breakers(tuple(tripped)), plan)
         self._enter(step)
         fired = []

@@ -1,7 +1,10 @@
 """``ccab controller run``: the long-running controller that drives every active rollout.
 
-Every ``interval_s`` the service (1) takes or keeps the leader lock (:mod:`ccab.rollout.leader`);
-a standby only heartbeats; (2) as leader, for each rollout under ``$CCAB_DATA_DIR/rollouts/`` that
+Every ``interval_s`` (at a fixed rate: a long loop does not delay the ones after it) the service
+(1) takes or keeps the leader lock (:mod:`ccab.rollout.leader`); a standby only heartbeats;
+(2) as leader, first evaluates the circuit breakers that are due of every running rollout
+(:meth:`Controller.tick_breakers`: one rollout's long look never delays another's breaker), then
+for each rollout under ``$CCAB_DATA_DIR/rollouts/`` that
 is not completed or rolled back (or is, but still owes its agents a change: a rollback recorded
 while Kafka was down, an open page), takes that rollout's ``lock`` (the one ``ccab rollout ...``
 commands take: a person's command and the service never interleave; a rollout whose lock is
@@ -115,6 +118,7 @@ class RolloutMetrics:
     look_due_s: float
     look_failures: int
     breakers: dict[tuple[str, str], int] = field(default_factory=dict)
+    breakers_checked_s: float | None = None  # the last successful evaluation of the circuit breakers
     refusals: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
@@ -135,10 +139,12 @@ class Service:
     def run(self, once: bool = False) -> list[str]:
         """Loop until stopped; with ``once``, one loop, returning what failed in it (empty: ok)."""
         while not self.stopping.is_set():
+            began = time.monotonic()
             failed = self.loop_once()
             if once:
                 return failed
-            self.stopping.wait(self.interval_s)
+            # fixed rate: a long loop (a look under load) does not push every later loop back
+            self.stopping.wait(max(0.0, began + self.interval_s - time.monotonic()))
         return []
 
     def loop_once(self) -> list[str]:
@@ -157,11 +163,21 @@ class Service:
             failed.append(f"not the leader: another controller holds {self.root / 'leader.lock'} "
                           f"(fencing token {leader_token(self.root)}); this replica only stands by")
         else:
-            for d in sorted(self.root.iterdir()) if self.root.is_dir() else []:
-                if not (d / "state.json").exists():
-                    continue
+            dirs = [d for d in sorted(self.root.iterdir()) if (d / "state.json").exists()] if self.root.is_dir() else []
+            # first every rollout's breakers that are due, then the rest (a look can take long)
+            tried: set[Path] = set()
+            for d in dirs:
                 try:
-                    m = self.one(d)
+                    if self.breakers(d):
+                        tried.add(d)
+                except StateError as exc:
+                    if "fenced out" in str(exc):
+                        break  # the loop below reports it and stands by
+                except Exception:  # noqa: BLE001 - the full tick below reports it (and does not retry
+                    tried.add(d)  # the breakers in this loop: they were just tried)
+            for d in dirs:
+                try:
+                    m = self.one(d, breakers=d not in tried)
                 except StateError as exc:
                     self.say(f"{d.name}: {exc}")
                     failed.append(f"{d.name}: {exc}")
@@ -180,7 +196,25 @@ class Service:
             self.heartbeat_s = self.clock()
         return failed
 
-    def one(self, d: Path) -> RolloutMetrics | None:
+    def breakers(self, d: Path) -> bool:
+        """The circuit breakers of the rollout in ``d`` if they are due (under its lock; a person's
+        command holding it: the full tick tries); whether they were tried."""
+        store = Store(d, fence=self.leader.token)
+        st = store.load()
+        if st.status != "running" or (st.breaker_checked_ms is not None
+                                      and self.clock() * 1000 - st.breaker_checked_ms < 60_000):
+            return False
+        ctl = self.make_controller(store)
+        try:
+            with store.locked():
+                ctl.reload()
+                for msg in ctl.tick_breakers().messages:
+                    self.say(f"{d.name}: {msg}")
+        except LockBusy:
+            return False
+        return True
+
+    def one(self, d: Path, breakers: bool = True) -> RolloutMetrics | None:
         store = Store(d, fence=self.leader.token)
         st = store.load()
         if st.status in TERMINAL and self.clock() * 1000 - st.updated_ms > KEEP_TERMINAL_S * 1000:
@@ -193,7 +227,7 @@ class Service:
             try:
                 with store.locked():
                     ctl.reload()
-                    res = ctl.tick()
+                    res = ctl.tick(breakers=breakers)
                     for msg in res.messages:
                         self.say(f"{d.name}: {msg}")
                     if res.published:
@@ -215,7 +249,8 @@ class Service:
         base = st.stage_applied_ms or st.stage_started_ms or now_ms
         due = ctl.look_due_at() if st.stage_applied_ms else base + stage.min_duration_minutes * 60_000
         failures = sum(1 for e in ctl.store.read_audit() if e.get("event") == "look_failed")
-        m = RolloutMetrics(st.status, st.stage, dict(st.arms), max(0.0, (now_ms - since) / 1000), due / 1000, failures)
+        m = RolloutMetrics(st.status, st.stage, dict(st.arms), max(0.0, (now_ms - since) / 1000), due / 1000, failures,
+                           breakers_checked_s=st.breaker_checked_ms / 1000 if st.breaker_checked_ms else None)
         for e in ctl.store.read_audit():
             if e.get("event") in ("rollback_arm", "halt_arm") and e.get("trips"):
                 for t in e["trips"]:
@@ -241,7 +276,7 @@ class Service:
             out.append(f"# TYPE {name} {kind}")
             for labels, v in rows:
                 lab = ",".join(f'{k}="{_esc(str(val))}"' for k, val in labels.items())
-                out.append(f"{name}{{{lab}}} {v:g}")
+                out.append(f"{name}{{{lab}}} {v:.15g}")
 
         family("ccab_controller_look_failures_total", "counter", "Looks that failed (the judge raised).",
                [({"rollout": r}, m.look_failures) for r, m in rollouts.items()])
@@ -258,6 +293,10 @@ class Service:
         family("ccab_rollout_arm_state", "gauge", "1 for each treatment arm's current state.",
                [({"rollout": r, "arm": a, "state": s}, 1 if st == s else 0)
                 for r, m in rollouts.items() for a, st in m.arms.items() for s in ARM_STATES])
+        family("ccab_rollout_breakers_checked_timestamp_seconds", "gauge",
+               "Unix time of the last successful evaluation of the rollout's circuit breakers (once a minute while running).",
+               [({"rollout": r}, m.breakers_checked_s) for r, m in rollouts.items()
+                if m.breakers_checked_s is not None and m.status == "running"])
         family("ccab_rollout_breaker_tripped", "gauge", "1 if a circuit breaker of the arm tripped in the PoP.",
                [({"rollout": r, "pop": p, "arm": a}, v) for r, m in rollouts.items() for (p, a), v in m.breakers.items()])
         family("ccab_rollout_agent_refusals", "gauge", "Hosts whose agent refused their current assignment.",

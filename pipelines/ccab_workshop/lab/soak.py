@@ -70,6 +70,10 @@ def _ms() -> int:
     return int(time.time() * 1000)
 
 
+def _hms(ms: int) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(ms / 1000))
+
+
 # --------------------------------------------------------------------------- processes
 
 
@@ -797,8 +801,14 @@ class Soak:
             st = self.state(rid)
             aud = self.audit(rid)
             failed = [e["ts_ms"] for e in aud if e.get("event") == "breaker_failed"]
-            d, o, s, f = T.breaker_slots(self.checks[rid], failed, st.get("started_ms") or end,
-                                         self.running_until.get(rid, end), limit_s)
+            # every evaluation is in the audit (breakers_checked); the 3-s polls of the state are the
+            # fallback for a controller that does not write them
+            checks = [e["checked_ms"] for e in aud if e.get("event") == "breakers_checked"] or self.checks[rid]
+            begin, until = st.get("started_ms") or end, self.running_until.get(rid, end)
+            d, o, s, f = T.breaker_slots(checks, failed, begin, until, limit_s)
+            for a_ms, b_ms in T.late_breakers(checks, begin, until, limit_s):
+                _say(f"late breaker evaluation of {rid}: {(b_ms - a_ms) / 1000:.0f} s between "
+                     f"{_hms(a_ms)} and {_hms(b_ms)} (limit {limit_s:.0f} s)")
             due, on_time, skipped, failed_n = due + d, on_time + o, skipped + s, failed_n + f
         look_due = look_done = 0
         for case, rid in self.rid.items():

@@ -68,6 +68,13 @@ def breaker_slots(checks_ms: list[int], failed_ms: list[int], start_ms: int, end
     return due + tail, on_time, skipped + tail, failed
 
 
+def late_breakers(checks_ms: list[int], start_ms: int, end_ms: int, limit_s: float) -> list[tuple[int, int]]:
+    """The gaps of :func:`breaker_slots` longer than the limit, (previous, next) in ms: the late or
+    skipped evaluations, for the run's log to name."""
+    ok = sorted(t for t in checks_ms if start_ms <= t <= end_ms)
+    return [(a, b) for a, b in zip([start_ms] + ok, ok + [end_ms]) if b - a > limit_s * 1000]
+
+
 def breakers_row(due: int, on_time: int, skipped: int, failed: int = 0) -> Row:
     pct = 100.0 * on_time / due if due else 0.0
     return ("breaker evaluations due vs done on time", f"{due} due, {on_time} on time ({pct:.1f} %), "

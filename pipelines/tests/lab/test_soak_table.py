@@ -97,3 +97,10 @@ def test_alertmanager_config_routes_pages_to_the_receiver():
     assert page["webhook_configs"][0]["url"] == "http://127.0.0.1:4242/page"
     assert page["webhook_configs"][0]["send_resolved"] is True
     assert cfg["route"]["routes"][0]["group_wait"] == "30s"  # the shipped route, not a shortened one
+
+
+def test_late_breakers_names_each_gap_over_the_limit():
+    checks = [60_000, 120_000, 300_000, 360_000]
+    assert T.late_breakers(checks, 0, 400_000, 90) == [(120_000, 300_000)]
+    assert T.late_breakers(checks, 0, 500_000, 90) == [(120_000, 300_000), (360_000, 500_000)]  # still running
+    assert T.late_breakers([], 0, 100_000, 90) == [(0, 100_000)]

@@ -160,3 +160,55 @@ def test_a_page_from_the_warehouse_alert_fires_in_alertmanager_until_the_hosts_a
     svc.loop_once()
     wait_until(lambda: not list_alerts(alertmanager.url, {"rollout": rid}), what="the page resolved (endsAt)")
     assert not Store(root / rid).load().pages
+
+
+def test_every_rollouts_due_breakers_run_before_any_look_and_each_evaluation_is_on_record(tmp_path):
+    """A loop evaluates the due breakers of every rollout first: a long look of one rollout (the
+    judge under load) never delays another rollout's breaker. Each evaluation is in the audit
+    (``breakers_checked``) and its time on /metrics."""
+    root = tmp_path / "rollouts"
+    bus = MemoryBus()
+    calls: list[str] = []
+    now = [T0]
+
+    def make_for(rid):
+        hosts = {"p1": [f"{rid}-p1-{i:02d}" for i in range(12)], "p2": [f"{rid}-p2-{i:02d}" for i in range(9)]}
+        plan = plan_from_dict(base_plan(rollout_id=rid, inventory={"hosts": hosts},  # disjoint hosts
+                                        stages=[{"name": "s1", "hosts": 2, "min_duration_minutes": 10},
+                                                {"name": "s2", "hosts": 2}],
+                                        breakers=[{"metric": "retrans_pct", "ratio": 3, "minutes": 5}]))
+
+        def judge(*_a, **_k):
+            calls.append(f"look {rid}")  # (the judge under load: seconds to minutes)
+            return []  # no verdict: hold
+
+        def breakers(_s, _e):
+            calls.append(f"breakers {rid}")
+            return []
+
+        def make(store):
+            return Controller(plan, store, bus, load_private_key(KEY), clock=lambda: now[0],
+                              analysis=Analysis(breakers=breakers, judge=judge))
+        make(Store(root / rid)).start()
+        return make
+
+    makers = {rid: make_for(rid) for rid in ("r1", "r2")}
+    bus.apply_all()
+    svc = Service(root, lambda store: makers[store.dir.name](store), interval_s=1, say=lambda _m: None,
+                  clock=lambda: now[0] / 1000)
+    svc.loop_once()  # publishes
+    bus.apply_all()
+    now[0] += 60_000
+    svc.loop_once()  # sees the hosts applied: the stage's 10 minutes start
+    calls.clear()
+    now[0] += 11 * 60_000  # both stages' looks and both rollouts' breakers are due
+    assert svc.loop_once() == []
+    assert calls[:2] == ["breakers r1", "breakers r2"], calls
+    assert "breakers r1" not in calls[2:] and "breakers r2" not in calls[2:], calls
+    assert any(c.startswith("look") for c in calls[2:]), calls
+    for rid in ("r1", "r2"):
+        checked = [e for e in Store(root / rid).read_audit() if e["event"] == "breakers_checked"]
+        assert checked and checked[-1]["checked_ms"] == now[0] and checked[-1]["tripped"] == []
+    text = svc.metrics_text()
+    # (whole digits: 1.76727e+09 would be 1,000 s off)
+    assert f'ccab_rollout_breakers_checked_timestamp_seconds{{rollout="r1"}} {now[0] // 1000}' in text
