@@ -127,7 +127,6 @@ struct bbr2_state {
 	u8 round_start;
 	u8 loss_round_start;
 	u8 loss_in_round;
-	u8 packet_conservation;
 	u8 prev_ca_state;
 	u8 probe_rtt_round_done;
 	u8 bw_probe_samples;
@@ -543,7 +542,6 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 		s->round_count++;
 		s->rounds_since_probe++;
 		s->round_start = 1;
-		s->packet_conservation = 0;
 		s->inflight_prev_round_max = s->inflight_round_max;
 		s->inflight_round_max = 0;
 	}
@@ -723,27 +721,24 @@ static __always_inline void bbr2_on_ack(struct bbr2_state *s, const struct bbr2_
 		out->pacing_bps = in->pacing_bps ? in->pacing_bps : bbr_initial_pacing_bps(in);
 	}
 
-	/* 7. cwnd (draft BBRSetCwnd) */
+	/* 7. cwnd (Linux v2/v3 bbr_set_cwnd). Fast recovery leaves the window alone: no v1 packet
+	 * conservation and no cut by the packets lost (v2/v3 dropped both: the loss response is
+	 * bw_lo/inflight_lo). With it, a recovery entered while inflight was below cwnd (after
+	 * PROBE_RTT, or pacing-limited) set cwnd to that inflight, and the next loss round took it as
+	 * inflight_lo's starting point (bench at 100 ms, 1 % loss: cwnd 328 -> 86 a round after
+	 * PROBE_RTT, bw 19 -> 10 Mbit/s until the next probe). Entering recovery still saves the
+	 * window (v2/v3 bbr_ssthresh), restored after an RTO's loss state ends and after PROBE_RTT. */
 	max_inflight = bbr_inflight(s, in, max_bw, s->cwnd_gain);
 	cwnd = in->cwnd;
-	if (in->losses > 0)
-		cwnd = cwnd > (u32)in->losses ? cwnd - (u32)in->losses : 1;
-	if (in->ca_state >= 3 && s->prev_ca_state < 3) {
-		/* entering recovery: packet conservation for a round */
+	if (in->ca_state >= 3 && s->prev_ca_state < 3)
 		bbr_save_cwnd(s, in);
-		s->packet_conservation = 1;
-		bbr_start_round(s, in);
-		cwnd = in->inflight + in->acked_sacked;
-	} else if ((in->ca_state < 3 && s->prev_ca_state >= 3) || s->restore_cwnd) {
-		/* leaving recovery, or PROBE_RTT: restore */
+	if ((in->ca_state < 4 && s->prev_ca_state == 4) || s->restore_cwnd) {
+		/* leaving the RTO's loss state (v3 bbr_exit_loss_recovery), or PROBE_RTT: restore */
 		cwnd = bbr_max32(cwnd, s->prior_cwnd);
-		s->packet_conservation = 0;
 		s->restore_cwnd = 0;
 	}
 	s->prev_ca_state = in->ca_state;
-	if (s->packet_conservation) {
-		cwnd = bbr_max32(cwnd, in->inflight + in->acked_sacked);
-	} else if (s->full_bw_reached) {
+	if (s->full_bw_reached) {
 		cwnd = bbr_min32(cwnd + in->acked_sacked, max_inflight);
 	} else if (cwnd < max_inflight || in->tp_delivered < BBR_INIT_CWND) {
 		cwnd = cwnd + in->acked_sacked;

@@ -580,3 +580,51 @@ func TestBBRProbeRTTEndsProbeFeedback(t *testing.T) {
 		return true
 	})
 }
+
+// Linux v2/v3 (bbr_set_cwnd) leave the window alone in fast recovery: no v1 packet conservation,
+// no cut by the packets lost; the loss response is bw_lo/inflight_lo, once per loss round. Before:
+// entering recovery set cwnd to inflight + acked, so a recovery that began while inflight was
+// below cwnd (right after PROBE_RTT, or pacing-limited) cut the window to that inflight, and the
+// next loss round took the cut window as inflight_lo's start (bench at 100 ms, 1 % loss: cwnd
+// 328 -> 86 a round after PROBE_RTT, model bw 19 -> 10 Mbit/s until the next probe). In CRUISE,
+// an ACK that enters recovery with half the window in flight, then two more in recovery: the
+// window stays where it was.
+func TestBBRRecoveryKeepsWindow(t *testing.T) {
+	for _, ver := range []int{2, 3} {
+		checked := false
+		for seed := uint64(1); seed <= 20 && !checked; seed++ {
+			b := NewBBR(ver)
+			last, v, ok := driveToCruise(b, seed)
+			if !ok {
+				b.Free()
+				continue
+			}
+			before := v.Cwnd
+			in := last
+			in.Cwnd, in.Inflight, in.PriorInFlight = v.Cwnd, v.Cwnd/2, v.Cwnd/2+2
+			in.NowUs += 1000
+			in.TpDelivered += 2
+			in.PriorDelivered = in.TpDelivered - uint32(v.Cwnd/2)
+			in.Delivered, in.AckedSacked, in.Losses, in.TpLost, in.CAState = int32(v.Cwnd/2), 2, 1, in.TpLost+1, 3
+			for k := 0; k < 3; k++ {
+				v = b.OnAck(in)
+				in.Cwnd = v.Cwnd
+				in.NowUs += 1000
+				in.TpDelivered += 2
+				in.PriorDelivered += 2
+				in.Losses = 0
+			}
+			b.Free()
+			if v.Mode != 2 || v.Phase != 1 {
+				continue // the random probe timer moved it out of CRUISE: another seed
+			}
+			checked = true
+			if v.Cwnd < before {
+				t.Errorf("bbr%d: window %d after entering fast recovery with %d of it in flight, %d before: want it kept (Linux v2/v3: no packet conservation)", ver, v.Cwnd, before/2, before)
+			}
+		}
+		if !checked {
+			t.Fatalf("bbr%d: never reached CRUISE in the modelled link", ver)
+		}
+	}
+}
