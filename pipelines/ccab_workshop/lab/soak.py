@@ -533,17 +533,21 @@ class Soak:
                 self.event(f"SIGKILL {what}" + ("" if was else " (it was not running)") + "; restarted")
                 if what == "warehouse":
                     wait_warehouse()
-            elif what == "hourly":  # mid-run: wait for its next run when it is between two
-                deadline = time.time() + self.args.hourly_every + 120
-                while not self.hourly.alive() and time.time() < deadline and not self.stop_evt.is_set():
-                    time.sleep(0.5)
-                time.sleep(rng.uniform(0.5, 3.0))
-                if self.hourly.alive():
-                    pid = self.hourly.p.pid
-                    self.hourly.kill()
-                    self.event(f"SIGKILL the hourly job mid-run (pid {pid}); its next run is on schedule")
+            elif what == "hourly":  # mid-run: wait for a run when it is between two (a run that
+                # ends before the kill lands: the next one), for two runs' time at most
+                deadline = time.time() + 2 * (self.args.hourly_every + 120)
+                killed = None
+                while killed is None and time.time() < deadline and not self.stop_evt.is_set():
+                    while not self.hourly.alive() and time.time() < deadline and not self.stop_evt.is_set():
+                        time.sleep(0.2)
+                    time.sleep(rng.uniform(0.3, 1.5))
+                    if self.hourly.alive():
+                        killed = self.hourly.p.pid
+                        self.hourly.kill()
+                if killed is not None:
+                    self.event(f"SIGKILL the hourly job mid-run (pid {killed}); its next run is on schedule")
                 else:
-                    self.event("SIGKILL the hourly job: it was not running (skipped)")
+                    self.event("SIGKILL the hourly job: no run to kill before the soak ended (skipped)")
             elif what == "collector":
                 label = rng.choice(self.all_labels)
                 col = self.collectors[label]

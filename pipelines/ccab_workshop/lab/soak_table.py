@@ -85,13 +85,15 @@ def breakers_row(due: int, on_time: int, skipped: int, failed: int = 0) -> Row:
 def look_slots(applied_ms: int | None, look_ms: list[int], failed_ms: list[int], end_ms: int,
                every_ms: int, limit_s: float) -> tuple[int, int]:
     """Looks of one stage while its rollout ran: (due, done on time). The first look is due
-    ``every_ms`` after the stage's hosts applied, the next ``every_ms`` after each look; a look is on
-    time when it ran within ``limit_s`` of its due time; a failed look (``look_failed``) is not done;
-    a due time passed by more than the limit before the end with no look is a look missed."""
+    ``every_ms`` after the first whole minute after the stage's hosts applied (the controller's
+    look window starts there: ``Controller.look_window``), the next ``every_ms`` after each look; a
+    look is on time when it ran within ``limit_s`` of its due time; a failed look (``look_failed``)
+    is not done; a due time passed by more than the limit before the end with no look is a look
+    missed."""
     if applied_ms is None:
         return 0, 0
     due = done = 0
-    nxt = applied_ms + every_ms
+    nxt = -(-applied_ms // 60_000) * 60_000 + every_ms
     for t, ok in sorted([(t, True) for t in look_ms] + [(t, False) for t in failed_ms]):
         if t < nxt - 60_000:  # a manual or early look: not one that was due
             continue

@@ -44,6 +44,9 @@ def test_looks_due_done_and_missed():
     assert T.look_slots(0, [], [], 20 * MIN, 10 * MIN, 90) == (1, 0)  # due, never run
     assert T.look_slots(0, [], [], 5 * MIN, 10 * MIN, 90) == (0, 0)  # not due yet when it stopped
     assert T.look_slots(None, [], [], 20 * MIN, 10 * MIN, 90) == (0, 0)
+    # the controller's window starts at the first whole minute after the hosts applied: applied at
+    # 0:02, the look is due at 11:00, and one at 11:44 is on time (the soak of 18:43 counted it late)
+    assert T.look_slots(2_000, [11 * MIN + 44_000], [], 15 * MIN, 10 * MIN, 90) == (1, 1)
 
 
 def test_analyst_lock_errors_miss_the_goal():
