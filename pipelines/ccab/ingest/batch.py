@@ -15,9 +15,13 @@ How a batch goes in (no per-row Python objects on the hot path):
    batch it refuses (a bad row; nothing was inserted) goes to step 3 directly; one that is not
    plain (or cut in more than ``MAX_PLAIN_RUNS`` runs) takes steps 1-3. The rows reach a
    server as the body of ``INSERT ... SELECT ... FROM input('structure') FORMAT JSONEachRow``
-   (ClickHouse's HTTP form; the warehouse service reads them from a tmpfs file). One insert per
-   batch: the same rows as consecutive parts (so the next part's checks overlap one part's
-   insert) cost the engine 1.6-2.4x as much (4-8 parts of a 60,000-record batch, bench/README).
+   (ClickHouse's HTTP form), **streamed**: joined and checked ``PLAIN_CHUNK_RECORDS`` records at
+   a time (:meth:`BatchWriter._plain_chunks`), each chunk sent as soon as it passed, while the
+   engine parses the chunks before it (the warehouse service writes the body into a named pipe
+   its ``file()`` reads). A chunk that fails the checks cuts the request off: the insert fails
+   with nothing inserted and the batch takes steps 1-3, as a batch failing the checks always
+   did. One insert per batch: the same rows as consecutive inserts cost the engine 1.6-2.4x as
+   much (4-8 parts of a 60,000-record batch, bench/README).
 1. Cheap byte checks per record: size limit, and "starts with ``{"schema":"<the expected
    schema>",`` and ends with ``}``" (what every producer of ours writes). One regex and one
    UTF-8 check over the whole batch look for what ClickHouse's JSON reader would bend rather

@@ -19,8 +19,9 @@ parallel (measured: ``bench/warehouse``). So:
   parameters, and its output format is the statement's ``FORMAT`` clause or ``default_format``.
 - an ``INSERT ... FORMAT f`` with data runs as ``INSERT ... FROM INFILE`` of the data written to a
   private tmpfs file; an ``INSERT ... SELECT ... FROM input('structure') FORMAT f`` (the rows are
-  the request's body, as on a ClickHouse server) reads that file with ``file()`` where the
-  statement names ``input()``; an external table (multipart upload) is read by ``file()`` from one, named
+  the request's body, as on a ClickHouse server) reads a private named pipe with ``file()`` where
+  the statement names ``input()``, the body written into it as it arrives, while the statement
+  runs (:meth:`Engine._run_streamed`); an external table (multipart upload) is read by ``file()`` from one, named
   where the statement names the table.
 """
 
