@@ -107,11 +107,14 @@ class Warehouse(Protocol):
         loader classifies a rejected batch's rows this way, in one pass)."""
         ...
 
-    def command_input(self, sql: str, data: bytes, fmt: str, structure: str, params: dict | None = None,
-                      settings: dict | None = None) -> None:
+    def command_input(self, sql: str, data: bytes | Iterable[bytes], fmt: str, structure: str,
+                      params: dict | None = None, settings: dict | None = None) -> None:
         """Run the statement ``sql`` (an ``INSERT ... SELECT``) where ``{input}`` names ``data``
         read as ``fmt`` with ``structure``: how the loader inserts a batch with columns
-        ClickHouse adds (the source position of each row)."""
+        ClickHouse adds (the source position of each row). ``data`` may be an iterable of
+        chunks (their concatenation is the data), produced while the statement runs: a server
+        parses the first while the next are made and sent. If iterating it raises, the statement
+        fails with nothing inserted and that exception propagates."""
         ...
 
     def close(self) -> None: ...
@@ -143,12 +146,17 @@ class _SharedSession:
 
 
 @contextlib.contextmanager
-def _data_file(data: bytes) -> Iterator[str]:
-    """``data`` in a private temp file (tmpfs when there is one) for ``file()`` to read; removed after."""
+def _data_file(data: bytes | Iterable[bytes]) -> Iterator[str]:
+    """``data`` (or its chunks) in a private temp file (tmpfs when there is one) for ``file()`` to
+    read; removed after."""
     fd, path = tempfile.mkstemp(prefix="ccab-input-", suffix=".data", dir=_TMP_DIR)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                fh.write(data)
+            else:
+                for chunk in data:
+                    fh.write(chunk)
         yield path
     finally:
         os.unlink(path)
@@ -246,8 +254,8 @@ class ChdbWarehouse:
         with _data_file(data) as path:
             return self.query(_with_input(sql, path, fmt, structure), settings=settings)
 
-    def command_input(self, sql: str, data: bytes, fmt: str, structure: str, params: dict | None = None,
-                      settings: dict | None = None) -> None:
+    def command_input(self, sql: str, data: bytes | Iterable[bytes], fmt: str, structure: str,
+                      params: dict | None = None, settings: dict | None = None) -> None:
         with _data_file(data) as path:
             self.command(_with_input(sql, path, fmt, structure), params, settings)
 
@@ -404,20 +412,57 @@ class ServerWarehouse:
             raise self._error(exc, sql) from exc
         return _parse_json_compact(raw)
 
-    def command_input(self, sql: str, data: bytes, fmt: str, structure: str, params: dict | None = None,
-                      settings: dict | None = None) -> None:
+    def command_input(self, sql: str, data: bytes | Iterable[bytes], fmt: str, structure: str,
+                      params: dict | None = None, settings: dict | None = None) -> None:
         # The rows are the request's body, read by ClickHouse's input('structure') (no multipart
         # form for the server to take apart, no copy of the rows on either side).
         if not re.fullmatch(r"[A-Za-z0-9_]+", fmt):
             raise ValueError(f"bad format name {fmt!r}")
-        if not data:
-            return  # no rows: the SELECT reads none, nothing is inserted
         source = "input('" + structure.replace("\\", "\\\\").replace("'", "\\'") + "')"
+        statement = f"{sql.replace('{input}', source).strip().rstrip(';')}\nFORMAT {fmt}"
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            if not data:
+                return  # no rows: the SELECT reads none, nothing is inserted
+            try:
+                self._client.command(statement, parameters=params, data=bytes(data), settings=settings)
+            except Exception as exc:
+                raise self._error(exc, sql) from exc
+            return
+        self._stream_command(statement, data, params, settings, sql)
+
+    def _stream_command(self, statement: str, chunks: Iterable[bytes], params: dict | None,
+                        settings: dict | None, sql: str) -> None:
+        """``statement`` with ``chunks`` as its body, sent as they are produced (HTTP chunked
+        transfer encoding: the server parses the first while the next are made). When producing a
+        chunk raises, the request is cut off mid-body, which makes the server's insert fail with
+        nothing inserted (ClickHouse, and the warehouse service: ``ABORT_BYTES``), and that
+        exception is raised here."""
+        from clickhouse_connect.driver.binding import bind_query
+
+        failed: list[BaseException] = []
+
+        def body() -> Iterator[bytes]:
+            try:
+                for chunk in chunks:
+                    if chunk:  # an empty chunk would end the chunked body: the rest would be lost
+                        yield chunk
+            except BaseException as exc:
+                failed.append(exc)
+                raise
+
+        client = self._client
+        bound, bind_params = bind_query(statement, params, client.server_tz)
+        request = {**({"database": client.database} if client.database else {}),
+                   **client._validate_settings(settings or {}), **bind_params, "query": bound}
         try:
-            self._client.command(f"{sql.replace('{input}', source).strip().rstrip(';')}\nFORMAT {fmt}",
-                                 parameters=params, data=data, settings=settings)
+            client._raw_request(body(), request, headers={"Content-Type": "application/octet-stream"},
+                                server_wait=False)
         except Exception as exc:
+            if failed:
+                raise failed[0] from None
             raise self._error(exc, sql) from exc
+        if failed:  # the body was cut off yet the server answered success: never trust it
+            raise WarehouseError(f"the server took an insert whose body was cut off ({failed[0]!r})")
 
     def close(self) -> None:
         self._client.close()

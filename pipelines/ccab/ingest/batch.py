@@ -15,9 +15,13 @@ How a batch goes in (no per-row Python objects on the hot path):
    batch it refuses (a bad row; nothing was inserted) goes to step 3 directly; one that is not
    plain (or cut in more than ``MAX_PLAIN_RUNS`` runs) takes steps 1-3. The rows reach a
    server as the body of ``INSERT ... SELECT ... FROM input('structure') FORMAT JSONEachRow``
-   (ClickHouse's HTTP form; the warehouse service reads them from a tmpfs file). One insert per
-   batch: the same rows as consecutive parts (so the next part's checks overlap one part's
-   insert) cost the engine 1.6-2.4x as much (4-8 parts of a 60,000-record batch, bench/README).
+   (ClickHouse's HTTP form), **streamed**: joined and checked ``PLAIN_CHUNK_RECORDS`` records at
+   a time (:meth:`BatchWriter._plain_chunks`), each chunk sent as soon as it passed, while the
+   engine parses the chunks before it (the warehouse service writes the body into a named pipe
+   its ``file()`` reads). A chunk that fails the checks cuts the request off: the insert fails
+   with nothing inserted and the batch takes steps 1-3, as a batch failing the checks always
+   did. One insert per batch: the same rows as consecutive inserts cost the engine 1.6-2.4x as
+   much (4-8 parts of a 60,000-record batch, bench/README).
 1. Cheap byte checks per record: size limit, and "starts with ``{"schema":"<the expected
    schema>",`` and ends with ``}``" (what every producer of ours writes). One regex and one
    UTF-8 check over the whole batch look for what ClickHouse's JSON reader would bend rather
@@ -71,6 +75,7 @@ import logging
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Iterable, Iterator
 
 import numpy as np
 import orjson
@@ -534,6 +539,15 @@ def offset_runs(partitions: list[int], offsets: list[int]) -> Runs | None:
     return Runs(starts, parts, firsts, spans)
 
 
+# Records per chunk of a plain batch's body (~1.2 KB each): the first chunk is checked and sent
+# while the engine waits; each next one is checked while the engine parses the previous ones.
+PLAIN_CHUNK_RECORDS = 4096
+
+
+class _NotPlain(Exception):
+    """A chunk of a plain batch failed the checks: the batch takes the per-record path."""
+
+
 def _plain(data: bytes, n: int, head: bytes, limit: int, payloads: list[bytes], shape: Shape) -> bool:
     """Whether all ``n`` records joined in ``data`` may go in as they are: each starts with the
     schema's canonical prefix ``head`` and ends with ``}``, holds no newline, is within ``limit``
@@ -658,20 +672,44 @@ class BatchWriter:
         runs = offset_runs(batch.partitions, batch.offsets)
         if runs is None:
             return ""
-        data = b"\n".join(batch.payloads)
-        if not _plain(data, n, schema_prefix(schema.name), self.max_record_bytes, batch.payloads, _SHAPES[schema.name]):
-            return ""
-        token = _token(batch.topic, runs.spans, data if batch.hash_content else None)
+        chunks: Iterable[bytes] = self._plain_chunks(schema, batch)
+        content = None
+        if batch.hash_content:  # the token names the content: every chunk checked before the insert
+            try:
+                chunks = list(chunks)
+            except _NotPlain:
+                return ""
+            content = b"".join(chunks)
+        token = _token(batch.topic, runs.spans, content)
         try:
             self.wh.command_input(
-                _plain_insert_sql(schema), data, "JSONEachRow", _plain_structure(schema),
+                _plain_insert_sql(schema), chunks, "JSONEachRow", _plain_structure(schema),
                 params={"topic": batch.topic, "rows": n, **runs.params()},
                 settings=dict(INSERT_SETTINGS, max_threads=1, insert_deduplication_token=token))
+        except _NotPlain:
+            return ""  # a chunk failed the checks: the insert was cut off, nothing was inserted
         except WarehouseError as err:
             if err.code not in _DATA_ERROR_CODES and err.code != _THROW_IF:
                 raise
             return "refused"  # a bad row: the staged path finds it (nothing was inserted)
         return "in"
+
+    def _plain_chunks(self, schema: Schema, batch: Batch) -> Iterator[bytes]:
+        """The batch's bytes as the plain insert's body, made and checked while the insert runs:
+        ``PLAIN_CHUNK_RECORDS`` records joined at a time, each chunk checked by :func:`_plain`
+        (its checks are sums over records, so chunks that pass make a batch that passes) and
+        yielded with the separator before it. Raises :class:`_NotPlain` at the first chunk that
+        fails (the insert it feeds is then cut off: nothing is inserted)."""
+        head, shape, limit = schema_prefix(schema.name), _SHAPES[schema.name], self.max_record_bytes
+        payloads = batch.payloads
+        for a in range(0, len(payloads), PLAIN_CHUNK_RECORDS):
+            part = payloads[a:a + PLAIN_CHUNK_RECORDS]
+            data = b"\n".join(part)
+            if not _plain(data, len(part), head, limit, part, shape):
+                raise _NotPlain(f"records {a}..{a + len(part) - 1} need the per-record path")
+            if a:
+                yield b"\n"
+            yield data
 
     def _write_staged(self, schema: Schema, batch: Batch, kept: list[int], lines: list[bytes],
                       result: BatchResult) -> int:

@@ -19,15 +19,19 @@ parallel (measured: ``bench/warehouse``). So:
   parameters, and its output format is the statement's ``FORMAT`` clause or ``default_format``.
 - an ``INSERT ... FORMAT f`` with data runs as ``INSERT ... FROM INFILE`` of the data written to a
   private tmpfs file; an ``INSERT ... SELECT ... FROM input('structure') FORMAT f`` (the rows are
-  the request's body, as on a ClickHouse server) reads that file with ``file()`` where the
-  statement names ``input()``; an external table (multipart upload) is read by ``file()`` from one, named
+  the request's body, as on a ClickHouse server) reads a private named pipe with ``file()`` where
+  the statement names ``input()``, the body written into it as it arrives, while the statement
+  runs (:meth:`Engine._run_streamed`); an external table (multipart upload) is read by ``file()`` from one, named
   where the statement names the table.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import re
+import select
 import tempfile
 import threading
 import time
@@ -35,7 +39,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from ccab.base.warehouse import DEFAULT_DATABASE
 
@@ -46,6 +50,12 @@ DEFAULT_SESSION_TIMEOUT_S = 60.0
 MAX_SESSION_TIMEOUT_S = 3600.0
 #: bucket bounds (seconds) of the queue-wait and statement-duration histograms
 BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0)
+#: what goes into a streamed insert's pipe after a body that ended early: whatever the JSON (or
+#: any text format's) reader was in the middle of, ``{{`` cannot continue it and no string closes
+#: before the end, so the statement fails and nothing is inserted (the insert is one block)
+ABORT_BYTES = b"\n{{{{"
+#: bytes a streamed insert's pipe holds (Linux's default is 64 KiB; the engine reads 1 MiB at a time)
+PIPE_BYTES = 1 << 20
 
 _CODE_RE = re.compile(r"Code: (\d+)\.")
 _QUERY_WORD_RE = re.compile(rb"\b(?:SELECT|VALUES|WITH)\b", re.I)
@@ -66,6 +76,11 @@ class StatementError(Exception):
     def __init__(self, message: str, code: int = 0):
         super().__init__(message)
         self.code = code
+
+
+class BodyAborted(Exception):
+    """A streamed request body ended before its end (the client disconnected, the chunked
+    encoding was malformed): raised by the body's iterator; the insert it fed then fails."""
 
 
 def error_of(exc: Exception) -> StatementError:
@@ -90,7 +105,8 @@ class Request:
 
     sql: str  # an insert with rows: its target, ``t [(c1, c2)] [SETTINGS ...]``; with ``input_structure``: the
     # whole INSERT ... SELECT, ``{input}`` where its input('...') call was
-    data: bytes | memoryview | None = None  # the rows of an INSERT ... FORMAT f
+    data: bytes | memoryview | Iterable[bytes] | None = None  # the rows of an INSERT ... FORMAT f; an
+    # iterable (the body as it arrives, may raise BodyAborted) only with ``input_structure``: streamed
     insert_format: str = ""
     input_structure: str = ""  # the structure of an INSERT ... SELECT ... FROM input('...') FORMAT f
     database: str | None = None
@@ -191,6 +207,15 @@ class _TempFiles:
 
     def __init__(self):
         self.paths: list[str] = []
+        self.fifo_path = ""
+
+    def fifo(self) -> str:
+        """A private named pipe the engine's ``file()`` reads while the body is written into it."""
+        path = os.path.join(_TMP_DIR or tempfile.gettempdir(), f"ccab-whsvc-{uuid.uuid4().hex}.fifo")
+        os.mkfifo(path, 0o600)
+        self.paths.append(path)
+        self.fifo_path = path
+        return path
 
     def write(self, data: bytes | memoryview) -> str:
         fd, path = tempfile.mkstemp(prefix="ccab-whsvc-", suffix=".data", dir=_TMP_DIR)
@@ -330,6 +355,7 @@ class Engine:
         self._metrics_lock = threading.Lock()
         self.statements: dict[tuple[str, str], int] = {}
         self.errors: dict[int, int] = {}
+        self.aborted_bodies = 0
         self.queue_wait = {"priority": Histogram(), "batch": Histogram()}
         self.duration = {"priority": Histogram(), "batch": Histogram()}
         self.started = time.time()
@@ -382,7 +408,10 @@ class Engine:
                 try:
                     session.prepare(req.database, req.settings)
                     sql, fmt = self._statement(req, files)
-                    res = session._run(sql, fmt, req.params)
+                    if files.fifo_path:
+                        res = self._run_streamed(session, sql, fmt, req.params, req.data, files.fifo_path)
+                    else:
+                        res = session._run(sql, fmt, req.params)
                 finally:
                     self.admission.release(urgent)
                     session.last_used = time.monotonic()
@@ -412,10 +441,13 @@ class Engine:
         if req.data is not None and req.input_structure:  # INSERT ... SELECT ... FROM input(...): the rows
             if not _IDENT_RE.match(req.insert_format) or "'" in req.input_structure:
                 raise StatementError(f"Code: 36. DB::Exception: bad input() format or structure. (BAD_ARGUMENTS)", 36)
-            path = files.write(req.data)
+            streamed = not isinstance(req.data, (bytes, bytearray, memoryview))
+            path = files.fifo() if streamed else files.write(req.data)
             source = f"file({_quote(path)}, {req.insert_format}, {_quote(req.input_structure)})"
             return sql.replace("{input}", source, 1), req.default_format
         if req.data is not None:
+            if not isinstance(req.data, (bytes, bytearray, memoryview)):
+                req.data = b"".join(req.data)  # only input() inserts are streamed
             parts = _SETTINGS_RE.split(sql, 1)
             target = parts[0]
             rest = f" SETTINGS {parts[1]}" if len(parts) > 1 else ""
@@ -428,6 +460,42 @@ class Engine:
             sql = replace_identifier(sql, ext.name, f"file({_quote(path)}, {ext.fmt}, {_quote(ext.structure)})")
         m = _FORMAT_CLAUSE_RE.search(sql)
         return sql, (m.group(1) if m else req.default_format)
+
+    def _run_streamed(self, session: _Session, sql: str, fmt: str, params: dict, body: Iterable[bytes],
+                      fifo: str):
+        """Run ``sql`` (which reads ``fifo`` with ``file()``) in a thread while this one writes the
+        request body into the pipe as it arrives: the engine parses while the rest is in transit.
+        A body that ends early (:class:`BodyAborted`) gets :data:`ABORT_BYTES` after what came,
+        so the statement fails and nothing is inserted; its error names the abort. A statement that
+        fails or stops reading early: the rest of the body is read and dropped (the connection stays
+        usable) and the engine's error is the answer."""
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["res"] = session._run(sql, fmt, params)
+            except StatementError as exc:
+                outcome["err"] = exc
+            except Exception as exc:  # the engine's failure, whatever its type, is the statement's
+                outcome["err"] = error_of(exc)
+
+        engine = threading.Thread(target=run, name="warehouse-streamed-insert", daemon=True)
+        engine.start()
+        try:
+            aborted = _pump(fifo, body, engine)
+        finally:
+            engine.join()
+        if aborted is not None:
+            with self._metrics_lock:
+                self.aborted_bodies += 1
+            if "res" in outcome:  # cannot happen (ABORT_BYTES parse nowhere): say so loudly
+                raise StatementError(f"Code: 1001. DB::Exception: the request body ended early ({aborted}) yet the "
+                                     "insert succeeded: rows may be missing. (STD_EXCEPTION)", 1001)
+            raise StatementError(f"Code: 33. DB::Exception: the request body ended early ({aborted}): the insert "
+                                 "failed, nothing was inserted. (CANNOT_READ_ALL_DATA)", 33)
+        if "err" in outcome:
+            raise outcome["err"]
+        return outcome["res"]
 
     def close(self) -> None:
         with self._lock:
@@ -466,6 +534,10 @@ class Engine:
                     out.append(f'{name}_bucket{{priority="{kind}",le="+Inf"}} {h.total}')
                     out.append(f'{name}_sum{{priority="{kind}"}} {h.sum:.6f}')
                     out.append(f'{name}_count{{priority="{kind}"}} {h.total}')
+            family("ccab_warehouse_aborted_bodies_total", "counter",
+                   "Streamed inserts whose request body ended early (client gone, malformed chunked encoding): "
+                   "failed, nothing inserted.")
+            out.append(f"ccab_warehouse_aborted_bodies_total {self.aborted_bodies}")
         family("ccab_warehouse_running_statements", "gauge", "Statements running now.")
         out.append(f"ccab_warehouse_running_statements {self.admission.running}")
         family("ccab_warehouse_queued_statements", "gauge", "Statements waiting for a slot now.")
@@ -473,3 +545,56 @@ class Engine:
         family("ccab_warehouse_sessions", "gauge", "Client sessions open (session_id).")
         out.append(f"ccab_warehouse_sessions {self.session_count}")
         return "\n".join(out) + "\n"
+
+
+def _pump(fifo: str, body: Iterable[bytes], engine: threading.Thread) -> BodyAborted | None:
+    """Write ``body`` into ``fifo`` as it arrives, for the statement running in ``engine``; at the
+    end close the pipe (the reader's end of input). Returns the :class:`BodyAborted` when the body
+    ended early (then :data:`ABORT_BYTES` went in after what came). A reader that is gone (the
+    statement failed, or finished without reading to the end) gets nothing more; the rest of the
+    body is read all the same."""
+    fd = -1
+    while fd < 0:  # open once the engine has opened its end (never blocks: the engine may fail first)
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            if not engine.is_alive():
+                break
+            engine.join(0.001)
+    if fd >= 0:
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            pass  # above /proc/sys/fs/pipe-max-size: the default size works too
+    try:
+        try:
+            for chunk in body:
+                if fd >= 0 and not _write_all(fd, chunk, engine):
+                    os.close(fd)
+                    fd = -1
+        except BodyAborted as exc:
+            if fd >= 0:
+                _write_all(fd, ABORT_BYTES, engine)
+            return exc
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _write_all(fd: int, data: bytes | memoryview, engine: threading.Thread) -> bool:
+    """Write ``data`` to the non-blocking pipe ``fd``, waiting while it is full; False when the
+    reader is gone."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            if not engine.is_alive():
+                return False
+            select.select([], [fd], [], 0.1)
+        except BrokenPipeError:
+            return False
+    return True

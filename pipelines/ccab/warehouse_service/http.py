@@ -26,7 +26,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
 
-from ccab.warehouse_service.engine import Engine, ExternalTable, Request, StatementError, split_input_insert, split_insert
+from ccab.warehouse_service.engine import (BodyAborted, Engine, ExternalTable, Request, StatementError, split_input_insert,
+                                           split_insert)
 
 #: request parameters that are not settings (ClickHouse's HTTP interface's own)
 NOT_SETTINGS = {"query", "database", "default_format", "session_id", "session_timeout", "session_check",
@@ -37,6 +38,80 @@ HTTP_ONLY_SETTINGS = {"enable_http_compression", "send_progress_in_http_headers"
                       "cancel_http_readonly_queries_on_client_close", "http_zlib_compression_level",
                       "http_response_buffer_size", "http_wait_end_of_query", "add_http_cors_header"}
 SWEEP_INTERVAL_S = 5.0
+#: the most a streamed body is read at a time
+BODY_READ_BYTES = 1 << 20
+
+
+class Body:
+    """A request body as it arrives, chunk by chunk (``Transfer-Encoding: chunked`` or
+    ``Content-Length``). Iterating it raises :class:`BodyAborted` when the body ends early (the
+    client disconnected) or the chunked encoding is malformed; ``complete`` says whether it was
+    read to its end (else the connection cannot carry another request)."""
+
+    def __init__(self, rfile, headers):
+        self.rfile = rfile
+        self.chunked = headers.get("Transfer-Encoding", "").lower() == "chunked"
+        self.length = int(headers.get("Content-Length") or 0)
+        self.complete = False
+        self._started = False
+
+    def __iter__(self):
+        if self._started:
+            raise RuntimeError("a request body is read once")
+        self._started = True
+        try:
+            yield from (self._chunked() if self.chunked else self._sized(self.length))
+        except (OSError, ValueError) as exc:  # the socket failed (reset, timeout)
+            raise BodyAborted(f"reading it failed: {exc}") from None
+        self.complete = True
+
+    def _sized(self, left: int):
+        while left > 0:
+            data = self.rfile.read(min(left, BODY_READ_BYTES))
+            if not data:
+                raise BodyAborted(f"the connection closed {left} bytes before its end")
+            left -= len(data)
+            yield data
+
+    def _chunked(self):
+        while True:
+            line = self.rfile.readline(1024)
+            if not line.endswith(b"\n"):
+                raise BodyAborted("malformed chunked encoding: a chunk size line of 1 KiB" if len(line) >= 1024
+                                  else "the connection closed before the last chunk")
+            try:
+                size = int(line.split(b";")[0].strip(), 16)
+            except ValueError:
+                raise BodyAborted(f"malformed chunked encoding: chunk size {line[:40]!r}") from None
+            if size < 0:
+                raise BodyAborted(f"malformed chunked encoding: chunk size {line[:40]!r}")
+            if size == 0:
+                while (trailer := self.rfile.readline(1024)) not in (b"\r\n", b"\n"):
+                    if not trailer:
+                        raise BodyAborted("the connection closed in the trailer")
+                return
+            yield from self._sized(size)
+            if self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                raise BodyAborted("malformed chunked encoding: no line end after a chunk")
+
+    def drain(self) -> None:
+        """Read what is left of the body and drop it (an answer before the body is read)."""
+        if not self._started:
+            try:
+                for _ in self:
+                    pass
+            except BodyAborted:
+                pass
+
+
+def streams_body(params: dict[str, str], headers) -> bool:
+    """Whether the request's body is streamed into the engine as it arrives: the rows of an
+    ``INSERT ... SELECT ... FROM input('structure') FORMAT f`` in ``query``, sent uncompressed."""
+    sql = params.get("query", "")
+    content_type = headers.get("Content-Type", "") or ""
+    return bool(sql) and headers.get("Content-Encoding", "identity").strip().lower() in ("", "identity") \
+        and not content_type.startswith(("multipart/form-data", "application/x-www-form-urlencoded")) \
+        and split_insert(sql.encode() + b"\n") is None and split_input_insert(sql) is not None
 
 
 def _decompress(data: bytes, encoding: str) -> bytes:
@@ -79,9 +154,12 @@ def _multipart(body: bytes, content_type: str) -> tuple[dict[str, str], dict[str
     return fields, files
 
 
-def parse_request(method: str, target: str, headers, body: bytes) -> Request:
-    """The statement an HTTP request asks for."""
+def parse_request(method: str, target: str, headers, body: bytes | Body) -> Request:
+    """The statement an HTTP request asks for. ``body``: the bytes, or (:func:`streams_body`) the
+    :class:`Body` as it arrives, then the request's data."""
     params = dict(parse_qsl(urlsplit(target).query, keep_blank_values=True))
+    if isinstance(body, Body) and not streams_body(params, headers):
+        body = b"".join(body)
     if headers.get("Content-Encoding"):
         body = _decompress(body, headers["Content-Encoding"])
     content_type = headers.get("Content-Type", "") or ""
@@ -168,9 +246,12 @@ class _Handler(BaseHTTPRequestHandler):
         for k, v in headers.items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+        try:
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except OSError:  # the client is gone (e.g. it aborted a streamed insert): nothing to answer
+            self.close_connection = True
 
     def do_GET(self):  # noqa: N802 - http.server's name
         path = urlsplit(self.path).path
@@ -192,14 +273,23 @@ class _Handler(BaseHTTPRequestHandler):
         if urlsplit(self.path).path != "/":
             self._read_body()
             return self._send(404, b"Not found\n", {"Content-Type": "text/plain"})
+        if streams_body(dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True)), self.headers):
+            return self._statement(Body(self.rfile, self.headers))
         return self._statement(self._read_body())
 
-    def _statement(self, body: bytes) -> None:
+    def _statement(self, body: bytes | Body) -> None:
         engine = self.server.engine
+        stream = body if isinstance(body, Body) else None
         try:
-            req = parse_request(self.command, self.path, self.headers, body)
-            del body
-            res = engine.execute(req)
+            try:
+                req = parse_request(self.command, self.path, self.headers, body)
+                del body
+                res = engine.execute(req)
+            finally:
+                if stream is not None:  # answered before the body was read (e.g. a bad setting): read it
+                    stream.drain()
+                    if not stream.complete:  # the body ended early: this connection carries nothing more
+                        self.close_connection = True
         except StatementError as exc:
             text = f"{exc} (version {engine.version})\n".encode()
             code = exc.code
