@@ -244,8 +244,22 @@ def bad_mix(lines: list[bytes], fraction: float, bootstrap: str, workdir: Path, 
     return 0
 
 
+USAGE = """usage: bench/loader/run.sh [N] [--in-process] [--bad-fraction F]
+  N                  records (default 300000)
+  --in-process       the loader holds the engine itself instead of talking to the warehouse service
+  --bad-fraction F   all-good records vs the same number with a fraction F bad (prints the slowdown)
+Uses CCAB_KAFKA_BROKERS, or starts the data dir's broker (CCAB_KAFKA_PORT)."""
+
+
 def main() -> int:
     args = sys.argv[1:]
+    if "-h" in args or "--help" in args:
+        print(USAGE)
+        return 0
+    unknown = [a for a in args if a.startswith("-") and a not in ("--in-process", "--bad-fraction")]
+    if unknown or len([a for a in args if not a.startswith("-")]) > 1 + ("--bad-fraction" in args):
+        print(f"bench/loader: unexpected arguments {args}\n{USAGE}", file=sys.stderr)
+        return 2
     in_process = "--in-process" in args
     if in_process:
         args.remove("--in-process")
