@@ -195,7 +195,7 @@ def _loader_rate(lines: list[bytes], bootstrap: str, workdir: Path, n_bad: int, 
             try:
                 return orig(*args, **kwargs)
             finally:
-                if "t" in first_batch:
+                if "t" in first_batch and "end" not in first_batch:
                     in_engine[0] += time.perf_counter() - start
         return run
 
@@ -207,8 +207,16 @@ def _loader_rate(lines: list[bytes], bootstrap: str, workdir: Path, n_bad: int, 
         orig_submit(msgs)
 
     loader._submit = timed_submit
+    orig_finish = loader._finish_inflight
+
+    def timed_finish():  # the end: the last batch in and its offsets committed (not the group's leave)
+        had_batch = loader._inflight is not None
+        orig_finish()
+        if had_batch:
+            first_batch["end"] = time.perf_counter()
+
+    loader._finish_inflight = timed_finish
     loader.run(max_idle_s=3, max_records=len(lines))  # returns once the last batch is in and committed
-    first_batch["end"] = time.perf_counter()
     got = wh.query(f"SELECT count() FROM tcp_samples WHERE _topic = '{topic}'").scalar()
     dead = wh.query(f"SELECT count() FROM dead_letters FINAL WHERE _topic = '{topic}'").scalar()
     wh.close()
@@ -248,6 +256,7 @@ USAGE = """usage: bench/loader/run.sh [N] [--in-process] [--bad-fraction F]
   N                  records (default 300000)
   --in-process       the loader holds the engine itself instead of talking to the warehouse service
   --bad-fraction F   all-good records vs the same number with a fraction F bad (prints the slowdown)
+  (bench/loader/run.sh --engine-share [ROUNDS]: the loader's statement vs the limit's, part by part)
 Uses CCAB_KAFKA_BROKERS, or starts the data dir's broker (CCAB_KAFKA_PORT)."""
 
 
