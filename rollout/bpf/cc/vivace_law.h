@@ -39,7 +39,8 @@
 #define VV_GRAD_MIN_Q16 655             /* 0.01: smaller RTT gradients are noise */
 #define VV_THETA0_Q16 65536             /* 1 Mbit/s per unit of utility gradient */
 #define VV_AMP_MAX 10
-#define VV_LOSS_EWMA_SHIFT 3            /* the loss rate in u: EWMA over MIs, gain 1/8 */
+#define VV_LOSS_EWMA_SHIFT 3            /* the loss rate in u: EWMA over MIs, gain 1/8 up */
+#define VV_LOSS_FALL_SHIFT 1            /* ... and 1/2 down */
 
 enum { VV_STARTING = 0, VV_PROBING = 1, VV_MOVING = 2 };
 
@@ -201,11 +202,18 @@ static __always_inline u64 vv_loss_q16(struct vivace_state *s, const struct vv_m
 
 	if (!total)
 		return s->loss_q16; /* nothing measured: no news */
-	/* EWMA with gain 1/n: the running mean for the first MIs, then 1/8 */
+	/* EWMA with gain 1/n up (the running mean for the first MIs, then 1/8): one MI's random loss
+	 * (3 % at 35 packets per MI for 1 % random loss) moves it little; gain 1/2 down: losses that
+	 * have stopped (a queue that overflowed while a second flow started) leave it within a few
+	 * MIs. With 1/8 both ways such a burst kept every lower rate scoring higher for ~17 MIs, and
+	 * the rate fell to the floor (3.8 -> 0.1 Mbit/s in 1.3 s with no new loss; two flows' Jain
+	 * 0.88-0.92 in 3 of 6 lab repeats, 0.97-1.00 in 3 of 3 since). The price: at 1 % random loss
+	 * the estimate sits at 0.1-0.5 %, so random loss costs less utility than the paper's per-MI
+	 * rate would charge (lab: 0.91-0.92 of the link at 1 %, as before). */
 	if (l >= s->loss_q16)
 		s->loss_q16 += (u32)((l - s->loss_q16) / n);
 	else
-		s->loss_q16 -= (u32)((s->loss_q16 - l) / n);
+		s->loss_q16 -= (u32)((s->loss_q16 - l) >> (n > 1 ? VV_LOSS_FALL_SHIFT : 0));
 	s->loss_mis = n;
 	return s->loss_q16;
 }

@@ -147,3 +147,22 @@ func VivaceUtility(rateBps uint64, lossQ16 uint32, nowUs []uint64, rttUs []int64
 		return int64(C.law_vv_utility(C.u64(rateBps), C.u32(lossQ16), n, t, r))
 	})
 }
+
+// VivaceLossAfter is vivace's loss estimate (Q16) after monitor intervals that delivered and lost
+// these packets, in order, from a fresh socket.
+func VivaceLossAfter(delivered, lost []uint32) uint32 {
+	n := len(delivered)
+	if n == 0 || len(lost) != n {
+		return 0
+	}
+	d := (*C.u32)(C.malloc(C.size_t(n) * 4))
+	l := (*C.u32)(C.malloc(C.size_t(n) * 4))
+	defer C.free(unsafe.Pointer(d))
+	defer C.free(unsafe.Pointer(l))
+	ds := unsafe.Slice(d, n)
+	ls := unsafe.Slice(l, n)
+	for i := range delivered {
+		ds[i], ls[i] = C.u32(delivered[i]), C.u32(lost[i])
+	}
+	return uint32(C.law_vv_loss_after(C.u32(n), d, l))
+}

@@ -41,3 +41,17 @@ s64 law_vv_utility(u64 rate_bps, u32 loss_q16, u32 n, const u64 *now_us, const s
 		vv_mi_add_rtt(&mi, now_us[i], rtt_us[i]);
 	return vv_utility(&mi, loss_q16);
 }
+
+u32 law_vv_loss_after(u32 n, const u32 *delivered, const u32 *lost)
+{
+	struct vivace_state s = {0};
+	struct vv_mi mi = {0};
+	u32 i;
+
+	for (i = 0; i < n; i++) {
+		mi.delivered = delivered[i];
+		mi.lost = lost[i];
+		vv_loss_q16(&s, &mi);
+	}
+	return s.loss_q16;
+}
