@@ -514,12 +514,20 @@ def run_close(workdir: Path, sim: Path, replicas: int, rounds: int) -> dict:
     export = workdir / f"export-close-x{replicas}.parquet"
     export.unlink(missing_ok=True)
     wh.command(f"INSERT INTO FUNCTION file('{export}', Parquet) SELECT {', '.join(CLOSE_COLUMNS)} FROM tcp_conns")
-    pdf = pd.read_parquet(export)
-    for c in ("pop", "host", "sock_id", "rollout_id", "arm", "kernel", "cc"):
-        pdf[c] = pdf[c].astype("category")
-    con = duckdb.connect()
-    con.execute(f"CREATE TABLE conns AS SELECT * FROM read_parquet('{export}')")
-    pldf = pl.read_parquet(export)
+
+    # Each peer's copy of the records is loaded (not timed) just before its turn and freed after
+    # it: at x100 the three copies together and the job's engine did not fit in 23 GB.
+    def pandas_frame():
+        pdf = pd.read_parquet(export)
+        for c in ("pop", "host", "sock_id", "rollout_id", "arm", "kernel", "cc"):
+            pdf[c] = pdf[c].astype("category")
+        return pdf
+
+    def duckdb_conns():
+        con = duckdb.connect()
+        con.execute(f"CREATE TABLE conns AS SELECT * FROM read_parquet('{export}')")
+        return con
+
     times: dict[str, list[float]] = {k: [] for k in ("job", "share", "floor", "pandas", "duckdb", "polars")}
     steps: dict[str, list[float]] = {}
     out: dict[str, object] = {}
@@ -537,18 +545,23 @@ def run_close(workdir: Path, sim: Path, replicas: int, rounds: int) -> dict:
         times["share"].append(sum(sec for f, sec in per_step.items() if f in CLOSE_WORK_STEPS))
         floor_s, floor_cells, floor_values = engine_floor_close(wh)
         times["floor"].append(floor_s)
-        df = pdf.copy()
+        df = pandas_frame()
         gc.collect()
         t0 = time.perf_counter()
         out["pandas"] = peer_close_histograms(df)
         times["pandas"].append(time.perf_counter() - t0)
         del df
+        con = duckdb_conns()
         t0 = time.perf_counter()
         out["duckdb"] = duckdb_close_cells(con)
         times["duckdb"].append(time.perf_counter() - t0)
+        con.close()
+        pldf = pl.read_parquet(export)
         t0 = time.perf_counter()
         out["polars"] = polars_close_cells(pldf)
         times["polars"].append(time.perf_counter() - t0)
+        del pldf
+        gc.collect()
         print(f"round {r + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items())
               + f" (load average {os.getloadavg()[0]:.1f})")
     med = {k: _median(v) for k, v in times.items()}
@@ -557,8 +570,6 @@ def run_close(workdir: Path, sim: Path, replicas: int, rounds: int) -> dict:
           + ", ".join(f"{f} {_median(v):.2f}s" for f, v in steps.items()))
     expected = job_histograms(wh, workdir / f"job-hist-close-x{replicas}.parquet", CLOSE_METRICS)
     wh.close()
-    del pdf, pldf
-    con.close()
     ok = True
     for name in ("pandas", "duckdb", "polars"):
         peer_path = workdir / f"peer-{name}-close-x{replicas}.parquet"
