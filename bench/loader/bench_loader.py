@@ -217,6 +217,7 @@ def _loader_rate(lines: list[bytes], bootstrap: str, workdir: Path, n_bad: int, 
 
     loader._finish_inflight = timed_finish
     loader.run(max_idle_s=3, max_records=len(lines))  # returns once the last batch is in and committed
+    first_batch.setdefault("end", time.perf_counter())  # (a run that never had a batch in flight)
     got = wh.query(f"SELECT count() FROM tcp_samples WHERE _topic = '{topic}'").scalar()
     dead = wh.query(f"SELECT count() FROM dead_letters FINAL WHERE _topic = '{topic}'").scalar()
     wh.close()

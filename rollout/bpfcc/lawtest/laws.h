@@ -34,6 +34,7 @@ struct law_vv_in {
 s64 law_vv_rtt_slope(u32 n, const u64 *now_us, const s64 *rtt_us);
 /* vivace's utility (Q16) of an MI sent at rate_bps with these RTT samples and loss rate (Q16) */
 s64 law_vv_utility(u64 rate_bps, u32 loss_q16, u32 n, const u64 *now_us, const s64 *rtt_us);
+/* vivace's loss estimate (Q16) after n MIs that delivered and lost these packets, fresh state */
 u32 law_vv_loss_after(u32 n, const u32 *delivered, const u32 *lost);
 struct law_vv_view {
 	u32 cwnd;
