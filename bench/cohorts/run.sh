@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# The hourly cohort job on 1M and 10M simulated tcp samples vs a pandas baseline computing the
-# same histograms in the same run; prints both times, the ratio, and the 10M/1M scaling.
-# Usage: bench/cohorts/run.sh [--samples N] [--keep]   (see bench_cohorts.py --help)
+# The hourly cohort job vs pandas, duckdb and polars on the same cells, in one run (bench_cohorts.py);
+# with --parts, where the job's time goes against the floor of each of its parts (parts.py).
+# Usage: bench/cohorts/run.sh [--mode close|samples|both] [--replicas 1,10] [--rounds R] [--keep]
+#        bench/cohorts/run.sh --parts [--replicas 10] [--rounds R] [--keep]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+if [[ "${1:-}" == "--parts" ]]; then
+    shift
+    exec .venv/bin/python bench/cohorts/parts.py "$@"
+fi
 exec .venv/bin/python bench/cohorts/bench_cohorts.py "$@"
