@@ -383,25 +383,39 @@ def _cells_and_values(cells: pd.DataFrame) -> tuple[int, int]:
 
 
 def same_cells(peer: Path, job: Path, scratch: Path) -> tuple[bool, str]:
-    """Compare the peer's and the job's cells (two Parquet files) in a scratch embedded engine:
-    both set differences must be empty. Not in pandas: at x100 the cells are tens of millions of
-    rows, and string copies of them for a merge ran this machine out of memory."""
+    """Compare the peer's and the job's cells (two Parquet files) in a scratch embedded engine.
+    First a streaming multiset checksum of each file — row count, sum of the counts, and the sum
+    and XOR of a 64-bit hash of every normalised row — which needs no memory per row (at x100 the
+    cells are tens of millions of rows: a pandas merge, then two set differences, ran this machine
+    out of memory). Equal checksums: equal cells (a chance collision is ~2^-64). Otherwise both
+    set differences are counted and a few rows of each shown."""
+    names = ["hour", *COHORT[1:], "segment", "metric", "bin", "count"]
     cast = ", ".join(["toInt64(hour) AS hour"] + [f"toString({c}) AS {c}" for c in COHORT[1:] if c != "cc_version"]
                      + ["toInt64(cc_version) AS cc_version", "toString(segment) AS segment",
                         "toString(metric) AS metric", "toInt64(bin) AS bin", "toInt64(count) AS count"])
+    row_hash = f"cityHash64({', '.join(names)})"
     shutil.rmtree(scratch, ignore_errors=True)
     wh = ChdbWarehouse(scratch)
     try:
+        def rows(x: Path) -> str:
+            return f"SELECT {cast} FROM file('{x}', Parquet)"
+
+        def checksum(x: Path) -> tuple:
+            return tuple(int(v) for v in wh.query(
+                f"SELECT count(), sum(count), sum({row_hash}), groupBitXor({row_hash}) FROM ({rows(x)})").rows[0])
+
+        got, want = checksum(peer), checksum(job)
+        if got == want:
+            return True, f"{got[0]:,} (cohort-hour, segment, metric, bin) cells, {got[1]:,} values, checksums equal"
+
         def diff(x: Path, y: Path, limit: str = "") -> str:
-            return f"SELECT {cast} FROM file('{x}', Parquet) EXCEPT SELECT {cast} FROM file('{y}', Parquet) {limit}"
-        cells, values, only_peer, only_job = wh.query(
-            f"SELECT (SELECT count() FROM file('{peer}', Parquet)), (SELECT sum(count) FROM file('{peer}', Parquet)), "
-            f"(SELECT count() FROM ({diff(peer, job)})), (SELECT count() FROM ({diff(job, peer)}))").rows[0]
-        if int(only_peer) == 0 and int(only_job) == 0:
-            return True, f"{int(cells):,} (cohort-hour, segment, metric, bin) cells, {int(values):,} values"
+            return f"SELECT * FROM ({rows(x)} EXCEPT {rows(y)}) {limit}"  # the LIMIT bounds the difference, not y
+        only_peer, only_job = wh.query(
+            f"SELECT (SELECT count() FROM ({diff(peer, job)})), (SELECT count() FROM ({diff(job, peer)}))").rows[0]
         examples = wh.query(f"SELECT 'peer only', * FROM ({diff(peer, job, 'LIMIT 3')}) UNION ALL "
                             f"SELECT 'job only', * FROM ({diff(job, peer, 'LIMIT 3')})").rows
-        return False, (f"{int(only_peer)} cells only the peer's, {int(only_job)} only the job's, e.g.\n"
+        return False, (f"peer {got[0]:,} cells / {got[1]:,} values, job {want[0]:,} / {want[1]:,}; "
+                       f"{int(only_peer)} cells only the peer's, {int(only_job)} only the job's, e.g.\n"
                        + "\n".join(map(str, examples)))
     finally:
         wh.close()
@@ -530,8 +544,26 @@ def run_close(workdir: Path, sim: Path, replicas: int, rounds: int) -> dict:
 
     times: dict[str, list[float]] = {k: [] for k in ("job", "share", "floor", "pandas", "duckdb", "polars")}
     steps: dict[str, list[float]] = {}
-    out: dict[str, object] = {}
+    peer_paths = {name: workdir / f"peer-{name}-close-x{replicas}.parquet" for name in ("pandas", "duckdb", "polars")}
+    pandas_cells = (0, 0)
+
+    def keep_cells(name: str, got, last_round: bool) -> None:
+        """The last round's cells of a peer to Parquet at once (not timed), freed before the next
+        peer runs: at x100 each peer's cells are tens of millions of rows."""
+        nonlocal pandas_cells
+        if not last_round:
+            return
+        if name == "pandas":
+            pandas_cells = _cells_and_values(got)
+            got.to_parquet(peer_paths[name])
+        elif name == "duckdb":
+            import pyarrow.parquet as pq
+            pq.write_table(got, peer_paths[name])
+        else:
+            got.write_parquet(peer_paths[name])
+
     for r in range(rounds):
+        last_round = r == rounds - 1
         clear_rollups(wh)
         t0 = time.perf_counter()
         report = run_window(wh, START, START + timedelta(hours=HOURS), lookback=False)
@@ -548,22 +580,30 @@ def run_close(workdir: Path, sim: Path, replicas: int, rounds: int) -> dict:
         df = pandas_frame()
         gc.collect()
         t0 = time.perf_counter()
-        out["pandas"] = peer_close_histograms(df)
+        got = peer_close_histograms(df)
         times["pandas"].append(time.perf_counter() - t0)
         del df
+        keep_cells("pandas", got, last_round)
+        del got
+        gc.collect()
         con = duckdb_conns()
         t0 = time.perf_counter()
-        out["duckdb"] = duckdb_close_cells(con)
+        got = duckdb_close_cells(con)
         times["duckdb"].append(time.perf_counter() - t0)
         con.close()
+        keep_cells("duckdb", got, last_round)
+        del got
+        gc.collect()
         pldf = pl.read_parquet(export)
         t0 = time.perf_counter()
-        out["polars"] = polars_close_cells(pldf)
+        got = polars_close_cells(pldf)
         times["polars"].append(time.perf_counter() - t0)
         del pldf
+        keep_cells("polars", got, last_round)
+        del got
         gc.collect()
         print(f"round {r + 1}/{rounds}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items())
-              + f" (load average {os.getloadavg()[0]:.1f})")
+              + f" (load average {os.getloadavg()[0]:.1f})", flush=True)
     med = {k: _median(v) for k, v in times.items()}
     print(f"ours, whole hourly job: median {med['job']:.2f} s ({report.summary()})")
     print("ours, per statement (medians, all hours): "
@@ -571,19 +611,7 @@ def run_close(workdir: Path, sim: Path, replicas: int, rounds: int) -> dict:
     expected = job_histograms(wh, workdir / f"job-hist-close-x{replicas}.parquet", CLOSE_METRICS)
     wh.close()
     ok = True
-    for name in ("pandas", "duckdb", "polars"):
-        peer_path = workdir / f"peer-{name}-close-x{replicas}.parquet"
-        got = out.pop(name)
-        if name == "pandas":
-            pandas_cells = _cells_and_values(got)
-            got.to_parquet(peer_path)
-        elif name == "duckdb":
-            import pyarrow.parquet as pq
-            pq.write_table(got, peer_path)
-        else:
-            got.write_parquet(peer_path)
-        del got
-        gc.collect()
+    for name, peer_path in peer_paths.items():
         same_ok, detail = same_cells(peer_path, expected, workdir / f"compare-close-x{replicas}")
         print(f"{name}'s cells = the job's: {'yes' if same_ok else 'NO'} ({detail})")
         if name == "pandas":
