@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_cohorts as bc  # noqa: E402
 from ccab.base.chtime import sql_time  # noqa: E402
 from ccab.base.config import REPO_ROOT  # noqa: E402
+from ccab.cohorts.daily import STAGE_INSERT_SETTINGS  # noqa: E402
 from ccab.cohorts.job import MAX_BATCH_HOURS, REQUEST_STEPS, SAMPLE_STEPS, STEPS, read_sql  # noqa: E402
 
 #: the top-level SELECT of a statement: the last line that starts with SELECT at column 0
@@ -79,7 +80,7 @@ def measure(wh, rounds: int) -> tuple[list[float], dict[str, dict[str, list[floa
     outside: list[float] = []
     parts: dict[str, dict[str, list[float]]] = {f: {} for f, _ in steps}
     rows: dict[str, int] = {}
-    settings = {"optimize_on_insert": 0}
+    settings = STAGE_INSERT_SETTINGS  # the job's own insert settings
     for r in range(rounds):
         bc.clear_rollups(wh)
         floor.append(bc.engine_floor_close(wh)[0])

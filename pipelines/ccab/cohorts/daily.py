@@ -19,6 +19,18 @@ from ccab.base.chtime import sql_time, utc_hour
 from ccab.base.warehouse import Warehouse
 
 DAY = timedelta(days=1)
+#: settings of every insert of the hourly job into its stage tables and of the daily tables' inserts
+#: (job.py uses them too):
+#: - optimize_on_insert=0: the rows are already one per key (GROUP BY output, or the hour's rows as
+#:   the job wrote them), so the engine's merge-on-insert pass would only sort them again (~3x the
+#:   insert time);
+#: - insert blocks of up to 8Mi rows or 1 GiB (the default squashes an INSERT ... SELECT into ~1M-row
+#:   blocks: one part per block and hour, each merged again in the background while the next
+#:   statements run). Measured on the whole job (bench/cohorts, close records, 5 hours; background
+#:   merges awaited after each run): x10 17.9 s + 43 s of merges after it -> 13.0 s + none;
+#:   x30 53.2 s + 126 s -> 36.8 s + 30 s. Blocks of 4Mi rows: x10 11.4 s + 6 s, x30 46.4 s + 124 s.
+STAGE_INSERT_SETTINGS: dict[str, int] = {"optimize_on_insert": 0, "min_insert_block_size_rows": 8 << 20,
+                                         "min_insert_block_size_bytes": 1 << 30}
 
 #: the hourly tables the daily ones are computed from
 SOURCES = ("cohort_hourly", "cohort_cells_hourly", "cohort_heatmap_hourly")
@@ -64,7 +76,7 @@ def refresh_day(wh: Warehouse, t: datetime) -> dict[str, int]:
 SELECT {{day:DateTime('UTC')}} AS day, {keys}, {sums}
 FROM {source}
 WHERE hour >= {{day:DateTime('UTC')}} AND hour < {{next:DateTime('UTC')}}
-GROUP BY {keys}""", params=params, settings={"optimize_on_insert": 0})
+GROUP BY {keys}""", params=params, settings=STAGE_INSERT_SETTINGS)
         counts[target] = int(wh.query(f"SELECT count() FROM {stage} WHERE _partition_id = {{p:String}}",
                                       params={"p": pid}).scalar())
         if counts[target]:
@@ -94,4 +106,4 @@ def add_hours(wh: Warehouse, first: datetime, end: datetime) -> None:
 SELECT {{day:DateTime('UTC')}} AS day, {keys}, {", ".join(columns)}
 FROM {source}
 WHERE hour >= {{first:DateTime('UTC')}} AND hour < {{end:DateTime('UTC')}}""", params=params,
-                   settings={"optimize_on_insert": 0})
+                   settings=STAGE_INSERT_SETTINGS)
