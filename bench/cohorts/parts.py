@@ -91,11 +91,13 @@ def measure(wh, rounds: int) -> tuple[list[float], dict[str, dict[str, list[floa
         whole.append(time.perf_counter() - t0)
         outside.append(whole[-1] - sum(sum(h.step_seconds.values()) for h in res.hours))
         bc.clear_rollups(wh)
+        bc.settle_merges(wh, quiet_s=1.0)  # no measurement runs beside the merges of an earlier one
         for f, table in steps:
             cols = ", ".join(bc._columns(wh, table))
             sql = read_sql(f)
             select = f"SELECT {cols} FROM (\n{sql}\n)"
             got = parts[f]
+            bc.settle_merges(wh, quiet_s=1.0)
             wh.command("DROP TABLE IF EXISTS bench_null")
             wh.command(f"CREATE TABLE bench_null AS {table} ENGINE = Null")
             got.setdefault("compute", []).append(_timed(lambda: wh.command(
