@@ -65,8 +65,10 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def measure(wh, rounds: int) -> tuple[list[float], dict[str, dict[str, list[float]]], dict[str, int]]:
-    """Run the job's statements over the window ``rounds`` times, each part measured each round."""
+def measure(wh, rounds: int) -> tuple[list[float], list[float], list[float], dict[str, dict[str, list[float]]],
+                                      dict[str, int]]:
+    """Run the job's statements over the window ``rounds`` times, each part measured each round:
+    (floor, whole job, the job's time outside its statements, per statement and kind, rows out)."""
     params = {"hour_start": sql_time(bc.START), "hour_end": sql_time(bc.START + bc.timedelta(hours=bc.HOURS)),
               "bulk_min_bytes": bc.MIB}
     assert bc.HOURS <= MAX_BATCH_HOURS  # the job runs the window as one statement set, like here
@@ -83,6 +85,7 @@ def measure(wh, rounds: int) -> tuple[list[float], dict[str, dict[str, list[floa
     settings = STAGE_INSERT_SETTINGS  # the job's own insert settings
     for r in range(rounds):
         bc.clear_rollups(wh)
+        bc.settle_merges(wh, quiet_s=1.0)
         floor.append(bc.engine_floor_close(wh)[0])
         # the whole job once (as bench_cohorts.py times it): what it spends outside its statements
         # (fingerprints, swaps, the daily tables, watermarks)
